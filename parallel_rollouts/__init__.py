@@ -1,0 +1,40 @@
+"""Parallel Rollouts: low-overhead rollout collection from Gymnasium environments."""
+
+from .batch import RolloutBatch
+from .collector import ParallelRolloutCollector
+from .core import active_core
+from .errors import (
+    ActionError,
+    CollectorClosedError,
+    ConfigurationError,
+    CoreUnavailableError,
+    EnvFailure,
+    ObservationError,
+    ParallelRolloutsError,
+    SpaceError,
+    StepTimeoutError,
+    WorkerDiedError,
+    WorkerError,
+)
+from .policy import PolicyOutput
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ActionError",
+    "CollectorClosedError",
+    "ConfigurationError",
+    "CoreUnavailableError",
+    "EnvFailure",
+    "ObservationError",
+    "ParallelRolloutCollector",
+    "ParallelRolloutsError",
+    "PolicyOutput",
+    "RolloutBatch",
+    "SpaceError",
+    "StepTimeoutError",
+    "WorkerDiedError",
+    "WorkerError",
+    "__version__",
+    "active_core",
+]

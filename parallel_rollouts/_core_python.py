@@ -1,0 +1,261 @@
+"""Pure-Python twin of the compiled per-step hot path (``parallel_rollouts._core``).
+
+Both modules expose the same names with the same signatures and semantics, and
+the test suite runs every case through both. This file is the readable
+specification; the Cython module is the fast one.
+
+Two pieces of per-step work live here:
+
+* :class:`ObservationWriter` moves env observations into one leaf of the
+  preallocated ``[rows, env, ...]`` observation storage and scatters the rows of
+  envs whose episode just ended into ``final_observations``.
+* :class:`StepRecorder` writes one step of rewards and end flags and keeps the
+  episode books: running return and length per env, the seed of the episode each
+  row belongs to, and a record for every episode that ends.
+
+Storage handed to either class may be a column slice (``array[:, lo:hi]``) of a
+larger ``[rows, num_envs, ...]`` array, which is how one worker writes its own
+envs' part of a shared batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["ObservationWriter", "StepRecorder"]
+
+
+def _check_leaf_contiguous(storage: np.ndarray, field: str) -> None:
+    """Raise unless the axes after ``[rows, env]`` of ``storage`` are C-contiguous."""
+    if storage.ndim < 2:
+        raise ValueError(
+            f"`{field}` must have at least 2 dimensions [rows, envs, ...]; got shape {storage.shape!r}."
+        )
+    expected_stride = storage.itemsize
+    for axis in range(storage.ndim - 1, 1, -1):
+        if storage.shape[axis] > 1 and storage.strides[axis] != expected_stride:
+            raise ValueError(
+                f"`{field}` must store each env's row contiguously; got strides {storage.strides!r}."
+            )
+        expected_stride *= storage.shape[axis]
+
+
+class ObservationWriter:
+    """Writes env observations into one leaf of ``[rows, env, ...]`` storage.
+
+    Parameters
+    ----------
+    observations:
+        Storage of shape ``[horizon + 1, num_envs, *leaf_shape]``. Row ``t + 1``
+        receives the observations that follow the actions of step ``t``; row
+        ``horizon`` is the bootstrap row.
+    final_observations:
+        Storage of shape ``[horizon, num_envs, *leaf_shape]`` with the same dtype.
+        Row ``t`` receives the terminal observation of every env whose episode
+        ended at step ``t``.
+
+    Rows are copied whole. A source whose dtype and shape already match the
+    storage is copied byte for byte; anything else (a Python scalar, another
+    dtype) is converted by NumPy as one row. A source of the wrong shape is never
+    written: the methods report it instead, so the caller can name the env.
+    """
+
+    def __init__(self, observations: np.ndarray, final_observations: np.ndarray) -> None:
+        if observations.dtype != final_observations.dtype:
+            raise ValueError(
+                f"`observations` and `final_observations` must share a dtype; got "
+                f"{observations.dtype!r} and {final_observations.dtype!r}."
+            )
+        if observations.shape[1:] != final_observations.shape[1:]:
+            raise ValueError(
+                f"`observations` and `final_observations` must agree past the time axis; got "
+                f"shapes {observations.shape!r} and {final_observations.shape!r}."
+            )
+        _check_leaf_contiguous(observations, "observations")
+        _check_leaf_contiguous(final_observations, "final_observations")
+        self._observations = observations
+        self._final_observations = final_observations
+        self._row_shape = tuple(observations.shape[2:])
+        self._num_envs = observations.shape[1]
+
+    def _copy_into(self, row: int, column: int, source: object) -> bool:
+        array = np.asarray(source)
+        if array.shape != self._row_shape:
+            return False
+        self._observations[row, column] = array
+        return True
+
+    def write_rows(self, row: int, sources: list) -> int:
+        """Write ``sources[j]`` into ``observations[row, j]`` for every env ``j``.
+
+        Returns ``-1`` when every source was written, otherwise the index of the
+        first source whose shape does not match the leaf; sources before it have
+        been written, it and those after it have not.
+        """
+        if row < 0 or row >= self._observations.shape[0]:
+            raise IndexError(f"row {row} is outside [0, {self._observations.shape[0]}).")
+        if len(sources) != self._num_envs:
+            raise ValueError(f"expected {self._num_envs} sources, got {len(sources)}.")
+        for column, source in enumerate(sources):
+            if not self._copy_into(row, column, source):
+                return column
+        return -1
+
+    def write_row(self, row: int, column: int, source: object) -> bool:
+        """Write one env's observation into ``observations[row, column]``.
+
+        Returns ``False``, writing nothing, when ``source`` has the wrong shape.
+        """
+        if row < 0 or row >= self._observations.shape[0]:
+            raise IndexError(f"row {row} is outside [0, {self._observations.shape[0]}).")
+        if column < 0 or column >= self._num_envs:
+            raise IndexError(f"column {column} is outside [0, {self._num_envs}).")
+        return self._copy_into(row, column, source)
+
+    def scatter_final(self, t: int, done_columns: np.ndarray, count: int) -> None:
+        """Copy ``observations[t + 1, c]`` into ``final_observations[t, c]``.
+
+        ``c`` runs over ``done_columns[:count]``, the envs whose episode ended at
+        step ``t``. Call it before the reset observations overwrite row ``t + 1``.
+        """
+        if t < 0 or t >= self._final_observations.shape[0]:
+            raise IndexError(f"time step {t} is outside [0, {self._final_observations.shape[0]}).")
+        if count < 0 or count > done_columns.shape[0]:
+            raise ValueError(f"count {count} is outside [0, {done_columns.shape[0]}].")
+        columns = done_columns[:count]
+        if count and (columns.min() < 0 or columns.max() >= self._num_envs):
+            bad = columns[(columns < 0) | (columns >= self._num_envs)][0]
+            raise IndexError(f"done column {bad} is outside [0, {self._num_envs}).")
+        self._final_observations[t, columns] = self._observations[t + 1, columns]
+
+
+class StepRecorder:
+    """Records one step of rewards and end flags and keeps the episode books.
+
+    Parameters
+    ----------
+    rewards, terminations, truncations:
+        ``[horizon, num_envs]`` storage (float64, bool, bool).
+    step_episode_seeds:
+        ``[horizon, num_envs]`` int64 storage; row ``t`` receives the reset seed
+        of the episode each env was in when it took step ``t``.
+    running_returns, running_lengths, running_seeds:
+        ``[num_envs]`` float64 / int64 / int64 state of the episode each env is
+        in. They outlive one rollout: episodes continue across collections.
+        The caller sets ``running_seeds[c]`` when it resets env ``c``.
+    completed_returns, completed_lengths, completed_env_indices,
+    completed_end_steps, completed_seeds:
+        1-D buffers (float64, then int64) that receive one entry per episode that
+        ends, in order of time step and then env. ``horizon * num_envs`` entries
+        are always enough.
+    env_offset:
+        Global index of this storage's first env, added to the recorded env
+        indices when the storage is a column slice of a larger batch.
+    """
+
+    def __init__(
+        self,
+        rewards: np.ndarray,
+        terminations: np.ndarray,
+        truncations: np.ndarray,
+        step_episode_seeds: np.ndarray,
+        running_returns: np.ndarray,
+        running_lengths: np.ndarray,
+        running_seeds: np.ndarray,
+        completed_returns: np.ndarray,
+        completed_lengths: np.ndarray,
+        completed_env_indices: np.ndarray,
+        completed_end_steps: np.ndarray,
+        completed_seeds: np.ndarray,
+        env_offset: int,
+    ) -> None:
+        self._rewards = rewards
+        self._terminations = terminations
+        self._truncations = truncations
+        self._step_episode_seeds = step_episode_seeds
+        self._running_returns = running_returns
+        self._running_lengths = running_lengths
+        self._running_seeds = running_seeds
+        self._completed_returns = completed_returns
+        self._completed_lengths = completed_lengths
+        self._completed_env_indices = completed_env_indices
+        self._completed_end_steps = completed_end_steps
+        self._completed_seeds = completed_seeds
+        self._env_offset = env_offset
+        self._num_envs = rewards.shape[1]
+        self._completed_count = 0
+        for name, width in (
+            ("terminations", terminations.shape[1]),
+            ("truncations", truncations.shape[1]),
+            ("step_episode_seeds", step_episode_seeds.shape[1]),
+            ("running_returns", running_returns.shape[0]),
+            ("running_lengths", running_lengths.shape[0]),
+            ("running_seeds", running_seeds.shape[0]),
+        ):
+            if width != self._num_envs:
+                raise ValueError(f"`{name}` covers {width} envs; `rewards` covers {self._num_envs}.")
+
+    @property
+    def completed_count(self) -> int:
+        """How many completed-episode entries have been written so far."""
+        return self._completed_count
+
+    def record_step(
+        self,
+        t: int,
+        step_rewards: list,
+        step_terminations: list,
+        step_truncations: list,
+        done_columns: np.ndarray,
+    ) -> int:
+        """Record step ``t`` for every env and return how many episodes ended.
+
+        ``step_rewards`` etc. hold one entry per env, as the envs returned them.
+        The columns of the envs whose episode ended are written, in increasing
+        order, to the front of ``done_columns``; the return value says how many.
+        Their running return and length restart at zero. Every input is
+        converted before anything is written, so a bad reward records nothing.
+        """
+        if t < 0 or t >= self._rewards.shape[0]:
+            raise IndexError(f"time step {t} is outside [0, {self._rewards.shape[0]}).")
+        for name, values in (
+            ("step_rewards", step_rewards),
+            ("step_terminations", step_terminations),
+            ("step_truncations", step_truncations),
+        ):
+            if len(values) != self._num_envs:
+                raise ValueError(f"`{name}` has {len(values)} entries; expected {self._num_envs}.")
+        if done_columns.shape[0] < self._num_envs:
+            raise ValueError(
+                f"`done_columns` has room for {done_columns.shape[0]} envs; expected {self._num_envs}."
+            )
+        rewards_now = np.array([float(value) for value in step_rewards], dtype=np.float64)
+        terminated = np.array([bool(value) for value in step_terminations], dtype=bool)
+        truncated = np.array([bool(value) for value in step_truncations], dtype=bool)
+        ended = terminated | truncated
+        columns = np.flatnonzero(ended)
+        n_done = columns.shape[0]
+        start = self._completed_count
+        if start + n_done > self._completed_returns.shape[0]:
+            raise ValueError(
+                f"completed-episode buffers are full ({self._completed_returns.shape[0]} slots)."
+            )
+
+        self._rewards[t] = rewards_now
+        self._terminations[t] = terminated
+        self._truncations[t] = truncated
+        self._step_episode_seeds[t] = self._running_seeds
+        self._running_returns += rewards_now
+        self._running_lengths += 1
+
+        stop = start + n_done
+        self._completed_returns[start:stop] = self._running_returns[columns]
+        self._completed_lengths[start:stop] = self._running_lengths[columns]
+        self._completed_env_indices[start:stop] = self._env_offset + columns
+        self._completed_end_steps[start:stop] = t
+        self._completed_seeds[start:stop] = self._running_seeds[columns]
+        self._completed_count = stop
+        self._running_returns[columns] = 0.0
+        self._running_lengths[columns] = 0
+        done_columns[:n_done] = columns
+        return n_done

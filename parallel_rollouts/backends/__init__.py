@@ -1,0 +1,1 @@
+"""Backends: one module each; the step semantics they share live in ``stepping``."""

@@ -1,0 +1,161 @@
+"""What the collector asks of a backend, and the in-process backends' shared body."""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Callable, Sequence
+from types import ModuleType
+
+import numpy as np
+from gymnasium import Env, Space
+
+from ..spaces import SpaceLayout
+from ..storage import CompletedEpisodes, RolloutStorage
+from .stepping import EnvGroup, make_env
+
+__all__ = ["Backend", "BackendSpec", "InProcessBackend"]
+
+logger = logging.getLogger("parallel_rollouts")
+
+
+class BackendSpec:
+    """Everything a backend needs to build its envs, shared by every backend."""
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], Env]],
+        root_seed: int,
+        horizon: int,
+        info_keys: Sequence[str],
+        core_name: str,
+        core: ModuleType,
+    ) -> None:
+        self.env_fns = list(env_fns)
+        self.root_seed = root_seed
+        self.horizon = horizon
+        self.info_keys = tuple(info_keys)
+        self.core_name = core_name
+        self.core = core
+        self.observation_layout: SpaceLayout | None = None
+        self.action_layout: SpaceLayout | None = None
+
+    def adopt_spaces(self, observation_space: Space, action_space: Space) -> None:
+        """Take env 0's spaces as the reference every env must match."""
+        self.observation_layout = SpaceLayout(observation_space, "observation")
+        self.action_layout = SpaceLayout(action_space, "action")
+
+    @property
+    def num_envs(self) -> int:
+        return len(self.env_fns)
+
+    def allocate_storage(self, allocator=np.empty, zeroed=np.zeros) -> RolloutStorage:
+        return RolloutStorage.allocate(
+            self.observation_layout,
+            self.action_layout,
+            self.horizon,
+            self.num_envs,
+            self.info_keys,
+            allocator,
+            zeroed,
+        )
+
+
+class Backend(abc.ABC):
+    """A way of running the envs. The collector drives it one rollout at a time:
+
+    ``storage = start_rollout()``, then per step the collector writes the
+    actions into ``storage.actions[t]`` and calls ``step(t)``, then
+    ``finish_rollout()`` returns the storage to build the batch from (which
+    may be a copy) and the completed episodes.
+    """
+
+    @abc.abstractmethod
+    def start_rollout(self, reuse_storage: bool) -> RolloutStorage: ...
+
+    @abc.abstractmethod
+    def step(self, t: int) -> None: ...
+
+    @abc.abstractmethod
+    def abandon_rollout(self, t: int) -> None:
+        """Drop the rollout after ``t`` completed steps; the next one starts from row ``t``."""
+
+    @abc.abstractmethod
+    def finish_rollout(self) -> tuple[RolloutStorage, CompletedEpisodes]: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+
+class InProcessBackend(Backend):
+    """Envs live in this process, split into :class:`EnvGroup` s by ``group_bounds``."""
+
+    def __init__(self, spec: BackendSpec, envs: Sequence[Env], group_bounds: Sequence[tuple[int, int]]) -> None:
+        self._spec = spec
+        self._envs = list(envs)
+        self._groups = [
+            EnvGroup(
+                self._envs[start:stop],
+                start,
+                spec.root_seed,
+                spec.observation_layout,
+                spec.action_layout,
+                spec.info_keys,
+                spec.core,
+            )
+            for start, stop in group_bounds
+        ]
+        self._bounds = list(group_bounds)
+        for group in self._groups:
+            group.reset_all()
+        self._storage: RolloutStorage | None = None
+
+    @classmethod
+    def build(cls, spec: BackendSpec) -> InProcessBackend:
+        """Make every env, adopt env 0's spaces, and reset every env."""
+        envs: list[Env] = []
+        try:
+            for index in range(len(envs), spec.num_envs):
+                envs.append(make_env(spec.env_fns[index], index))
+            spec.adopt_spaces(envs[0].observation_space, envs[0].action_space)
+            return cls(spec, envs, cls.group_bounds(spec.num_envs))
+        except BaseException:
+            _close_envs(envs)
+            raise
+
+    @staticmethod
+    @abc.abstractmethod
+    def group_bounds(num_envs: int) -> list[tuple[int, int]]: ...
+
+    def start_rollout(self, reuse_storage: bool) -> RolloutStorage:
+        if self._storage is None or not reuse_storage:
+            self._storage = self._spec.allocate_storage()
+        else:
+            for leaf in self._storage.final_observations:
+                leaf.fill(0)
+        for group, (start, stop) in zip(self._groups, self._bounds):
+            group.begin(self._storage.columns(start, stop))
+        return self._storage
+
+    def step(self, t: int) -> None:
+        for group in self._groups:
+            group.step(t)
+
+    def abandon_rollout(self, t: int) -> None:
+        for group in self._groups:
+            group.abandon(t)
+
+    def finish_rollout(self) -> tuple[RolloutStorage, CompletedEpisodes]:
+        episodes = CompletedEpisodes.merge([group.finish() for group in self._groups])
+        return self._storage, episodes
+
+    def close(self) -> None:
+        _close_envs(self._envs)
+
+
+def _close_envs(envs: Sequence[Env]) -> None:
+    for index, env in enumerate(envs):
+        try:
+            env.close()
+        except Exception:
+            logger.warning("env %d raised while closing; ignored", index, exc_info=True)

@@ -1,0 +1,356 @@
+"""The step semantics, written once: every backend steps its envs through :class:`EnvGroup`.
+
+An ``EnvGroup`` owns a contiguous run of envs (global indices
+``env_offset .. env_offset + len(envs) - 1``) and writes their part of a
+rollout into a column slice of the storage. The serial backend uses one group
+per env, the sync backend one group for all envs, and each async worker one
+group for its slice, on a view of shared memory.
+
+Per step ``t`` a group:
+
+1. reads its envs' actions from ``storage.actions[t]``;
+2. steps every env, collecting failures instead of stopping at the first;
+3. writes the next observations into row ``t + 1`` and the rewards and end
+   flags into row ``t``, updating the episode books (the compiled core);
+4. for every env whose episode ended, copies the terminal observation into
+   ``final_observations[t]`` and resets the env at once with the next episode
+   seed, writing the reset observation over row ``t + 1``. No step is spent on
+   an autoreset no-op.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+from gymnasium import Env
+
+from ..errors import EnvFailure, ObservationError, SpaceError, WorkerError
+from ..seeding import episode_seed
+from ..spaces import SpaceLayout, same_space
+from ..storage import CompletedEpisodes, RolloutStorage
+
+__all__ = ["EnvGroup", "make_env"]
+
+
+def _failure(env_index: int, phase: str, error: BaseException) -> EnvFailure:
+    return EnvFailure(
+        env_index=env_index,
+        phase=phase,
+        exception_type=type(error).__name__,
+        message=str(error),
+        traceback="".join(traceback.format_exception(type(error), error, error.__traceback__)),
+    )
+
+
+def _raise_failures(failures: list[tuple[EnvFailure, BaseException]]) -> None:
+    error = WorkerError.from_failures([failure for failure, _ in failures])
+    raise error from failures[0][1]
+
+
+def make_env(env_fn: Callable[[], Env], env_index: int) -> Env:
+    """Call one env factory, turning any exception into a :class:`WorkerError`."""
+    try:
+        env = env_fn()
+    except Exception as error:
+        _raise_failures([(_failure(env_index, "make", error), error)])
+    if not isinstance(env, Env):
+        raise SpaceError(
+            f"env_fns[{env_index}] returned {type(env).__name__}, not a gymnasium.Env."
+        )
+    return env
+
+
+class EnvGroup:
+    """A contiguous run of envs and the state that outlives one rollout.
+
+    Parameters
+    ----------
+    envs:
+        The envs, already constructed, in global order.
+    env_offset:
+        Global index of ``envs[0]``.
+    root_seed:
+        The collector's root seed; episode seeds derive from it.
+    observation_layout, action_layout:
+        The reference spaces every env must declare.
+    info_keys:
+        Scalar info entries to store as ``[T, N]`` arrays.
+    core:
+        The per-step core module (compiled ``_core`` or ``_core_python``).
+    """
+
+    def __init__(
+        self,
+        envs: Sequence[Env],
+        env_offset: int,
+        root_seed: int,
+        observation_layout: SpaceLayout,
+        action_layout: SpaceLayout,
+        info_keys: Sequence[str],
+        core: ModuleType,
+    ) -> None:
+        self.envs = list(envs)
+        self.env_offset = env_offset
+        self.num_envs = len(self.envs)
+        self._root_seed = root_seed
+        self._observation_layout = observation_layout
+        self._action_layout = action_layout
+        self._info_keys = tuple(info_keys)
+        self._core = core
+        for column, env in enumerate(self.envs):
+            for role, layout, space in (
+                ("observation", observation_layout, env.observation_space),
+                ("action", action_layout, env.action_space),
+            ):
+                if not same_space(layout.space, space):
+                    raise SpaceError(
+                        f"env {env_offset + column} declares the {role} space {space!r}, but env 0 "
+                        f"declares {layout.space!r}; every env must declare the same spaces."
+                    )
+
+        n = self.num_envs
+        self._running_returns = np.zeros(n, dtype=np.float64)
+        self._running_lengths = np.zeros(n, dtype=np.int64)
+        self._running_seeds = np.zeros(n, dtype=np.int64)
+        self._episodes_started = np.zeros(n, dtype=np.int64)
+        self._done_columns = np.zeros(n, dtype=np.int64)
+        # The observation each env is at between rollouts, kept privately so that a
+        # caller editing a returned batch cannot change where the next one starts.
+        self._current_observations = observation_layout.allocate((1, n), np.zeros)
+        self._storage: RolloutStorage | None = None
+        self._writers: list = []
+        self._recorder = None
+        self._completed: CompletedEpisodes | None = None
+
+    # -- resets ----------------------------------------------------------------------------
+
+    def _reset_env(self, column: int, phase: str) -> Any:
+        """Reset one env with its next episode seed and return the observation."""
+        global_index = self.env_offset + column
+        seed = episode_seed(self._root_seed, global_index, int(self._episodes_started[column]))
+        observation, _info = self.envs[column].reset(seed=seed)
+        self._episodes_started[column] += 1
+        self._running_seeds[column] = seed
+        return observation
+
+    def reset_all(self) -> None:
+        """First reset of every env; failures of several envs are reported together."""
+        failures = []
+        observations = []
+        for column in range(self.num_envs):
+            try:
+                observations.append(self._reset_env(column, "reset"))
+            except Exception as error:
+                failures.append((_failure(self.env_offset + column, "reset", error), error))
+        if failures:
+            _raise_failures(failures)
+        writers = [
+            self._core.ObservationWriter(leaf, leaf[:0]) for leaf in self._current_observations
+        ]
+        for column, observation in enumerate(observations):
+            self._write_observation(writers, 0, column, observation)
+            self._check_in_space(column, observation)
+
+    # -- one rollout -----------------------------------------------------------------------
+
+    def begin(self, storage: RolloutStorage) -> None:
+        """Start a rollout into ``storage``, this group's column slice of the batch."""
+        horizon = storage.horizon
+        self._storage = storage
+        self._writers = [
+            self._core.ObservationWriter(observations, final)
+            for observations, final in zip(storage.observations, storage.final_observations)
+        ]
+        self._completed = CompletedEpisodes.empty_buffers(horizon * self.num_envs)
+        self._recorder = self._core.StepRecorder(
+            storage.rewards,
+            storage.terminations,
+            storage.truncations,
+            storage.step_episode_seeds,
+            self._running_returns,
+            self._running_lengths,
+            self._running_seeds,
+            self._completed.returns,
+            self._completed.lengths,
+            self._completed.env_indices,
+            self._completed.end_steps,
+            self._completed.seeds,
+            self.env_offset,
+        )
+        for leaf_storage, current in zip(storage.observations, self._current_observations):
+            leaf_storage[0] = current[0]
+
+    def step(self, t: int) -> None:
+        """Step every env once with the actions in ``storage.actions[t]``."""
+        storage = self._storage
+        actions = self._split_actions([leaf[t] for leaf in storage.actions])
+        rewards, terminations, truncations, observations = [], [], [], []
+        info_values: dict[str, list] = {key: [] for key in self._info_keys}
+        failures = []
+        for column, env in enumerate(self.envs):
+            try:
+                observation, reward, terminated, truncated, info = env.step(actions[column])
+            except Exception as error:
+                failures.append((_failure(self.env_offset + column, "step", error), error))
+                continue
+            observations.append(observation)
+            rewards.append(reward)
+            terminations.append(terminated)
+            truncations.append(truncated)
+            for key in self._info_keys:
+                try:
+                    info_values[key].append(float(info[key]))
+                except (KeyError, TypeError, ValueError) as error:
+                    failures.append((_failure(self.env_offset + column, "info", _info_error(key, info, error)), error))
+        if failures:
+            _raise_failures(failures)
+
+        self._write_observations(t + 1, observations)
+        for key, values in info_values.items():
+            storage.infos[key][t] = values
+        n_done = self._recorder.record_step(t, rewards, terminations, truncations, self._done_columns)
+        if n_done:
+            self._end_episodes(t, n_done)
+
+    def _end_episodes(self, t: int, n_done: int) -> None:
+        for writer in self._writers:
+            writer.scatter_final(t, self._done_columns, n_done)
+        failures = []
+        for column in self._done_columns[:n_done].tolist():
+            try:
+                observation = self._reset_env(column, "autoreset")
+            except Exception as error:
+                failures.append((_failure(self.env_offset + column, "autoreset", error), error))
+                continue
+            self._write_observation(self._writers, t + 1, column, observation)
+            self._check_in_space(column, observation)
+        if failures:
+            _raise_failures(failures)
+
+    def finish(self) -> CompletedEpisodes:
+        """End the rollout: check the observations, remember where each env is, return the episodes."""
+        storage = self._storage
+        horizon = storage.horizon
+        self._check_rollout_observations(storage)
+        for leaf_storage, current in zip(storage.observations, self._current_observations):
+            current[0] = leaf_storage[horizon]
+        completed = self._completed.head(self._recorder.completed_count)
+        self._storage, self._writers, self._recorder, self._completed = None, [], None, None
+        return completed
+
+    def abandon(self, t: int) -> None:
+        """Drop the rollout after ``t`` completed steps (the policy failed before step ``t``).
+
+        The envs stand where row ``t`` says, so the next rollout starts from it;
+        episodes that ended in the dropped rows keep counting from their resets.
+        """
+        storage = self._storage
+        for leaf_storage, current in zip(storage.observations, self._current_observations):
+            current[0] = leaf_storage[t]
+        self._storage, self._writers, self._recorder, self._completed = None, [], None, None
+
+    def close(self) -> list[tuple[int, BaseException]]:
+        """Close every env; return ``(env_index, error)`` for those whose ``close`` raised."""
+        errors = []
+        for column, env in enumerate(self.envs):
+            try:
+                env.close()
+            except Exception as error:
+                errors.append((self.env_offset + column, error))
+        return errors
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _split_actions(self, leaf_rows: list[np.ndarray]) -> list:
+        """One action per env from the ``[n, ...]`` action rows of each leaf."""
+        if not self._action_layout.is_nested:
+            return list(leaf_rows[0])
+        per_leaf = [list(row) for row in leaf_rows]
+        return [self._action_layout.unflatten([values[column] for values in per_leaf]) for column in range(self.num_envs)]
+
+    def _write_observations(self, row: int, observations: list) -> None:
+        layout = self._observation_layout
+        if not layout.is_nested:
+            bad = self._writers[0].write_rows(row, observations)
+            if bad >= 0:
+                self._raise_shape_error(bad, 0, observations[bad])
+            return
+        per_env = [self._flatten_observation(column, observation) for column, observation in enumerate(observations)]
+        for leaf_index, writer in enumerate(self._writers):
+            bad = writer.write_rows(row, [values[leaf_index] for values in per_env])
+            if bad >= 0:
+                self._raise_shape_error(bad, leaf_index, per_env[bad][leaf_index])
+
+    def _write_observation(self, writers: list, row: int, column: int, observation: Any) -> None:
+        for leaf_index, (writer, value) in enumerate(
+            zip(writers, self._flatten_observation(column, observation))
+        ):
+            if not writer.write_row(row, column, value):
+                self._raise_shape_error(column, leaf_index, value)
+
+    def _flatten_observation(self, column: int, observation: Any) -> list:
+        try:
+            return self._observation_layout.flatten(observation)
+        except SpaceError as error:
+            raise ObservationError(f"env {self.env_offset + column} returned an observation that does not match: {error}") from None
+
+    def _raise_shape_error(self, column: int, leaf_index: int, value: Any) -> None:
+        leaf = self._observation_layout.leaves[leaf_index]
+        where = f" at {leaf.name}" if self._observation_layout.is_nested else ""
+        got = np.asarray(value)
+        raise ObservationError(
+            f"env {self.env_offset + column} returned an observation{where} of shape {got.shape!r} "
+            f"(dtype {got.dtype}); its observation space {leaf.space!r} expects shape {leaf.shape!r} "
+            f"(dtype {leaf.dtype})."
+        )
+
+    def _check_rollout_observations(self, storage: RolloutStorage) -> None:
+        """Check every observation of the rollout against the space, vectorised, once per rollout.
+
+        Per step only shapes are checked (by the writers); values are checked here
+        and on every reset.
+        """
+        layout = self._observation_layout
+        ended = storage.terminations | storage.truncations
+        for leaf_index, leaf in enumerate(layout.leaves):
+            if layout.covers_whole_dtype(leaf_index):
+                continue
+            for field, values, rows in (
+                ("observation", storage.observations[leaf_index], None),
+                ("terminal observation", storage.final_observations[leaf_index], ended),
+            ):
+                outside = layout.find_out_of_space(leaf_index, values)
+                if rows is not None:
+                    outside &= rows
+                if outside.any():
+                    t, column = (int(i) for i in np.argwhere(outside)[0])
+                    where = f" at {leaf.name}" if layout.is_nested else ""
+                    raise ObservationError(
+                        f"env {self.env_offset + column} returned an {field}{where} outside its "
+                        f"observation space {leaf.space!r} (row t={t} of the rollout): got "
+                        f"{values[t, column]!r}."
+                    )
+
+    def _check_in_space(self, column: int, observation: Any) -> None:
+        """Full check of a reset observation against the space (values, not only shapes)."""
+        layout = self._observation_layout
+        for leaf_index, value in enumerate(layout.flatten(observation)):
+            array = np.asarray(value)
+            leaf = layout.leaves[leaf_index]
+            if layout.find_out_of_space(leaf_index, array[np.newaxis]).any():
+                where = f" at {leaf.name}" if layout.is_nested else ""
+                raise ObservationError(
+                    f"env {self.env_offset + column} returned a reset observation{where} outside its "
+                    f"observation space {leaf.space!r}: got {array!r}."
+                )
+
+
+def _info_error(key: str, info: Any, error: BaseException) -> Exception:
+    if isinstance(error, KeyError):
+        keys = sorted(info) if isinstance(info, dict) else info
+        return KeyError(f"info has no key {key!r} (keys: {keys!r}); info_keys must name scalar entries present on every step")
+    return TypeError(f"info[{key!r}] is not a scalar number: {info.get(key)!r}")

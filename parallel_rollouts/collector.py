@@ -1,0 +1,287 @@
+"""ParallelRolloutCollector: the backend-agnostic rollout loop."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gymnasium import Env, Space
+
+from .backends.base import Backend, BackendSpec
+from .batch import RolloutBatch
+from .core import load_core
+from .errors import CollectorClosedError, ConfigurationError
+from .policy import PolicyOutputWriter, RandomActionSampler
+from .seeding import draw_root_seed, validate_seed
+
+__all__ = ["BACKENDS", "ParallelRolloutCollector"]
+
+logger = logging.getLogger("parallel_rollouts")
+
+BACKENDS = ("serial", "sync", "async")
+
+
+class ParallelRolloutCollector:
+    """Collects fixed-shape rollouts from a list of Gymnasium envs.
+
+    Parameters
+    ----------
+    env_fns:
+        One zero-argument callable per env, each returning a ``gymnasium.Env``.
+        Every env must declare the same observation and action spaces.
+    policy:
+        ``policy(observations) -> actions`` or ``-> PolicyOutput(actions, values,
+        log_probs)``, called once per step with the batched observations
+        ``[num_envs, ...]`` (read-only NumPy views; a dict/tuple of them for
+        Dict/Tuple spaces). PyTorch tensors are accepted in what it returns.
+        ``None`` samples each env's action from its own seeded copy of the action
+        space.
+    backend:
+        ``"serial"`` (reference), ``"sync"`` (all envs in this process) or
+        ``"async"`` (worker processes writing into shared memory).
+    horizon:
+        Steps per env in each ``collect()``.
+    seed:
+        Root seed of every env's episode seeds and action sampler; ``None`` draws
+        one, readable afterwards as :attr:`seed`.
+    core:
+        ``"auto"``, ``"compiled"`` or ``"python"``: the per-step hot path to use.
+    info_keys:
+        Scalar ``info`` entries to store in ``batch.infos`` as ``[T, N]`` float64.
+    reuse_buffers:
+        If true, every ``collect()`` writes into the same arrays, so a batch is
+        overwritten by the next one. Off by default: a returned batch is yours.
+    num_workers, context, step_timeout:
+        Async backend only: worker count (default ``min(cpu_count, num_envs)``),
+        multiprocessing start method (default ``"spawn"`` everywhere), and seconds
+        to wait for one step before raising :class:`StepTimeoutError`.
+
+    Raises
+    ------
+    ConfigurationError, SpaceError
+        For invalid arguments or spaces, naming the culprit.
+    WorkerError
+        When an env factory or an env's first reset raises.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], Env]],
+        policy: Callable[[Any], Any] | None = None,
+        backend: str = "sync",
+        horizon: int = 128,
+        seed: int | None = None,
+        *,
+        core: str = "auto",
+        info_keys: Sequence[str] = (),
+        reuse_buffers: bool = False,
+        num_workers: int | None = None,
+        context: str | None = None,
+        step_timeout: float | None = None,
+    ) -> None:
+        self._backend: Backend | None = None
+        self._closed = False
+        self._broken: BaseException | None = None
+        env_fns = _check_env_fns(env_fns)
+        if policy is not None and not callable(policy):
+            raise ConfigurationError(f"`policy` must be callable or None; got {policy!r}.")
+        if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+            raise ConfigurationError(f"`horizon` must be an int >= 1; got {horizon!r}.")
+        if backend not in BACKENDS:
+            raise ConfigurationError(f"`backend` must be one of {BACKENDS!r}; got {backend!r}.")
+        if isinstance(info_keys, str) or not all(isinstance(key, str) for key in info_keys):
+            raise ConfigurationError(f"`info_keys` must be a sequence of strings; got {info_keys!r}.")
+        if backend != "async":
+            for name, value in (("num_workers", num_workers), ("context", context), ("step_timeout", step_timeout)):
+                if value is not None:
+                    raise ConfigurationError(f"`{name}` applies to the async backend only; got backend={backend!r}.")
+        self._seed = draw_root_seed() if seed is None else validate_seed(seed)
+        self._core_name, core_module = load_core(core)
+        self._backend_name = backend
+        self._horizon = horizon
+        self._reuse_buffers = bool(reuse_buffers)
+        spec = BackendSpec(env_fns, self._seed, horizon, tuple(info_keys), self._core_name, core_module)
+        self._spec = spec
+        self._backend = _make_backend(backend, spec, num_workers, context, step_timeout)
+        self._output_writer = PolicyOutputWriter(spec.action_layout, spec.num_envs)
+        self._policy = policy or RandomActionSampler(spec.action_layout, self._seed, range(spec.num_envs))
+        self._owner_pid = os.getpid()
+
+    # -- public properties -----------------------------------------------------------------
+
+    @property
+    def seed(self) -> int:
+        """The root seed: pass it back as ``seed=`` to reproduce this run."""
+        return self._seed
+
+    @property
+    def num_envs(self) -> int:
+        return self._spec.num_envs
+
+    @property
+    def horizon(self) -> int:
+        return self._horizon
+
+    @property
+    def backend(self) -> str:
+        return self._backend_name
+
+    @property
+    def core(self) -> str:
+        """The per-step core in use: ``"compiled"`` or ``"python"``."""
+        return self._core_name
+
+    @property
+    def observation_space(self) -> Space:
+        """One env's observation space (every env declares the same)."""
+        return self._spec.observation_layout.space
+
+    @property
+    def action_space(self) -> Space:
+        """One env's action space (every env declares the same)."""
+        return self._spec.action_layout.space
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- collecting ------------------------------------------------------------------------
+
+    def collect(self) -> RolloutBatch:
+        """Run every env for ``horizon`` steps and return the batch.
+
+        Episodes continue across calls. If the policy raises, or returns actions
+        that do not fit (:class:`ActionError`), the rollout is dropped, nothing is
+        stepped with the bad actions, and the collector stays usable: the next
+        ``collect()`` continues from where the envs are. If an env fails
+        (:class:`WorkerError`, :class:`ObservationError`) the collector is broken:
+        later calls raise :class:`CollectorClosedError`; ``close()`` still works.
+        """
+        self._check_usable()
+        backend = self._backend
+        spec = self._spec
+        layout = spec.observation_layout
+        try:
+            storage = backend.start_rollout(self._reuse_buffers)
+        except BaseException as error:
+            self._broken = error
+            raise
+        self._output_writer.reset_rollout()
+        t = 0
+        try:
+            for t in range(self._horizon):
+                observations = layout.unflatten([_read_only(leaf[t]) for leaf in storage.observations])
+                output = self._policy(observations)
+                self._output_writer.write(t, output, storage)
+                self._step_backend(t)
+        except BaseException as error:
+            if self._broken is None:
+                try:
+                    backend.abandon_rollout(t)
+                except BaseException as abandon_error:
+                    self._broken = abandon_error
+                    raise error from None
+            raise
+        try:
+            storage, episodes = backend.finish_rollout()
+        except BaseException as error:
+            self._broken = error
+            raise
+        return RolloutBatch.from_storage(
+            storage,
+            episodes,
+            layout,
+            spec.action_layout,
+            has_values=bool(self._output_writer.has_values),
+            has_log_probs=bool(self._output_writer.has_log_probs),
+            seed=self._seed,
+        )
+
+    def _step_backend(self, t: int) -> None:
+        try:
+            self._backend.step(t)
+        except BaseException as error:
+            self._broken = error
+            raise
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise CollectorClosedError("this collector is closed; create a new one to collect again.")
+        if self._broken is not None:
+            raise CollectorClosedError(
+                "this collector is broken by an earlier failure "
+                f"({type(self._broken).__name__}: {self._broken}); close it and create a new one."
+            ) from self._broken
+
+    # -- lifetime --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every env and release every process and shared-memory segment. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._backend is not None:
+            self._backend.close()
+
+    def __enter__(self) -> ParallelRolloutCollector:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # A collector dropped without close(): release what it holds, but only in
+        # the process that created it (a forked child must not close its parent's).
+        if getattr(self, "_backend", None) is not None and not self._closed and os.getpid() == getattr(self, "_owner_pid", None):
+            try:
+                self.close()
+            except Exception:
+                logger.debug("closing a collector during garbage collection failed", exc_info=True)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("broken" if self._broken is not None else "open")
+        return (
+            f"ParallelRolloutCollector(backend={self._backend_name!r}, num_envs={self.num_envs}, "
+            f"horizon={self._horizon}, seed={self._seed}, core={self._core_name!r}, {state})"
+        )
+
+
+def _read_only(array):
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
+def _check_env_fns(env_fns: Any) -> list:
+    if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Sequence):
+        raise ConfigurationError(
+            f"`env_fns` must be a sequence of zero-argument callables returning envs; got {type(env_fns).__name__}."
+        )
+    if len(env_fns) == 0:
+        raise ConfigurationError("`env_fns` is empty; pass at least one env factory.")
+    for index, env_fn in enumerate(env_fns):
+        if isinstance(env_fn, Env):
+            raise ConfigurationError(
+                f"env_fns[{index}] is an env instance ({type(env_fn).__name__}), not a factory; "
+                "pass a callable that creates it, e.g. `lambda: gymnasium.make(...)`."
+            )
+        if not callable(env_fn):
+            raise ConfigurationError(f"env_fns[{index}] is not callable; got {env_fn!r}.")
+    return list(env_fns)
+
+
+def _make_backend(name: str, spec: BackendSpec, num_workers, context, step_timeout) -> Backend:
+    if name == "serial":
+        from .backends.serial import SerialBackend
+
+        return SerialBackend.build(spec)
+    if name == "sync":
+        from .backends.sync import SyncBackend
+
+        return SyncBackend.build(spec)
+    from .backends.asynchronous import AsyncBackend
+
+    return AsyncBackend.build(spec, num_workers=num_workers, context=context, step_timeout=step_timeout)
+

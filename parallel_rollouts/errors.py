@@ -1,0 +1,130 @@
+"""The exceptions Parallel Rollouts raises.
+
+Every exception also subclasses the builtin a caller would naturally catch::
+
+    ParallelRolloutsError                      base of everything raised here
+    ├── ConfigurationError (ValueError)        bad constructor argument
+    │   └── SpaceError                         unsupported or mismatched spaces
+    ├── CoreUnavailableError (ImportError)     ``core="compiled"`` but it was not built
+    ├── ActionError (ValueError)               the policy's output does not fit the action space
+    ├── ObservationError (ValueError)          an env returned an observation outside its space
+    ├── CollectorClosedError (RuntimeError)    the collector was closed or broken earlier
+    └── WorkerError (RuntimeError)             an env raised, or the process hosting it failed
+        ├── WorkerDiedError                    a worker process exited or was killed
+        └── StepTimeoutError (TimeoutError)    envs did not finish a step within ``step_timeout``
+
+Errors raised by the policy itself are not wrapped: they reach the caller as the
+policy raised them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "ActionError",
+    "CollectorClosedError",
+    "ConfigurationError",
+    "CoreUnavailableError",
+    "EnvFailure",
+    "ObservationError",
+    "ParallelRolloutsError",
+    "SpaceError",
+    "StepTimeoutError",
+    "WorkerDiedError",
+    "WorkerError",
+]
+
+
+class ParallelRolloutsError(Exception):
+    """Base class of every exception raised by Parallel Rollouts."""
+
+
+class ConfigurationError(ParallelRolloutsError, ValueError):
+    """A constructor argument is invalid."""
+
+
+class SpaceError(ConfigurationError):
+    """A space is not supported, or the envs do not all declare the same spaces."""
+
+
+class CoreUnavailableError(ParallelRolloutsError, ImportError):
+    """``core="compiled"`` was requested but the compiled extension cannot be imported."""
+
+
+class ActionError(ParallelRolloutsError, ValueError):
+    """The policy returned actions (or values, log-probabilities) that do not fit."""
+
+
+class ObservationError(ParallelRolloutsError, ValueError):
+    """An env returned an observation that does not match its observation space."""
+
+
+class CollectorClosedError(ParallelRolloutsError, RuntimeError):
+    """The collector was closed, or an earlier failure left it unusable."""
+
+
+@dataclass(frozen=True)
+class EnvFailure:
+    """One env's failure, as reported by whatever process hosted the env.
+
+    ``phase`` is where it happened: ``"make"`` (the factory), ``"reset"`` (the
+    first reset), ``"autoreset"`` (the reset after an episode ended), ``"step"``,
+    or ``"info"`` (a requested info key was missing or not a scalar).
+    """
+
+    env_index: int
+    phase: str
+    exception_type: str
+    message: str
+    traceback: str
+
+    def describe(self) -> str:
+        return f"env {self.env_index} raised {self.exception_type} in `{self.phase}`: {self.message}"
+
+
+class WorkerError(ParallelRolloutsError, RuntimeError):
+    """One or more envs raised, or the process hosting them failed.
+
+    ``failures`` lists every env that failed in the same step, each with the
+    original exception's type, message and the traceback from where it was
+    raised (``remote_traceback`` joins them).
+    """
+
+    def __init__(self, message: str, failures: tuple[EnvFailure, ...] = ()) -> None:
+        super().__init__(message)
+        self.failures = tuple(failures)
+
+    @classmethod
+    def from_failures(cls, failures: list[EnvFailure] | tuple[EnvFailure, ...]) -> WorkerError:
+        lines = [failure.describe() for failure in failures]
+        if len(lines) == 1:
+            message = lines[0]
+        else:
+            message = f"{len(lines)} envs failed in the same step:\n  " + "\n  ".join(lines)
+        return cls(message, tuple(failures))
+
+    @property
+    def env_indices(self) -> tuple[int, ...]:
+        return tuple(failure.env_index for failure in self.failures)
+
+    @property
+    def remote_traceback(self) -> str:
+        return "\n".join(failure.traceback for failure in self.failures)
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.failures))
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if self.failures and self.failures[0].traceback:
+            text += "\n\nTraceback from the env:\n" + self.remote_traceback
+        return text
+
+
+class WorkerDiedError(WorkerError):
+    """A worker process exited or was killed while the collector needed it."""
+
+
+class StepTimeoutError(WorkerError, TimeoutError):
+    """Envs did not finish a step within ``step_timeout`` seconds."""

@@ -1,0 +1,160 @@
+"""Gymnasium space -> fixed-shape storage layout.
+
+A space becomes a list of *leaves*, one per Box / Discrete / MultiDiscrete /
+MultiBinary found in it, in a fixed depth-first order (Dict keys in the space's
+own order, Tuple entries by position). Storage holds one array per leaf with
+leading dims ``[rows, env]``; :meth:`SpaceLayout.unflatten` rebuilds the same
+nesting of dicts and tuples the space has, so a batch mirrors the space.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from .errors import SpaceError
+
+__all__ = ["Leaf", "SpaceLayout"]
+
+_LEAF_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One fixed-shape array inside a (possibly nested) space."""
+
+    path: tuple[Any, ...]
+    space: spaces.Space
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def name(self) -> str:
+        """The leaf's path as it is written in error messages, e.g. ``"['camera'][0]"``."""
+        return "".join(f"[{part!r}]" for part in self.path) or "<root>"
+
+
+def _collect_leaves(space: spaces.Space, path: tuple[Any, ...], leaves: list[Leaf]) -> None:
+    if isinstance(space, _LEAF_SPACES):
+        leaves.append(Leaf(path, space, tuple(space.shape), np.dtype(space.dtype)))
+    elif isinstance(space, spaces.Dict):
+        for key, subspace in space.spaces.items():
+            _collect_leaves(subspace, path + (key,), leaves)
+    elif isinstance(space, spaces.Tuple):
+        for index, subspace in enumerate(space.spaces):
+            _collect_leaves(subspace, path + (index,), leaves)
+    else:
+        where = "".join(f"[{part!r}]" for part in path)
+        raise SpaceError(
+            f"{type(space).__name__} spaces are not supported{' at ' + where if where else ''}: "
+            "storage must have a fixed shape. Supported: Box, Discrete, MultiDiscrete, "
+            "MultiBinary, and Dict/Tuple nestings of them."
+        )
+
+
+class SpaceLayout:
+    """The leaves of a space and how to move between nested values and leaf lists."""
+
+    def __init__(self, space: spaces.Space, role: str) -> None:
+        if not isinstance(space, spaces.Space):
+            raise SpaceError(f"the {role} space must be a gymnasium.spaces.Space; got {space!r}.")
+        self.space = space
+        self.role = role
+        leaves: list[Leaf] = []
+        _collect_leaves(space, (), leaves)
+        if not leaves:
+            raise SpaceError(f"the {role} space {space!r} contains no Box/Discrete/MultiDiscrete/MultiBinary.")
+        self.leaves: tuple[Leaf, ...] = tuple(leaves)
+        self.is_nested = not isinstance(space, _LEAF_SPACES)
+        self.flatten: Callable[[Any], list] = self._build_flattener(space)
+
+    # -- nested value <-> list of leaf values -------------------------------------------------
+
+    def _build_flattener(self, space: spaces.Space) -> Callable[[Any], list]:
+        """Return a function taking one nested value to the list of its leaf values."""
+        if not self.is_nested:
+            return lambda value: [value]
+        paths = [leaf.path for leaf in self.leaves]
+        role = self.role
+
+        def flatten(value: Any) -> list:
+            values = []
+            for path in paths:
+                node = value
+                for part in path:
+                    try:
+                        node = node[part]
+                    except (KeyError, IndexError, TypeError) as error:
+                        where = "".join(f"[{p!r}]" for p in path)
+                        raise SpaceError(
+                            f"the {role} value has no entry {where} that the {role} space declares "
+                            f"({type(error).__name__}: {error})."
+                        ) from None
+                values.append(node)
+            return values
+
+        return flatten
+
+    def unflatten(self, leaf_values: list) -> Any:
+        """Rebuild the space's nesting from one value per leaf."""
+        if not self.is_nested:
+            return leaf_values[0]
+        iterator = iter(leaf_values)
+        return self._rebuild(self.space, iterator)
+
+    def _rebuild(self, space: spaces.Space, iterator) -> Any:
+        if isinstance(space, spaces.Dict):
+            return {key: self._rebuild(subspace, iterator) for key, subspace in space.spaces.items()}
+        if isinstance(space, spaces.Tuple):
+            return tuple(self._rebuild(subspace, iterator) for subspace in space.spaces)
+        return next(iterator)
+
+    # -- storage ---------------------------------------------------------------------------
+
+    def allocate(self, leading: tuple[int, ...], allocator: Callable = np.empty) -> list[np.ndarray]:
+        """One array per leaf of shape ``leading + leaf.shape``."""
+        return [allocator(leading + leaf.shape, dtype=leaf.dtype) for leaf in self.leaves]
+
+    # -- validation ----------------------------------------------------------------------
+
+    def find_out_of_space(self, leaf_index: int, values: np.ndarray) -> np.ndarray:
+        """Boolean mask over the leading axes of ``values`` that marks entries outside the leaf.
+
+        ``values`` has shape ``leading + leaf.shape`` and the leaf's dtype.
+        """
+        leaf = self.leaves[leaf_index]
+        space = leaf.space
+        axes = tuple(range(values.ndim - len(leaf.shape), values.ndim))
+        if isinstance(space, spaces.Box):
+            # NaN compares false both ways, so it is reported as outside.
+            inside = (values >= space.low) & (values <= space.high)
+        elif isinstance(space, spaces.Discrete):
+            inside = (values >= space.start) & (values < space.start + space.n)
+        elif isinstance(space, spaces.MultiDiscrete):
+            inside = (values >= space.start) & (values < space.start + space.nvec)
+        else:  # MultiBinary
+            inside = (values == 0) | (values == 1)
+        if axes:
+            inside = inside.all(axis=axes)
+        return ~inside
+
+    def covers_whole_dtype(self, leaf_index: int) -> bool:
+        """True when no value of the leaf's dtype can fall outside the leaf (no check needed)."""
+        leaf = self.leaves[leaf_index]
+        if not isinstance(leaf.space, spaces.Box) or leaf.dtype.kind not in "ui":
+            return False
+        info = np.iinfo(leaf.dtype)
+        return bool(np.all(leaf.space.low <= info.min) and np.all(leaf.space.high >= info.max))
+
+
+def same_space(reference: spaces.Space, other: spaces.Space) -> bool:
+    """Space equality that tolerates NumPy's array-valued attributes."""
+    try:
+        return bool(reference == other)
+    except ValueError:
+        return False
+
