@@ -12,6 +12,7 @@ Observation rows are moved as raw bytes: a row of a fixed-shape leaf is
 and bool masks alike, with no per-element Python.
 """
 
+cimport cython
 from libc.string cimport memcpy
 
 import numpy as np
@@ -35,7 +36,7 @@ cdef inline object _row_bytes_view(object array, str field):
     # would silently swallow every write.
     expected_stride = array.itemsize
     for axis in range(array.ndim - 1, 1, -1):
-        if array.shape[axis] > 1 and array.strides[axis] != expected_stride:
+        if array.size and array.shape[axis] > 1 and array.strides[axis] != expected_stride:
             raise ValueError(
                 f"`{field}` must store each env's row contiguously; got strides {array.strides!r}."
             )
@@ -288,3 +289,81 @@ cdef class StepRecorder:
                     done_columns[n_done] = column
                     n_done += 1
         return n_done
+
+
+ctypedef fused numeric:
+    unsigned char
+    signed char
+    short
+    unsigned short
+    int
+    unsigned int
+    long long
+    unsigned long long
+    float
+    double
+
+
+cdef Py_ssize_t _first_row_out_of_bounds(
+    const numeric[:, ::1] values, const double[::1] low, const double[::1] high
+) noexcept nogil:
+    cdef Py_ssize_t row, k
+    cdef double value
+    for row in range(values.shape[0]):
+        for k in range(values.shape[1]):
+            value = <double>values[row, k]
+            # Written so that NaN, which fails every comparison, counts as outside.
+            if not (value >= low[k] and value <= high[k]):
+                return row
+    return -1
+
+
+def find_out_of_bounds(values, low, high):
+    cdef Py_ssize_t rows
+    array = np.ascontiguousarray(values)
+    if array.ndim == 0:
+        raise ValueError("`values` must have a leading row axis.")
+    rows = array.shape[0]
+    if array.dtype == np.bool_:
+        array = array.view(np.uint8)
+    elif not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    row_elements = 1
+    for axis in range(1, array.ndim):
+        row_elements *= array.shape[axis]
+    flat = array.reshape(rows, row_elements)
+    low_flat = np.ascontiguousarray(low, dtype=np.float64).reshape(-1)
+    high_flat = np.ascontiguousarray(high, dtype=np.float64).reshape(-1)
+    if low_flat.shape[0] != flat.shape[1] or high_flat.shape[0] != flat.shape[1]:
+        raise ValueError(
+            f"bounds cover {low_flat.shape[0]}/{high_flat.shape[0]} elements; each row has {flat.shape[1]}."
+        )
+    if flat.shape[1] == 0 or rows == 0:
+        return -1
+    return _dispatch_out_of_bounds(flat, low_flat, high_flat)
+
+
+cdef Py_ssize_t _dispatch_out_of_bounds(object flat, const double[::1] low, const double[::1] high) except -2:
+    kind = flat.dtype.kind
+    size = flat.dtype.itemsize
+    if kind == "u" and size == 1:
+        return _first_row_out_of_bounds[cython.uchar](flat, low, high)
+    if kind == "i" and size == 1:
+        return _first_row_out_of_bounds[cython.schar](flat, low, high)
+    if kind == "i" and size == 2:
+        return _first_row_out_of_bounds[cython.short](flat, low, high)
+    if kind == "u" and size == 2:
+        return _first_row_out_of_bounds[cython.ushort](flat, low, high)
+    if kind == "i" and size == 4:
+        return _first_row_out_of_bounds[cython.int](flat, low, high)
+    if kind == "u" and size == 4:
+        return _first_row_out_of_bounds[cython.uint](flat, low, high)
+    if kind == "i" and size == 8:
+        return _first_row_out_of_bounds[cython.longlong](flat, low, high)
+    if kind == "u" and size == 8:
+        return _first_row_out_of_bounds[cython.ulonglong](flat, low, high)
+    if kind == "f" and size == 4:
+        return _first_row_out_of_bounds[cython.float](flat, low, high)
+    if kind == "f" and size == 8:
+        return _first_row_out_of_bounds[cython.double](flat, low, high)
+    raise TypeError(f"unsupported dtype {flat.dtype} for a bounds check.")

@@ -9,6 +9,8 @@ Two pieces of per-step work live here:
 * :class:`ObservationWriter` moves env observations into one leaf of the
   preallocated ``[rows, env, ...]`` observation storage and scatters the rows of
   envs whose episode just ended into ``final_observations``.
+* :func:`find_out_of_bounds` checks a batch of actions or observations against
+  a space's bounds.
 * :class:`StepRecorder` writes one step of rewards and end flags and keeps the
   episode books: running return and length per env, the seed of the episode each
   row belongs to, and a record for every episode that ends.
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ObservationWriter", "StepRecorder"]
+__all__ = ["ObservationWriter", "StepRecorder", "find_out_of_bounds"]
 
 
 def _check_leaf_contiguous(storage: np.ndarray, field: str) -> None:
@@ -33,7 +35,7 @@ def _check_leaf_contiguous(storage: np.ndarray, field: str) -> None:
         )
     expected_stride = storage.itemsize
     for axis in range(storage.ndim - 1, 1, -1):
-        if storage.shape[axis] > 1 and storage.strides[axis] != expected_stride:
+        if storage.size and storage.shape[axis] > 1 and storage.strides[axis] != expected_stride:
             raise ValueError(
                 f"`{field}` must store each env's row contiguously; got strides {storage.strides!r}."
             )
@@ -259,3 +261,32 @@ class StepRecorder:
         self._running_lengths[columns] = 0
         done_columns[:n_done] = columns
         return n_done
+
+
+def find_out_of_bounds(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> int:
+    """Index of the first row of ``values`` with an element outside ``[low, high]``, or -1.
+
+    ``values`` has shape ``[rows, *leaf_shape]`` and any integer, float or bool
+    dtype; ``low`` and ``high`` are the leaf's inclusive bounds as flat float64
+    arrays of ``prod(leaf_shape)`` elements. Comparisons are made in float64.
+    NaN is outside any bounds.
+    """
+    array = np.asarray(values)
+    if array.ndim == 0:
+        raise ValueError("`values` must have a leading row axis.")
+    rows = array.shape[0]
+    flat = array.reshape(rows, -1) if rows else array.reshape(0, int(np.prod(array.shape[1:])))
+    low_flat = np.asarray(low, dtype=np.float64).reshape(-1)
+    high_flat = np.asarray(high, dtype=np.float64).reshape(-1)
+    if low_flat.shape[0] != flat.shape[1] or high_flat.shape[0] != flat.shape[1]:
+        raise ValueError(
+            f"bounds cover {low_flat.shape[0]}/{high_flat.shape[0]} elements; each row has {flat.shape[1]}."
+        )
+    if flat.shape[1] == 0 or rows == 0:
+        return -1
+    if flat.dtype.kind not in "biuf":
+        raise TypeError(f"unsupported dtype {flat.dtype} for a bounds check.")
+    as_double = flat.astype(np.float64)
+    inside = (as_double >= low_flat) & (as_double <= high_flat)
+    outside_rows = np.flatnonzero(~inside.all(axis=1))
+    return int(outside_rows[0]) if outside_rows.size else -1

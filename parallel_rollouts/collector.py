@@ -105,7 +105,7 @@ class ParallelRolloutCollector:
         spec = BackendSpec(env_fns, self._seed, horizon, tuple(info_keys), self._core_name, core_module)
         self._spec = spec
         self._backend = _make_backend(backend, spec, num_workers, context, step_timeout)
-        self._output_writer = PolicyOutputWriter(spec.action_layout, spec.num_envs)
+        self._output_writer = PolicyOutputWriter(spec.action_layout, spec.num_envs, core_module)
         self._policy = policy or RandomActionSampler(spec.action_layout, self._seed, range(spec.num_envs))
         self._owner_pid = os.getpid()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -43,10 +44,6 @@ def to_numpy(value: Any) -> Any:
     return value
 
 
-def _first_env(mask: np.ndarray) -> int:
-    return int(np.flatnonzero(mask.reshape(mask.shape[0], -1).any(axis=1))[0])
-
-
 class PolicyOutputWriter:
     """Checks a policy's output for one step and writes it into storage row ``t``.
 
@@ -54,8 +51,9 @@ class PolicyOutputWriter:
     storage (and the envs, which have not been stepped) as they were.
     """
 
-    def __init__(self, action_layout: SpaceLayout, num_envs: int) -> None:
+    def __init__(self, action_layout: SpaceLayout, num_envs: int, core: ModuleType) -> None:
         self._layout = action_layout
+        self._core = core
         self._num_envs = num_envs
         self.has_values: bool | None = None
         self.has_log_probs: bool | None = None
@@ -101,13 +99,12 @@ class PolicyOutputWriter:
                     f"the policy's actions{where} have dtype {array.dtype}; expected a numeric dtype "
                     f"convertible to {leaf.dtype}."
                 )
-            outside = self._layout.find_out_of_space(leaf_index, array)
-            if outside.any():
-                env = _first_env(outside)
+            env = self._core.find_out_of_bounds(array, *self._layout.bounds(leaf_index))
+            if env >= 0:
                 hint = " Clip continuous actions to the space's bounds." if isinstance(leaf.space, spaces.Box) else ""
                 raise ActionError(
                     f"the policy's action{where} for env {env} is outside the action space "
-                    f"{leaf.space!r}: got {array[env]!r}.{hint}"
+                    f"{leaf.space!r}: got {array[env].tolist()!r}.{hint}"
                 )
             checked.append(array)
         return checked

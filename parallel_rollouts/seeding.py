@@ -4,22 +4,26 @@ The scheme is NumPy's ``SeedSequence`` spawning, addressed by position so that
 it does not depend on how envs are grouped into processes or machines::
 
     root                      SeedSequence(seed)
-    env i                     SeedSequence(seed, spawn_key=(i,))         == root.spawn(...)[i]
-    episode k of env i        SeedSequence(seed, spawn_key=(i, 0, k))    -> env.reset(seed=...)
-    action sampler of env i   SeedSequence(seed, spawn_key=(i, 1))       -> action_space.seed(...)
+    env i                     SeedSequence(seed, spawn_key=(i,))            == root.spawn(...)[i]
+    episode k of env i        word k % 256 of
+                              SeedSequence(seed, spawn_key=(i, 0, k // 256)).generate_state(256)
+                                                                            -> env.reset(seed=...)
+    action sampler of env i   SeedSequence(seed, spawn_key=(i, 1))          -> action_space.seed(...)
 
-Unlike ``seed + i``, neighbouring root seeds do not share env streams. Each
-episode's reset seed is the first 32-bit word of its sequence's state (32 bits
-because many simulators accept no wider seed), so any single episode can be
-replayed on its own with ``env.reset(seed=episode_seed)`` and its recorded actions.
+Unlike ``seed + i``, neighbouring root seeds do not share env streams. Episode
+seeds are drawn 256 at a time (one ``SeedSequence`` per block, not per
+episode, keeps resets cheap) and are 32-bit words because many simulators
+accept no wider seed. Any single episode can be replayed on its own with
+``env.reset(seed=episode_seed)`` and its recorded actions.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["action_sampler_seed", "draw_root_seed", "episode_seed", "validate_seed"]
+__all__ = ["EpisodeSeeds", "action_sampler_seed", "draw_root_seed", "episode_seed", "validate_seed"]
 
+EPISODE_SEED_BLOCK = 256
 _EPISODE_STREAM = 0
 _ACTION_STREAM = 1
 
@@ -37,10 +41,32 @@ def validate_seed(seed: object) -> int:
     return int(seed)
 
 
+def _episode_seed_block(root_seed: int, env_index: int, block: int) -> list[int]:
+    sequence = np.random.SeedSequence(root_seed, spawn_key=(env_index, _EPISODE_STREAM, block))
+    return sequence.generate_state(EPISODE_SEED_BLOCK, np.uint32).tolist()
+
+
 def episode_seed(root_seed: int, env_index: int, episode_number: int) -> int:
     """The reset seed of episode ``episode_number`` (counting from 0) of env ``env_index``."""
-    sequence = np.random.SeedSequence(root_seed, spawn_key=(env_index, _EPISODE_STREAM, episode_number))
-    return int(sequence.generate_state(1, np.uint32)[0])
+    block, offset = divmod(episode_number, EPISODE_SEED_BLOCK)
+    return _episode_seed_block(root_seed, env_index, block)[offset]
+
+
+class EpisodeSeeds:
+    """The episode seeds of one env, in order, computed a block at a time."""
+
+    def __init__(self, root_seed: int, env_index: int) -> None:
+        self._root_seed = root_seed
+        self._env_index = env_index
+        self._block_index = -1
+        self._block: list[int] = []
+
+    def seed_of(self, episode_number: int) -> int:
+        block, offset = divmod(episode_number, EPISODE_SEED_BLOCK)
+        if block != self._block_index:
+            self._block = _episode_seed_block(self._root_seed, self._env_index, block)
+            self._block_index = block
+        return self._block[offset]
 
 
 def action_sampler_seed(root_seed: int, env_index: int) -> int:

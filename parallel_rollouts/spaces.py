@@ -71,6 +71,7 @@ class SpaceLayout:
         self.leaves: tuple[Leaf, ...] = tuple(leaves)
         self.is_nested = not isinstance(space, _LEAF_SPACES)
         self.flatten: Callable[[Any], list] = self._build_flattener(space)
+        self._bounds = [_leaf_bounds(leaf) for leaf in self.leaves]
 
     # -- nested value <-> list of leaf values -------------------------------------------------
 
@@ -121,26 +122,13 @@ class SpaceLayout:
 
     # -- validation ----------------------------------------------------------------------
 
-    def find_out_of_space(self, leaf_index: int, values: np.ndarray) -> np.ndarray:
-        """Boolean mask over the leading axes of ``values`` that marks entries outside the leaf.
+    def bounds(self, leaf_index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Inclusive ``(low, high)`` of every element of the leaf, flat float64 arrays.
 
-        ``values`` has shape ``leading + leaf.shape`` and the leaf's dtype.
+        The per-step cores check values against these
+        (``core.find_out_of_bounds``); NaN is always outside.
         """
-        leaf = self.leaves[leaf_index]
-        space = leaf.space
-        axes = tuple(range(values.ndim - len(leaf.shape), values.ndim))
-        if isinstance(space, spaces.Box):
-            # NaN compares false both ways, so it is reported as outside.
-            inside = (values >= space.low) & (values <= space.high)
-        elif isinstance(space, spaces.Discrete):
-            inside = (values >= space.start) & (values < space.start + space.n)
-        elif isinstance(space, spaces.MultiDiscrete):
-            inside = (values >= space.start) & (values < space.start + space.nvec)
-        else:  # MultiBinary
-            inside = (values == 0) | (values == 1)
-        if axes:
-            inside = inside.all(axis=axes)
-        return ~inside
+        return self._bounds[leaf_index]
 
     def covers_whole_dtype(self, leaf_index: int) -> bool:
         """True when no value of the leaf's dtype can fall outside the leaf (no check needed)."""
@@ -149,6 +137,22 @@ class SpaceLayout:
             return False
         info = np.iinfo(leaf.dtype)
         return bool(np.all(leaf.space.low <= info.min) and np.all(leaf.space.high >= info.max))
+
+
+def _leaf_bounds(leaf: Leaf) -> tuple[np.ndarray, np.ndarray]:
+    space = leaf.space
+    size = int(np.prod(leaf.shape, dtype=np.int64))
+    if isinstance(space, spaces.Box):
+        low, high = space.low, space.high
+    elif isinstance(space, spaces.Discrete):
+        low, high = space.start, space.start + space.n - 1
+    elif isinstance(space, spaces.MultiDiscrete):
+        low, high = space.start, space.start + space.nvec - 1
+    else:  # MultiBinary
+        low, high = 0, 1
+    low = np.ascontiguousarray(np.broadcast_to(np.asarray(low, dtype=np.float64), leaf.shape)).reshape(size)
+    high = np.ascontiguousarray(np.broadcast_to(np.asarray(high, dtype=np.float64), leaf.shape)).reshape(size)
+    return low, high
 
 
 def same_space(reference: spaces.Space, other: spaces.Space) -> bool:

@@ -10,6 +10,7 @@ from types import ModuleType
 import numpy as np
 from gymnasium import Env, Space
 
+from ..errors import WorkerError
 from ..spaces import SpaceLayout
 from ..storage import CompletedEpisodes, RolloutStorage
 from .stepping import EnvGroup, make_env
@@ -138,8 +139,17 @@ class InProcessBackend(Backend):
         return self._storage
 
     def step(self, t: int) -> None:
+        # Every group steps even after one fails, so that all envs failing in
+        # the same step are reported together, as one WorkerError.
+        errors: list[WorkerError] = []
         for group in self._groups:
-            group.step(t)
+            try:
+                group.step(t)
+            except WorkerError as error:
+                errors.append(error)
+        if errors:
+            failures = [failure for error in errors for failure in error.failures]
+            raise WorkerError.from_failures(failures) from errors[0].__cause__
 
     def abandon_rollout(self, t: int) -> None:
         for group in self._groups:

@@ -29,7 +29,7 @@ import numpy as np
 from gymnasium import Env
 
 from ..errors import EnvFailure, ObservationError, SpaceError, WorkerError
-from ..seeding import episode_seed
+from ..seeding import EpisodeSeeds
 from ..spaces import SpaceLayout, same_space
 from ..storage import CompletedEpisodes, RolloutStorage
 
@@ -116,7 +116,8 @@ class EnvGroup:
         self._running_returns = np.zeros(n, dtype=np.float64)
         self._running_lengths = np.zeros(n, dtype=np.int64)
         self._running_seeds = np.zeros(n, dtype=np.int64)
-        self._episodes_started = np.zeros(n, dtype=np.int64)
+        self._episodes_started = [0] * n
+        self._episode_seeds = [EpisodeSeeds(root_seed, env_offset + column) for column in range(n)]
         self._done_columns = np.zeros(n, dtype=np.int64)
         # The observation each env is at between rollouts, kept privately so that a
         # caller editing a returned batch cannot change where the next one starts.
@@ -128,10 +129,9 @@ class EnvGroup:
 
     # -- resets ----------------------------------------------------------------------------
 
-    def _reset_env(self, column: int, phase: str) -> Any:
+    def _reset_env(self, column: int) -> Any:
         """Reset one env with its next episode seed and return the observation."""
-        global_index = self.env_offset + column
-        seed = episode_seed(self._root_seed, global_index, int(self._episodes_started[column]))
+        seed = self._episode_seeds[column].seed_of(self._episodes_started[column])
         observation, _info = self.envs[column].reset(seed=seed)
         self._episodes_started[column] += 1
         self._running_seeds[column] = seed
@@ -143,7 +143,7 @@ class EnvGroup:
         observations = []
         for column in range(self.num_envs):
             try:
-                observations.append(self._reset_env(column, "reset"))
+                observations.append(self._reset_env(column))
             except Exception as error:
                 failures.append((_failure(self.env_offset + column, "reset", error), error))
         if failures:
@@ -188,8 +188,14 @@ class EnvGroup:
         """Step every env once with the actions in ``storage.actions[t]``."""
         storage = self._storage
         actions = self._split_actions([leaf[t] for leaf in storage.actions])
-        rewards, terminations, truncations, observations = [], [], [], []
-        info_values: dict[str, list] = {key: [] for key in self._info_keys}
+        observations: list = []
+        rewards: list = []
+        terminations: list = []
+        truncations: list = []
+        add_observation, add_reward = observations.append, rewards.append
+        add_termination, add_truncation = terminations.append, truncations.append
+        info_keys = self._info_keys
+        info_values: dict[str, list] = {key: [] for key in info_keys}
         failures = []
         for column, env in enumerate(self.envs):
             try:
@@ -197,15 +203,16 @@ class EnvGroup:
             except Exception as error:
                 failures.append((_failure(self.env_offset + column, "step", error), error))
                 continue
-            observations.append(observation)
-            rewards.append(reward)
-            terminations.append(terminated)
-            truncations.append(truncated)
-            for key in self._info_keys:
+            add_observation(observation)
+            add_reward(reward)
+            add_termination(terminated)
+            add_truncation(truncated)
+            for key in info_keys:
                 try:
                     info_values[key].append(float(info[key]))
                 except (KeyError, TypeError, ValueError) as error:
-                    failures.append((_failure(self.env_offset + column, "info", _info_error(key, info, error)), error))
+                    reason = _info_error(key, info, error)
+                    failures.append((_failure(self.env_offset + column, "info", reason), error))
         if failures:
             _raise_failures(failures)
 
@@ -222,12 +229,12 @@ class EnvGroup:
         failures = []
         for column in self._done_columns[:n_done].tolist():
             try:
-                observation = self._reset_env(column, "autoreset")
+                observation = self._reset_env(column)
             except Exception as error:
                 failures.append((_failure(self.env_offset + column, "autoreset", error), error))
                 continue
+            # Values are checked for the whole rollout in finish(); shapes here.
             self._write_observation(self._writers, t + 1, column, observation)
-            self._check_in_space(column, observation)
         if failures:
             _raise_failures(failures)
 
@@ -266,11 +273,16 @@ class EnvGroup:
     # -- helpers ---------------------------------------------------------------------------
 
     def _split_actions(self, leaf_rows: list[np.ndarray]) -> list:
-        """One action per env from the ``[n, ...]`` action rows of each leaf."""
-        if not self._action_layout.is_nested:
-            return list(leaf_rows[0])
+        """One action per env from the ``[n, ...]`` action rows of each leaf.
+
+        Envs receive what Gymnasium's vector envs hand them: NumPy scalars for
+        scalar leaves (Discrete), views of the row otherwise.
+        """
         per_leaf = [list(row) for row in leaf_rows]
-        return [self._action_layout.unflatten([values[column] for values in per_leaf]) for column in range(self.num_envs)]
+        if not self._action_layout.is_nested:
+            return per_leaf[0]
+        unflatten = self._action_layout.unflatten
+        return [unflatten([values[column] for values in per_leaf]) for column in range(self.num_envs)]
 
     def _write_observations(self, row: int, observations: list) -> None:
         layout = self._observation_layout
@@ -309,44 +321,45 @@ class EnvGroup:
         )
 
     def _check_rollout_observations(self, storage: RolloutStorage) -> None:
-        """Check every observation of the rollout against the space, vectorised, once per rollout.
+        """Check every observation of the rollout against the space, once per rollout.
 
         Per step only shapes are checked (by the writers); values are checked here
-        and on every reset.
+        in one pass over the rollout's rows, and on every first reset.
         """
         layout = self._observation_layout
         ended = storage.terminations | storage.truncations
         for leaf_index, leaf in enumerate(layout.leaves):
             if layout.covers_whole_dtype(leaf_index):
                 continue
-            for field, values, rows in (
-                ("observation", storage.observations[leaf_index], None),
-                ("terminal observation", storage.final_observations[leaf_index], ended),
-            ):
-                outside = layout.find_out_of_space(leaf_index, values)
-                if rows is not None:
-                    outside &= rows
-                if outside.any():
-                    t, column = (int(i) for i in np.argwhere(outside)[0])
-                    where = f" at {leaf.name}" if layout.is_nested else ""
-                    raise ObservationError(
-                        f"env {self.env_offset + column} returned an {field}{where} outside its "
-                        f"observation space {leaf.space!r} (row t={t} of the rollout): got "
-                        f"{values[t, column]!r}."
-                    )
+            low, high = layout.bounds(leaf_index)
+            observations = storage.observations[leaf_index]
+            rows = observations.reshape((-1,) + leaf.shape)
+            bad = self._core.find_out_of_bounds(rows, low, high)
+            if bad >= 0:
+                t, column = divmod(bad, self.num_envs)
+                self._raise_out_of_space(column, leaf_index, observations[t, column], f"observation (row t={t})")
+            positions = np.argwhere(ended)
+            finals = storage.final_observations[leaf_index][ended]
+            bad = self._core.find_out_of_bounds(finals, low, high)
+            if bad >= 0:
+                t, column = (int(i) for i in positions[bad])
+                self._raise_out_of_space(column, leaf_index, finals[bad], f"terminal observation (step t={t})")
 
     def _check_in_space(self, column: int, observation: Any) -> None:
-        """Full check of a reset observation against the space (values, not only shapes)."""
+        """Check a first-reset observation against the space (values, not only shapes)."""
         layout = self._observation_layout
         for leaf_index, value in enumerate(layout.flatten(observation)):
-            array = np.asarray(value)
-            leaf = layout.leaves[leaf_index]
-            if layout.find_out_of_space(leaf_index, array[np.newaxis]).any():
-                where = f" at {leaf.name}" if layout.is_nested else ""
-                raise ObservationError(
-                    f"env {self.env_offset + column} returned a reset observation{where} outside its "
-                    f"observation space {leaf.space!r}: got {array!r}."
-                )
+            array = np.asarray(value)[np.newaxis]
+            if self._core.find_out_of_bounds(array, *layout.bounds(leaf_index)) >= 0:
+                self._raise_out_of_space(column, leaf_index, array[0], "reset observation")
+
+    def _raise_out_of_space(self, column: int, leaf_index: int, value: Any, what: str) -> None:
+        leaf = self._observation_layout.leaves[leaf_index]
+        where = f" at {leaf.name}" if self._observation_layout.is_nested else ""
+        raise ObservationError(
+            f"env {self.env_offset + column} returned a {what}{where} outside its observation "
+            f"space {leaf.space!r}: got {np.asarray(value).tolist()!r}."
+        )
 
 
 def _info_error(key: str, info: Any, error: BaseException) -> Exception:

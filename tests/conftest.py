@@ -1,0 +1,14 @@
+import pytest
+
+from parallel_rollouts.core import compiled_core_error
+
+# Every collector test runs on both cores. The compiled core must be built for
+# the suite to pass: a missing extension is a failure, not a skip.
+CORES = ["compiled", "python"]
+
+
+@pytest.fixture(params=CORES)
+def core(request):
+    if request.param == "compiled" and compiled_core_error() is not None:
+        pytest.fail(f"the compiled core is not built: {compiled_core_error()}")
+    return request.param

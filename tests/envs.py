@@ -1,0 +1,189 @@
+"""Small deterministic envs with known behaviour, shared by the tests.
+
+They are top-level classes so that the async backend's spawned workers can
+import them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import gymnasium as gym
+from gymnasium import spaces
+
+
+class CountingEnv(gym.Env):
+    """Episodes of known length; every number in it says where it came from.
+
+    Observation ``[env_id, step_in_episode, episode_seed % 1000, last_action]``
+    (float32). An episode ends after ``episode_length`` steps, by termination if
+    ``terminate`` else by truncation. Reward is ``step_in_episode + action``.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, env_id: int = 0, episode_length: int = 3, terminate: bool = True, num_actions: int = 4):
+        self.env_id = env_id
+        self.episode_length = episode_length
+        self.terminate = terminate
+        self.observation_space = spaces.Box(-1e6, 1e6, shape=(4,), dtype=np.float32)
+        self.action_space = spaces.Discrete(num_actions)
+        self._step = 0
+        self._seed_tag = 0.0
+        self.reset_seeds: list[int | None] = []
+
+    def _observation(self, last_action: float) -> np.ndarray:
+        return np.array([self.env_id, self._step, self._seed_tag, last_action], dtype=np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.reset_seeds.append(seed)
+        self._step = 0
+        self._seed_tag = float(seed % 1000) if seed is not None else -1.0
+        return self._observation(-1.0), {"kind": "reset"}
+
+    def step(self, action):
+        self._step += 1
+        ended = self._step >= self.episode_length
+        reward = float(self._step + int(action))
+        info = {"step_in_episode": self._step, "double_action": 2.0 * int(action)}
+        return (
+            self._observation(float(action)),
+            reward,
+            ended and self.terminate,
+            ended and not self.terminate,
+            info,
+        )
+
+
+class SpaceEnv(gym.Env):
+    """Any observation/action space; observations sampled from the seeded space.
+
+    Episode lengths are drawn from ``self.np_random`` (1..max_length) and end by
+    termination or truncation at random, so the done pattern depends on the
+    reset seed alone. The reward depends on the action, so a wrong action in
+    storage shows up in the rewards.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, max_length: int = 6):
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.max_length = max_length
+        self._remaining = 0
+        self._terminates = True
+
+    def _sample_observation(self):
+        self.observation_space.seed(int(self.np_random.integers(2**31)))
+        return self.observation_space.sample()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._remaining = int(self.np_random.integers(1, self.max_length + 1))
+        self._terminates = bool(self.np_random.integers(2))
+        return self._sample_observation(), {}
+
+    def step(self, action):
+        self._remaining -= 1
+        leaves = spaces.flatten(self.action_space, action)
+        reward = float(np.sum(np.asarray(leaves, dtype=np.float64) * np.arange(1, leaves.size + 1)))
+        ended = self._remaining <= 0
+        return self._sample_observation(), reward, ended and self._terminates, ended and not self._terminates, {}
+
+
+class FaultyEnv(CountingEnv):
+    """A CountingEnv that fails on purpose: ``fail_at`` names the phase and call count."""
+
+    def __init__(self, env_id: int = 0, phase: str = "step", at: int = 1, episode_length: int = 3, how: str = "raise"):
+        super().__init__(env_id=env_id, episode_length=episode_length)
+        self.phase = phase
+        self.at = at
+        self.how = how
+        self._calls = {"reset": 0, "step": 0}
+
+    def _maybe_fail(self, phase: str) -> None:
+        self._calls[phase] += 1
+        if phase == self.phase and self._calls[phase] == self.at:
+            if self.how == "raise":
+                raise ValueError(f"env {self.env_id} fails in {phase} on call {self.at}")
+            if self.how == "exit":
+                import os
+
+                os._exit(3)
+            if self.how == "kill":
+                import os
+                import signal
+
+                os.kill(os.getpid(), signal.SIGKILL)
+            if self.how == "segfault":
+                import ctypes
+
+                ctypes.string_at(0)
+            if self.how == "hang":
+                import time
+
+                time.sleep(3600)
+            if self.how == "bad_shape":
+                return
+        return
+
+    def reset(self, *, seed=None, options=None):
+        self._maybe_fail("reset")
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        self._maybe_fail("step")
+        observation, reward, terminated, truncated, info = super().step(action)
+        if self.how == "bad_shape" and self.phase == "step" and self._calls["step"] >= self.at:
+            observation = np.zeros(7, dtype=np.float32)
+        if self.how == "out_of_space" and self.phase == "step" and self._calls["step"] >= self.at:
+            observation = np.full(4, 1e9, dtype=np.float32)
+        return observation, reward, terminated, truncated, info
+
+
+class RaisingFactory:
+    """An env factory that raises, as a picklable object."""
+
+    def __init__(self, message: str = "factory exploded"):
+        self.message = message
+
+    def __call__(self):
+        raise RuntimeError(self.message)
+
+
+class HangingCloseEnv(CountingEnv):
+    """Its close() never returns (the collector's close must still be bounded)."""
+
+    def close(self):
+        import time
+
+        time.sleep(3600)
+
+
+def counting(env_id: int = 0, episode_length: int = 3, terminate: bool = True) -> CountingEnv:
+    return CountingEnv(env_id=env_id, episode_length=episode_length, terminate=terminate)
+
+
+def cartpole() -> gym.Env:
+    return gym.make("CartPole-v1")
+
+
+class ConstantPolicy:
+    """Every env takes action ``value`` (a deterministic, batched policy)."""
+
+    def __init__(self, num_envs: int, value: int = 1, dtype=np.int64):
+        self.actions = np.full(num_envs, value, dtype=dtype)
+
+    def __call__(self, observations):
+        return self.actions.copy()
+
+
+class ObservationDependentPolicy:
+    """A deterministic policy that reads its observations (Box obs, Discrete(k) actions)."""
+
+    def __init__(self, num_actions: int):
+        self.num_actions = num_actions
+
+    def __call__(self, observations):
+        flat = np.asarray(observations, dtype=np.float64).reshape(observations.shape[0], -1)
+        return (np.abs(np.floor(flat.sum(axis=1) * 7.0)) % self.num_actions).astype(np.int64)

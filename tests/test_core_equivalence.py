@@ -1,0 +1,250 @@
+"""The compiled core and its pure-Python twin: same names, same results, bit for bit."""
+
+import inspect
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from parallel_rollouts import _core as compiled
+from parallel_rollouts import _core_python as python_core
+
+DTYPES = [np.uint8, np.int8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64, np.float32, np.float64, np.bool_]
+CORES = [compiled, python_core]
+
+
+def test_both_cores_expose_the_same_names_and_signatures():
+    for name in python_core.__all__:
+        assert hasattr(compiled, name), f"compiled core lacks {name}"
+        python_object = getattr(python_core, name)
+        compiled_object = getattr(compiled, name)
+        if inspect.isclass(python_object):
+            for method in ("write_rows", "write_row", "scatter_final", "record_step"):
+                assert hasattr(python_object, method) == hasattr(compiled_object, method), method
+        else:
+            assert callable(compiled_object)
+
+
+# -- ObservationWriter -----------------------------------------------------------------------
+
+leaf_shapes = st.lists(st.integers(0, 4), min_size=0, max_size=3).map(tuple)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    dtype=st.sampled_from(DTYPES),
+    shape=leaf_shapes,
+    num_envs=st.integers(1, 6),
+    horizon=st.integers(1, 4),
+    data=st.data(),
+)
+def test_observation_writer_matches_numpy_assignment(dtype, shape, num_envs, horizon, data):
+    sources_per_row = [
+        [data.draw(hnp.arrays(dtype, shape)) for _ in range(num_envs)] for _ in range(horizon + 1)
+    ]
+    done = data.draw(hnp.arrays(np.bool_, (horizon, num_envs)))
+    results = []
+    for core in CORES:
+        observations = np.zeros((horizon + 1, num_envs) + shape, dtype=dtype)
+        finals = np.zeros((horizon, num_envs) + shape, dtype=dtype)
+        writer = core.ObservationWriter(observations, finals)
+        assert writer.write_rows(0, sources_per_row[0]) == -1
+        for t in range(horizon):
+            assert writer.write_rows(t + 1, sources_per_row[t + 1]) == -1
+            columns = np.flatnonzero(done[t]).astype(np.int64)
+            padded = np.full(num_envs, -99, dtype=np.int64)
+            padded[: columns.size] = columns
+            writer.scatter_final(t, padded, columns.size)
+        results.append((observations, finals))
+    expected_observations = np.array(sources_per_row, dtype=dtype).reshape((horizon + 1, num_envs) + shape)
+    expected_finals = np.where(done.reshape(done.shape + (1,) * len(shape)), expected_observations[1:], 0).astype(dtype)
+    for observations, finals in results:
+        assert np.array_equal(observations.view(np.uint8), expected_observations.view(np.uint8))
+        assert np.array_equal(finals.view(np.uint8), expected_finals.view(np.uint8))
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_observation_writer_writes_into_a_column_slice_only(core):
+    whole = np.zeros((3, 5, 2), dtype=np.float32)
+    finals = np.zeros((2, 5, 2), dtype=np.float32)
+    writer = core.ObservationWriter(whole[:, 1:3], finals[:, 1:3])
+    assert writer.write_rows(1, [np.array([1, 2], np.float32), np.array([3, 4], np.float32)]) == -1
+    writer.scatter_final(0, np.array([1, 0], dtype=np.int64), 1)
+    expected = np.zeros((3, 5, 2), dtype=np.float32)
+    expected[1, 1], expected[1, 2] = [1, 2], [3, 4]
+    np.testing.assert_array_equal(whole, expected)
+    np.testing.assert_array_equal(finals[0, 2], [3, 4])
+    assert finals.sum() == 7
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_observation_writer_converts_scalars_and_other_dtypes_by_row(core):
+    observations = np.zeros((2, 3), dtype=np.int64)
+    writer = core.ObservationWriter(observations, np.zeros((1, 3), dtype=np.int64))
+    assert writer.write_rows(1, [4, np.int32(5), np.array(6, dtype=np.uint8)]) == -1
+    np.testing.assert_array_equal(observations[1], [4, 5, 6])
+    floats = np.zeros((2, 2, 2), dtype=np.float32)
+    writer = core.ObservationWriter(floats, np.zeros((1, 2, 2), dtype=np.float32))
+    assert writer.write_rows(0, [np.array([1.5, 2.5]), np.array([3, 4], dtype=np.int64)[::1]]) == -1
+    np.testing.assert_array_equal(floats[0], [[1.5, 2.5], [3, 4]])
+    # A non-contiguous source goes through the conversion path.
+    strided = np.arange(8, dtype=np.float32)[::2][:2]
+    assert writer.write_row(1, 1, strided)
+    np.testing.assert_array_equal(floats[1, 1], [0, 2])
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_observation_writer_reports_the_first_wrong_shape_and_does_not_write_it(core):
+    observations = np.zeros((2, 3, 2), dtype=np.float32)
+    writer = core.ObservationWriter(observations, np.zeros((1, 3, 2), dtype=np.float32))
+    ok = np.ones(2, np.float32)
+    assert writer.write_rows(1, [ok, np.ones(3, np.float32), ok]) == 1
+    assert not observations[1, 1:].any()
+    assert writer.write_row(0, 2, np.ones((2, 1), np.float32)) is False
+    assert not observations[0].any()
+    with pytest.raises(ValueError, match="expected 3 sources, got 2"):
+        writer.write_rows(0, [ok, ok])
+    with pytest.raises(IndexError, match="row 2 is outside"):
+        writer.write_rows(2, [ok, ok, ok])
+    with pytest.raises(IndexError, match="done column 3 is outside"):
+        writer.scatter_final(0, np.array([3], dtype=np.int64), 1)
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_observation_writer_rejects_storage_it_cannot_write_through(core):
+    transposed = np.zeros((2, 3, 4, 5), dtype=np.float32).transpose(0, 1, 3, 2)
+    with pytest.raises(ValueError, match="contiguously"):
+        core.ObservationWriter(transposed, np.zeros((1, 3, 5, 4), dtype=np.float32))
+    with pytest.raises(ValueError, match="share a dtype"):
+        core.ObservationWriter(np.zeros((2, 3)), np.zeros((1, 3), dtype=np.float32))
+
+
+# -- StepRecorder ----------------------------------------------------------------------------
+
+
+def _recorder_state(core, horizon, num_envs, env_offset):
+    state = {
+        "rewards": np.full((horizon, num_envs), np.nan),
+        "terminations": np.zeros((horizon, num_envs), bool),
+        "truncations": np.zeros((horizon, num_envs), bool),
+        "step_episode_seeds": np.zeros((horizon, num_envs), np.int64),
+        "running_returns": np.zeros(num_envs),
+        "running_lengths": np.zeros(num_envs, np.int64),
+        "running_seeds": np.arange(num_envs, dtype=np.int64) * 10,
+        "completed_returns": np.zeros(horizon * num_envs),
+        "completed_lengths": np.zeros(horizon * num_envs, np.int64),
+        "completed_env_indices": np.zeros(horizon * num_envs, np.int64),
+        "completed_end_steps": np.zeros(horizon * num_envs, np.int64),
+        "completed_seeds": np.zeros(horizon * num_envs, np.int64),
+    }
+    recorder = core.StepRecorder(*state.values(), env_offset)
+    return recorder, state
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    horizon=st.integers(1, 8),
+    num_envs=st.integers(1, 6),
+    env_offset=st.integers(0, 50),
+    data=st.data(),
+)
+def test_step_recorder_matches_a_plain_python_reference(horizon, num_envs, env_offset, data):
+    rewards = data.draw(hnp.arrays(np.float64, (horizon, num_envs), elements=st.floats(-1e6, 1e6)))
+    terminated = data.draw(hnp.arrays(np.bool_, (horizon, num_envs)))
+    truncated = data.draw(hnp.arrays(np.bool_, (horizon, num_envs)))
+    outcomes = []
+    for core in CORES:
+        recorder, state = _recorder_state(core, horizon, num_envs, env_offset)
+        done_counts, done_lists = [], []
+        done_columns = np.zeros(num_envs, np.int64)
+        for t in range(horizon):
+            # Rewards arrive as Python floats or NumPy scalars, flags as bools or NumPy bools.
+            n_done = recorder.record_step(
+                t, [float(r) for r in rewards[t]], list(terminated[t]), [bool(x) for x in truncated[t]], done_columns
+            )
+            done_counts.append(n_done)
+            done_lists.append(done_columns[:n_done].tolist())
+            for column in done_columns[:n_done]:
+                state["running_seeds"][column] += 1  # what a reset would do
+        outcomes.append((recorder.completed_count, done_counts, done_lists, state))
+
+    # Plain-Python reference of the episode books.
+    running_return = [0.0] * num_envs
+    running_length = [0] * num_envs
+    seeds = [10 * c for c in range(num_envs)]
+    completed = []
+    for t in range(horizon):
+        for c in range(num_envs):
+            running_return[c] += rewards[t, c]
+            running_length[c] += 1
+            if terminated[t, c] or truncated[t, c]:
+                completed.append((running_return[c], running_length[c], env_offset + c, t, seeds[c]))
+                running_return[c], running_length[c] = 0.0, 0
+                seeds[c] += 1
+    for count, done_counts, done_lists, state in outcomes:
+        assert count == len(completed)
+        got = list(zip(
+            state["completed_returns"][:count].tolist(),
+            state["completed_lengths"][:count].tolist(),
+            state["completed_env_indices"][:count].tolist(),
+            state["completed_end_steps"][:count].tolist(),
+            state["completed_seeds"][:count].tolist(),
+        ))
+        assert got == completed
+        np.testing.assert_array_equal(state["rewards"], rewards)
+        np.testing.assert_array_equal(state["terminations"], terminated)
+        np.testing.assert_array_equal(state["truncations"], truncated)
+        assert state["running_returns"].tolist() == running_return
+        assert state["running_lengths"].tolist() == running_length
+    (c0, d0, l0, s0), (c1, d1, l1, s1) = outcomes
+    assert d0 == d1 and l0 == l1
+    for key in s0:
+        assert np.array_equal(s0[key], s1[key], equal_nan=True), key
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_step_recorder_records_nothing_when_a_reward_is_not_a_number(core):
+    recorder, state = _recorder_state(core, 2, 2, 0)
+    with pytest.raises((TypeError, ValueError)):
+        recorder.record_step(0, [1.0, "oops"], [True, False], [False, False], np.zeros(2, np.int64))
+    assert np.isnan(state["rewards"]).all()
+    assert recorder.completed_count == 0
+    assert not state["running_lengths"].any()
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_step_recorder_checks_its_inputs(core):
+    recorder, _ = _recorder_state(core, 2, 2, 0)
+    with pytest.raises(ValueError, match="`step_rewards` has 1 entries; expected 2"):
+        recorder.record_step(0, [1.0], [False, False], [False, False], np.zeros(2, np.int64))
+    with pytest.raises(IndexError, match="time step 2 is outside"):
+        recorder.record_step(2, [1.0, 1.0], [False, False], [False, False], np.zeros(2, np.int64))
+
+
+# -- find_out_of_bounds ----------------------------------------------------------------------
+
+
+@settings(max_examples=80, deadline=None)
+@given(dtype=st.sampled_from(DTYPES), shape=leaf_shapes, rows=st.integers(0, 5), data=st.data())
+def test_find_out_of_bounds_matches_a_numpy_one_liner(dtype, shape, rows, data):
+    values = data.draw(hnp.arrays(dtype, (rows,) + shape))
+    size = int(np.prod(shape, dtype=np.int64))
+    low = data.draw(hnp.arrays(np.float64, size, elements=st.floats(-300, 300)))
+    high = low + data.draw(hnp.arrays(np.float64, size, elements=st.floats(0, 300)))
+    as_double = values.astype(np.float64).reshape(rows, size)
+    outside = np.flatnonzero(~((as_double >= low) & (as_double <= high)).all(axis=1))
+    expected = int(outside[0]) if outside.size else -1
+    for core in CORES:
+        assert core.find_out_of_bounds(values, low, high) == expected
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_find_out_of_bounds_treats_nan_as_outside_and_rejects_other_dtypes(core):
+    assert core.find_out_of_bounds(np.array([[0.5], [np.nan]]), np.array([0.0]), np.array([1.0])) == 1
+    assert core.find_out_of_bounds(np.array([[0.5], [np.inf]]), np.array([-np.inf]), np.array([np.inf])) == -1
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        core.find_out_of_bounds(np.array([["a"]]), np.array([0.0]), np.array([1.0]))
+    with pytest.raises(ValueError, match="bounds cover"):
+        core.find_out_of_bounds(np.zeros((2, 3)), np.zeros(2), np.ones(2))
