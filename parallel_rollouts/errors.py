@@ -101,7 +101,7 @@ class WorkerError(ParallelRolloutsError, RuntimeError):
         if len(lines) == 1:
             message = lines[0]
         else:
-            message = f"{len(lines)} envs failed in the same step:\n  " + "\n  ".join(lines)
+            message = f"{len(lines)} envs failed:\n  " + "\n  ".join(lines)
         return cls(message, tuple(failures))
 
     @property

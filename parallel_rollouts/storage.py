@@ -90,6 +90,28 @@ class RolloutStorage:
                 changed[field.name] = function(value)
         return RolloutStorage(**changed)
 
+    def copy_to(self, target: RolloutStorage) -> None:
+        """Copy this rollout into ``target`` (same layout).
+
+        ``final_observations`` are copied only where an episode ended and zeroed
+        elsewhere, so rows left over from an earlier rollout never leak through.
+        """
+        ended = self.terminations | self.truncations
+        for field in fields(self):
+            source, destination = getattr(self, field.name), getattr(target, field.name)
+            if field.name == "final_observations":
+                for source_leaf, destination_leaf in zip(source, destination):
+                    destination_leaf.fill(0)
+                    destination_leaf[ended] = source_leaf[ended]
+            elif isinstance(source, list):
+                for source_leaf, destination_leaf in zip(source, destination):
+                    np.copyto(destination_leaf, source_leaf)
+            elif isinstance(source, dict):
+                for key in source:
+                    np.copyto(destination[key], source[key])
+            else:
+                np.copyto(destination, source)
+
     def columns(self, start: int, stop: int) -> RolloutStorage:
         """The envs ``start:stop`` of every array, as views."""
         return self.map(lambda array: array[:, start:stop])

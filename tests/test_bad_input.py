@@ -226,7 +226,7 @@ def test_env_exceptions_become_worker_errors_naming_the_env(backend, phase, at, 
 def test_several_envs_failing_in_one_step_are_all_reported(backend):
     fns = [partial(FaultyEnv, env_id=i, phase="step", at=1) for i in range(3)]
     with ParallelRolloutCollector(fns, ConstantPolicy(3), backend, horizon=2, seed=0) as collector:
-        with pytest.raises(WorkerError, match=r"3 envs failed in the same step") as info:
+        with pytest.raises(WorkerError, match=r"3 envs failed:") as info:
             collector.collect()
     assert info.value.env_indices == (0, 1, 2)
 

@@ -33,10 +33,11 @@ from ..seeding import EpisodeSeeds
 from ..spaces import SpaceLayout, same_space
 from ..storage import CompletedEpisodes, RolloutStorage
 
-__all__ = ["EnvGroup", "make_env"]
+__all__ = ["EnvGroup", "describe_failure", "make_env"]
 
 
-def _failure(env_index: int, phase: str, error: BaseException) -> EnvFailure:
+def describe_failure(env_index: int, phase: str, error: BaseException) -> EnvFailure:
+    """An :class:`EnvFailure` for ``error``, with its traceback as text (it may cross processes)."""
     return EnvFailure(
         env_index=env_index,
         phase=phase,
@@ -56,7 +57,7 @@ def make_env(env_fn: Callable[[], Env], env_index: int) -> Env:
     try:
         env = env_fn()
     except Exception as error:
-        _raise_failures([(_failure(env_index, "make", error), error)])
+        _raise_failures([(describe_failure(env_index, "make", error), error)])
     if not isinstance(env, Env):
         raise SpaceError(
             f"env_fns[{env_index}] returned {type(env).__name__}, not a gymnasium.Env."
@@ -145,7 +146,7 @@ class EnvGroup:
             try:
                 observations.append(self._reset_env(column))
             except Exception as error:
-                failures.append((_failure(self.env_offset + column, "reset", error), error))
+                failures.append((describe_failure(self.env_offset + column, "reset", error), error))
         if failures:
             _raise_failures(failures)
         writers = [
@@ -201,7 +202,7 @@ class EnvGroup:
             try:
                 observation, reward, terminated, truncated, info = env.step(actions[column])
             except Exception as error:
-                failures.append((_failure(self.env_offset + column, "step", error), error))
+                failures.append((describe_failure(self.env_offset + column, "step", error), error))
                 continue
             add_observation(observation)
             add_reward(reward)
@@ -212,7 +213,7 @@ class EnvGroup:
                     info_values[key].append(float(info[key]))
                 except (KeyError, TypeError, ValueError) as error:
                     reason = _info_error(key, info, error)
-                    failures.append((_failure(self.env_offset + column, "info", reason), error))
+                    failures.append((describe_failure(self.env_offset + column, "info", reason), error))
         if failures:
             _raise_failures(failures)
 
@@ -231,7 +232,7 @@ class EnvGroup:
             try:
                 observation = self._reset_env(column)
             except Exception as error:
-                failures.append((_failure(self.env_offset + column, "autoreset", error), error))
+                failures.append((describe_failure(self.env_offset + column, "autoreset", error), error))
                 continue
             # Values are checked for the whole rollout in finish(); shapes here.
             self._write_observation(self._writers, t + 1, column, observation)

@@ -1,0 +1,156 @@
+"""The async backend's worker process: one EnvGroup on a view of shared memory.
+
+Protocol, over one duplex ``multiprocessing`` connection per worker (portable:
+the same code runs on Windows). Every request gets exactly one reply, so the
+two sides never disagree about what the next message is.
+
+Start-up (pickled messages):
+
+1. the worker makes its envs and sends ``("spaces", [(observation_space, action_space), ...])``
+   or ``("error", exception)``;
+2. the main process checks every env's spaces, creates the shared segment and
+   sends ``("attach", AttachOrder)``; the worker attaches, builds its group,
+   resets its envs and replies ``("ready", None)`` or ``("error", exception)``.
+
+Rollouts (the per-step fast path: 9-byte requests, 1-byte replies, no pickling):
+
+    request  = command byte + little-endian int64 argument
+    b"b" 0   begin a rollout          (writes row 0 of this worker's columns)
+    b"s" t   step t                   (reads actions[t], writes rows t and t + 1)
+    b"f" 0   finish                   -> reply b"f" + pickled CompletedEpisodes
+    b"a" t   abandon after t steps
+    b"c" 0   close the envs and exit
+
+    reply    = b"k" (done) | b"f" + payload | b"e" + pickled exception
+
+The worker ignores SIGINT: Ctrl-C is the main process's to handle, so the user
+sees one exception rather than a traceback per worker. When the main process
+dies, the connection reaches end-of-file and the worker exits.
+"""
+
+from __future__ import annotations
+
+import pickle
+import signal
+import struct
+from dataclasses import dataclass
+
+import cloudpickle
+
+from ..core import load_core
+from ..errors import ObservationError, WorkerError
+from ..spaces import SpaceLayout
+from .shared_memory import SharedStorage
+from .stepping import EnvGroup, describe_failure, make_env
+
+__all__ = ["AttachOrder", "REQUEST", "worker_main"]
+
+REQUEST = struct.Struct("<cq")
+BEGIN, STEP, FINISH, ABANDON, CLOSE = b"b", b"s", b"f", b"a", b"c"
+DONE, FINISHED, FAILED = b"k", b"f", b"e"
+
+
+@dataclass(frozen=True)
+class AttachOrder:
+    """What a worker needs, once every env's spaces are known, to join the rollout."""
+
+    segment_name: str
+    observation_space: object
+    action_space: object
+    root_seed: int
+    horizon: int
+    num_envs: int
+    info_keys: tuple[str, ...]
+    core_name: str
+
+
+def _picklable(error: BaseException, env_offset: int) -> BaseException:
+    """The exception itself if it survives pickling, else a WorkerError describing it."""
+    try:
+        pickle.loads(pickle.dumps(error))
+        return error
+    except Exception:
+        return WorkerError.from_failures([describe_failure(env_offset, "worker", error)])
+
+
+def _reply_error(connection, error: BaseException, env_offset: int) -> None:
+    connection.send_bytes(FAILED + pickle.dumps(_picklable(error, env_offset)))
+
+
+def worker_main(connection, worker_index: int, env_offset: int, pickled_env_fns: list[bytes]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    group: EnvGroup | None = None
+    shared: SharedStorage | None = None
+    envs = []
+    try:
+        try:
+            for column, pickled in enumerate(pickled_env_fns):
+                envs.append(make_env(cloudpickle.loads(pickled), env_offset + column))
+            connection.send(("spaces", [(env.observation_space, env.action_space) for env in envs]))
+            kind, order = connection.recv()
+            if kind != "attach":
+                return
+            _, core = load_core(order.core_name)
+            observation_layout = SpaceLayout(order.observation_space, "observation")
+            action_layout = SpaceLayout(order.action_space, "action")
+
+            def allocate(allocator, zeroed):
+                from ..storage import RolloutStorage
+
+                return RolloutStorage.allocate(
+                    observation_layout, action_layout, order.horizon, order.num_envs, order.info_keys, allocator, zeroed
+                )
+
+            shared = SharedStorage.attach(order.segment_name, allocate)
+            columns = shared.storage.columns(env_offset, env_offset + len(envs))
+            group = EnvGroup(envs, env_offset, order.root_seed, observation_layout, action_layout, order.info_keys, core)
+            group.reset_all()
+        except Exception as error:
+            connection.send(("error", _picklable(error, env_offset)))
+            return
+        connection.send(("ready", None))
+        _serve(connection, group, columns, env_offset)
+    except (EOFError, OSError):
+        pass  # the main process is gone: nothing left to report to
+    finally:
+        if group is None:
+            for env in envs:
+                try:
+                    env.close()
+                except Exception:
+                    pass
+        if shared is not None:
+            shared.release()
+
+
+def _serve(connection, group: EnvGroup, columns, env_offset: int) -> None:
+    receive, send = connection.recv_bytes, connection.send_bytes
+    while True:
+        command, argument = REQUEST.unpack(receive())
+        try:
+            if command == STEP:
+                group.step(argument)
+                send(DONE)
+            elif command == BEGIN:
+                group.begin(columns)
+                send(DONE)
+            elif command == FINISH:
+                send(FINISHED + pickle.dumps(group.finish()))
+            elif command == ABANDON:
+                group.abandon(argument)
+                send(DONE)
+            elif command == CLOSE:
+                errors = group.close()
+                send(DONE if not errors else FAILED + pickle.dumps(_close_error(errors)))
+                return
+            else:
+                raise RuntimeError(f"unknown request {command!r}")
+        except (WorkerError, ObservationError) as error:
+            _reply_error(connection, error, env_offset)
+        except Exception as error:
+            # A failure outside any env (a bug, or storage gone): report it with its traceback.
+            _reply_error(connection, WorkerError.from_failures([describe_failure(env_offset, "worker", error)]), env_offset)
+
+
+def _close_error(errors) -> WorkerError:
+    return WorkerError.from_failures([describe_failure(index, "close", error) for index, error in errors])

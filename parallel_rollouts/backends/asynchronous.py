@@ -1,0 +1,358 @@
+"""The async backend: envs in spawned worker processes, writing into shared memory.
+
+Each worker owns a contiguous slice of the envs and runs the same
+:class:`~parallel_rollouts.backends.stepping.EnvGroup` as the in-process
+backends, on a view of a shared-memory copy of the rollout storage. The
+policy runs batched in the main process, which writes actions into the shared
+``actions`` rows; a step is one 9-byte request and one 1-byte reply per worker
+(see ``_worker`` for the protocol). The batch is copied out of shared memory
+once, at the end of ``collect()``.
+
+Ownership: the main process owns the workers, their connections and the
+segment. :class:`_WorkerPool` holds them and frees them on every exit path:
+``close()``, a failure during start-up, garbage collection of the collector,
+and interpreter exit (through ``weakref.finalize``).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import pickle
+import signal
+import time
+import weakref
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+
+import cloudpickle
+import numpy as np
+
+from ..errors import ConfigurationError, EnvFailure, SpaceError, StepTimeoutError, WorkerDiedError, WorkerError
+from ..spaces import same_space
+from ..storage import CompletedEpisodes, RolloutStorage
+from . import _worker
+from .base import Backend, BackendSpec
+from .shared_memory import SharedStorage
+
+__all__ = ["AsyncBackend"]
+
+logger = logging.getLogger("parallel_rollouts")
+
+#: Seconds ``close()`` waits for the workers to close their envs and exit before
+#: terminating them, and then for terminated workers to go.
+CLOSE_TIMEOUT = 2.0
+START_TIMEOUT = 120.0
+
+
+@dataclass
+class _Worker:
+    index: int
+    start: int
+    stop: int
+    process: multiprocessing.process.BaseProcess
+    connection: Connection
+    alive: bool = True
+
+    def describe(self) -> str:
+        envs = f"env {self.start}" if self.stop - self.start == 1 else f"envs {self.start}..{self.stop - 1}"
+        return f"worker {self.index} (pid {self.process.pid}, {envs})"
+
+
+@dataclass
+class _WorkerPool:
+    """Everything the backend owns that must be freed; no reference back to the backend."""
+
+    workers: list[_Worker] = field(default_factory=list)
+    shared: SharedStorage | None = None
+    closed: bool = False
+
+    def shutdown(self, graceful: bool = True) -> list[WorkerError]:
+        """Stop every worker (bounded in time) and release the segment. Idempotent."""
+        if self.closed:
+            return []
+        self.closed = True
+        errors: list[WorkerError] = []
+        deadline = time.monotonic() + CLOSE_TIMEOUT
+        if graceful:
+            for worker in self.workers:
+                if worker.alive:
+                    try:
+                        worker.connection.send_bytes(_worker.REQUEST.pack(_worker.CLOSE, 0))
+                    except OSError:
+                        worker.alive = False
+            for worker in self.workers:
+                if not worker.alive:
+                    continue
+                remaining = deadline - time.monotonic()
+                try:
+                    if worker.connection.poll(max(remaining, 0)):
+                        reply = worker.connection.recv_bytes()
+                        if reply[:1] == _worker.FAILED:
+                            errors.append(pickle.loads(reply[1:]))
+                except (EOFError, OSError):
+                    pass
+        for worker in self.workers:
+            worker.process.join(max(deadline - time.monotonic(), 0) if graceful else 0)
+        for worker in self.workers:
+            if worker.process.is_alive():
+                worker.process.terminate()
+        for worker in self.workers:
+            worker.process.join(CLOSE_TIMEOUT)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join(CLOSE_TIMEOUT)
+            worker.connection.close()
+            worker.alive = False
+            if hasattr(worker.process, "close") and not worker.process.is_alive():
+                worker.process.close()
+        if self.shared is not None:
+            self.shared.release()
+            self.shared = None
+        return errors
+
+
+def _exit_description(process) -> str:
+    code = process.exitcode
+    if code is None:
+        return "is unresponsive"
+    if code < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _split(num_envs: int, num_workers: int) -> list[tuple[int, int]]:
+    bounds = np.linspace(0, num_envs, num_workers + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+class AsyncBackend(Backend):
+    def __init__(self, spec: BackendSpec, pool: _WorkerPool, step_timeout: float | None) -> None:
+        self._spec = spec
+        self._pool = pool
+        self._workers = pool.workers
+        self._step_timeout = step_timeout
+        self._copy_target: RolloutStorage | None = None
+        self._reuse_storage = False
+        self._finalizer = weakref.finalize(self, pool.shutdown, False)
+
+    # -- construction ----------------------------------------------------------------------
+
+    @classmethod
+    def build(
+        cls,
+        spec: BackendSpec,
+        num_workers: int | None = None,
+        context: str | object | None = None,
+        step_timeout: float | None = None,
+    ) -> AsyncBackend:
+        num_envs = spec.num_envs
+        if num_workers is None:
+            num_workers = max(1, min(os.cpu_count() or 1, num_envs))
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or not 1 <= num_workers <= num_envs:
+            raise ConfigurationError(
+                f"`num_workers` must be an int between 1 and the number of envs ({num_envs}); got {num_workers!r}."
+            )
+        if step_timeout is not None and not (isinstance(step_timeout, (int, float)) and step_timeout > 0):
+            raise ConfigurationError(f"`step_timeout` must be a positive number of seconds or None; got {step_timeout!r}.")
+        mp_context = _resolve_context(context)
+        pickled = []
+        for index, env_fn in enumerate(spec.env_fns):
+            try:
+                pickled.append(cloudpickle.dumps(env_fn))
+            except Exception as error:
+                raise ConfigurationError(
+                    f"env_fns[{index}] cannot be serialised for a worker process "
+                    f"({type(error).__name__}: {error}). Use a top-level function or functools.partial, "
+                    "and keep unpicklable state (open files, locks, sockets) out of the factory."
+                ) from error
+
+        pool = _WorkerPool()
+        try:
+            for index, (start, stop) in enumerate(_split(num_envs, num_workers)):
+                parent_end, child_end = mp_context.Pipe(duplex=True)
+                process = mp_context.Process(
+                    target=_worker.worker_main,
+                    args=(child_end, index, start, pickled[start:stop]),
+                    name=f"parallel-rollouts-worker-{index}",
+                    daemon=True,
+                )
+                process.start()
+                child_end.close()
+                pool.workers.append(_Worker(index, start, stop, process, parent_end))
+            cls._start(spec, pool)
+        except BaseException:
+            pool.shutdown(graceful=False)
+            raise
+        return cls(spec, pool, step_timeout)
+
+    @staticmethod
+    def _start(spec: BackendSpec, pool: _WorkerPool) -> None:
+        replies = [_startup_reply(worker, "spaces") for worker in pool.workers]
+        _raise_startup_errors(replies)
+        env_spaces = [pair for reply in replies for pair in reply]
+        observation_space, action_space = env_spaces[0]
+        for index, (observation, action) in enumerate(env_spaces):
+            for role, reference, space in (("observation", observation_space, observation), ("action", action_space, action)):
+                if not same_space(reference, space):
+                    raise SpaceError(
+                        f"env {index} declares the {role} space {space!r}, but env 0 declares {reference!r}; "
+                        "every env must declare the same spaces."
+                    )
+        spec.adopt_spaces(observation_space, action_space)
+        pool.shared = SharedStorage.create(spec.allocate_storage)
+        order = _worker.AttachOrder(
+            segment_name=pool.shared.name,
+            observation_space=observation_space,
+            action_space=action_space,
+            root_seed=spec.root_seed,
+            horizon=spec.horizon,
+            num_envs=spec.num_envs,
+            info_keys=spec.info_keys,
+            core_name=spec.core_name,
+        )
+        for worker in pool.workers:
+            worker.connection.send(("attach", order))
+        _raise_startup_errors([_startup_reply(worker, "ready") for worker in pool.workers])
+
+    # -- one rollout -----------------------------------------------------------------------
+
+    @property
+    def _storage(self) -> RolloutStorage:
+        return self._pool.shared.storage
+
+    def start_rollout(self, reuse_storage: bool) -> RolloutStorage:
+        self._reuse_storage = reuse_storage
+        self._request_all(_worker.BEGIN, 0)
+        return self._storage
+
+    def step(self, t: int) -> None:
+        self._request_all(_worker.STEP, t)
+
+    def abandon_rollout(self, t: int) -> None:
+        self._request_all(_worker.ABANDON, t)
+
+    def finish_rollout(self) -> tuple[RolloutStorage, CompletedEpisodes]:
+        payloads = self._request_all(_worker.FINISH, 0)
+        episodes = CompletedEpisodes.merge([pickle.loads(payload) for payload in payloads])
+        return self._copy_out(self._reuse_storage), episodes
+
+    def _copy_out(self, reuse_storage: bool) -> RolloutStorage:
+        """Copy the shared storage into private arrays: the one copy per rollout."""
+        if self._copy_target is None or not reuse_storage:
+            self._copy_target = self._spec.allocate_storage()
+        self._storage.copy_to(self._copy_target)
+        return self._copy_target
+
+    def _request_all(self, command: bytes, argument: int) -> list[bytes]:
+        request = _worker.REQUEST.pack(command, argument)
+        for worker in self._workers:
+            try:
+                worker.connection.send_bytes(request)
+            except OSError:
+                self._raise_died(worker)
+        payloads: list[bytes] = []
+        errors: list[BaseException] = []
+        deadline = None if self._step_timeout is None else time.monotonic() + self._step_timeout
+        for worker in self._workers:
+            reply = self._receive(worker, deadline)
+            status = reply[:1]
+            if status == _worker.FAILED:
+                errors.append(pickle.loads(reply[1:]))
+            elif status == _worker.FINISHED:
+                payloads.append(reply[1:])
+        if errors:
+            worker_errors = [error for error in errors if isinstance(error, WorkerError)]
+            if len(worker_errors) == len(errors) and len(errors) > 1:
+                raise WorkerError.from_failures([f for error in worker_errors for f in error.failures])
+            raise errors[0]
+        return payloads
+
+    def _receive(self, worker: _Worker, deadline: float | None) -> bytes:
+        connection = worker.connection
+        try:
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                ready = wait([connection, worker.process.sentinel], max(remaining, 0))
+                if connection not in ready:
+                    if worker.process.sentinel in ready:
+                        self._raise_died(worker)
+                    raise StepTimeoutError(
+                        f"{worker.describe()} did not finish within step_timeout={self._step_timeout} s; "
+                        "its envs may hang. The collector is now unusable.",
+                        (EnvFailure(worker.start, "step", "StepTimeoutError", "timed out", ""),),
+                    )
+            return connection.recv_bytes()
+        except (EOFError, ConnectionError):
+            self._raise_died(worker)
+
+    def _raise_died(self, worker: _Worker) -> None:
+        worker.alive = False
+        worker.process.join(1.0)
+        raise WorkerDiedError(
+            f"{worker.describe()} {_exit_description(worker.process)} while the collector was waiting for it. "
+            "If an env crashes its process (a segfault in a simulator, os._exit), run it with "
+            "backend='serial' to see the error.",
+            tuple(EnvFailure(index, "worker", "WorkerDiedError", _exit_description(worker.process), "") for index in range(worker.start, worker.stop)),
+        )
+
+    def close(self) -> None:
+        errors = self._pool.shutdown(graceful=True)
+        self._finalizer.detach()
+        for error in errors:
+            logger.warning("an env raised while closing: %s", error)
+
+
+def _resolve_context(context):
+    if context is None:
+        return multiprocessing.get_context("spawn")
+    if isinstance(context, str):
+        try:
+            return multiprocessing.get_context(context)
+        except ValueError as error:
+            raise ConfigurationError(
+                f"`context` must be a multiprocessing start method {multiprocessing.get_all_start_methods()!r} "
+                f"or a context; got {context!r}."
+            ) from error
+    if hasattr(context, "Process") and hasattr(context, "Pipe"):
+        return context
+    raise ConfigurationError(f"`context` must be a start method name or a multiprocessing context; got {context!r}.")
+
+
+def _raise_startup_errors(replies: list) -> None:
+    """Raise what the workers reported: every env failure together, else the first other error."""
+    errors = [reply for reply in replies if isinstance(reply, BaseException)]
+    if not errors:
+        return
+    if all(isinstance(error, WorkerError) for error in errors):
+        failures = [failure for error in errors for failure in error.failures]
+        if failures:
+            raise WorkerError.from_failures(failures)
+    raise next((error for error in errors if not isinstance(error, WorkerError)), errors[0])
+
+
+def _startup_reply(worker: _Worker, expected: str):
+    """One start-up message from a worker, or the exception it reports (bounded in time)."""
+    connection = worker.connection
+    ready = wait([connection, worker.process.sentinel], START_TIMEOUT)
+    try:
+        if connection in ready:
+            kind, payload = connection.recv()
+            if kind == expected:
+                return payload
+            if kind == "error":
+                return payload
+            return WorkerError(f"{worker.describe()} sent an unexpected start-up message {kind!r}.")
+    except (EOFError, OSError):
+        pass
+    worker.process.join(1.0)
+    if not ready:
+        return WorkerError(f"{worker.describe()} did not start within {START_TIMEOUT} s.")
+    return WorkerDiedError(
+        f"{worker.describe()} {_exit_description(worker.process)} while starting up.",
+        tuple(EnvFailure(index, "make", "WorkerDiedError", _exit_description(worker.process), "") for index in range(worker.start, worker.stop)),
+    )
