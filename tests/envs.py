@@ -141,6 +141,18 @@ class FaultyEnv(CountingEnv):
         return observation, reward, terminated, truncated, info
 
 
+class UnpicklableFactory:
+    """A factory holding a lock, which no pickler can serialise."""
+
+    def __init__(self):
+        import threading
+
+        self.lock = threading.Lock()
+
+    def __call__(self):
+        return CountingEnv()
+
+
 class RaisingFactory:
     """An env factory that raises, as a picklable object."""
 

@@ -138,7 +138,8 @@ class AsyncBackend(Backend):
         self._step_timeout = step_timeout
         self._copy_target: RolloutStorage | None = None
         self._reuse_storage = False
-        self._finalizer = weakref.finalize(self, pool.shutdown, False)
+        # Runs on garbage collection or at interpreter exit if close() was never called.
+        self._finalizer = weakref.finalize(self, pool.shutdown, True)
 
     # -- construction ----------------------------------------------------------------------
 

@@ -1,0 +1,86 @@
+"""Leak checks for the tests: child processes, shared-memory segments, file descriptors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+from multiprocessing import resource_tracker
+
+from parallel_rollouts.backends.shared_memory import SEGMENT_PREFIX
+
+SHM_DIR = Path("/dev/shm")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def our_segments() -> set[str]:
+    """Names of this library's shared-memory segments currently present (any process)."""
+    if not SHM_DIR.exists():
+        return set()
+    return {path.name for path in SHM_DIR.iterdir() if path.name.startswith(SEGMENT_PREFIX)}
+
+
+def _children() -> set[int]:
+    """Live child processes, leaving out multiprocessing's long-lived resource tracker."""
+    result = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if "resource_tracker" in " ".join(child.cmdline()):
+                continue
+        except psutil.NoSuchProcess:
+            continue
+        result.add(child.pid)
+    return result
+
+
+@dataclass
+class ResourceSnapshot:
+    children: set[int]
+    segments: set[str]
+    fds: int
+
+    @classmethod
+    def take(cls) -> ResourceSnapshot:
+        # The resource tracker starts once per process and keeps one pipe open for
+        # good; start it first so that it is part of every baseline.
+        resource_tracker.ensure_running()
+        return cls(_children(), our_segments(), psutil.Process().num_fds())
+
+    def assert_nothing_leaked(self, timeout: float = 5.0) -> None:
+        """Wait (bounded) for the process tree to return to this snapshot, else fail."""
+        deadline = time.monotonic() + timeout
+        while True:
+            now = ResourceSnapshot.take()
+            new_children = now.children - self.children
+            new_segments = now.segments - self.segments
+            extra_fds = now.fds - self.fds
+            if not new_children and not new_segments and extra_fds <= 0:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"leaked: child processes {sorted(new_children)}, segments {sorted(new_segments)}, "
+                    f"{extra_fds} extra file descriptors"
+                )
+            time.sleep(0.05)
+
+
+def run_script(body: str, timeout: float = 60.0, **popen_kwargs) -> subprocess.CompletedProcess:
+    """Run ``body`` as a fresh Python program from the repository root."""
+    code = textwrap.dedent(body)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout, **popen_kwargs
+    )
+
+
+def assert_no_resource_tracker_warning(stderr: str) -> None:
+    for marker in ("resource_tracker", "leaked shared_memory", "leaked semaphore"):
+        assert marker not in stderr, f"resource-tracker warning on stderr:\n{stderr}"

@@ -1,0 +1,133 @@
+"""The async backend gives the batch the other backends give, and cleans up after itself."""
+
+from functools import partial
+
+import numpy as np
+import pytest
+
+from parallel_rollouts import ActionError, ConfigurationError, ParallelRolloutCollector
+from tests.batch_compare import assert_batches_identical
+from tests.envs import ConstantPolicy, CountingEnv, ObservationDependentPolicy, UnpicklableFactory, cartpole
+from tests.leaks import ResourceSnapshot
+from tests.test_backend_identity import space_env_fns
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def collect(backend, env_fns, policy=None, collects=3, **kwargs):
+    with ParallelRolloutCollector(env_fns, policy, backend, **kwargs) as collector:
+        return [collector.collect() for _ in range(collects)]
+
+
+@pytest.mark.parametrize("num_workers", [1, 2, 3])
+def test_async_matches_serial_for_any_number_of_workers(num_workers, core):
+    snapshot = ResourceSnapshot.take()
+    policy = ObservationDependentPolicy(2)
+    reference = collect("serial", [cartpole] * 5, policy, horizon=30, seed=17, core=core)
+    candidate = collect("async", [cartpole] * 5, policy, horizon=30, seed=17, core=core, num_workers=num_workers)
+    for first, second in zip(reference, candidate):
+        assert_batches_identical(first, second)
+    snapshot.assert_nothing_leaked()
+
+
+@pytest.mark.parametrize("case", ["dict_nested", "box_image_uint8", "tuple_nested", "multibinary"])
+def test_async_matches_sync_for_nested_and_image_spaces_with_random_actions(case):
+    reference = collect("sync", space_env_fns(case, 4), horizon=8, seed=3, info_keys=())
+    candidate = collect("async", space_env_fns(case, 4), horizon=8, seed=3, num_workers=2)
+    for first, second in zip(reference, candidate):
+        assert_batches_identical(first, second)
+
+
+def test_async_final_observations_do_not_leak_from_an_earlier_rollout():
+    fns = [partial(CountingEnv, env_id=i, episode_length=3) for i in range(2)]
+    reference = collect("sync", fns, ConstantPolicy(2, 1), collects=4, horizon=4, seed=1, info_keys=("step_in_episode",))
+    candidate = collect("async", fns, ConstantPolicy(2, 1), collects=4, horizon=4, seed=1, num_workers=2, info_keys=("step_in_episode",))
+    for first, second in zip(reference, candidate):
+        assert_batches_identical(first, second)
+
+
+def test_async_batches_are_private_copies_unless_reuse_is_asked_for():
+    fns = [partial(CountingEnv, env_id=i, episode_length=3) for i in range(2)]
+    with ParallelRolloutCollector(fns, ConstantPolicy(2, 1), "async", horizon=4, seed=1, num_workers=2) as collector:
+        first = collector.collect()
+        kept = first.observations.copy()
+        second = collector.collect()
+        np.testing.assert_array_equal(first.observations, kept)
+        assert not np.shares_memory(first.observations, second.observations)
+    with ParallelRolloutCollector(fns, ConstantPolicy(2, 1), "async", horizon=4, seed=1, reuse_buffers=True) as collector:
+        first = collector.collect()
+        second = collector.collect()
+        assert np.shares_memory(first.observations, second.observations)
+    np.testing.assert_array_equal(second.final_observation_mask[:, 0], [False, True, False, False])
+    assert not second.final_observations[2].any()
+
+
+def test_lambda_and_closure_factories_work():
+    offset = 3
+    fns = [lambda: CountingEnv(env_id=0)] + [(lambda i=i: CountingEnv(env_id=i + offset)) for i in range(2)]
+    (batch,) = collect("async", fns, ConstantPolicy(3), collects=1, horizon=2, seed=0, num_workers=2)
+    np.testing.assert_array_equal(batch.observations[0, :, 0], [0, 3, 4])
+
+
+def test_unpicklable_factory_is_named_at_construction():
+    fns = [partial(CountingEnv), UnpicklableFactory()]
+    snapshot = ResourceSnapshot.take()
+    with pytest.raises(ConfigurationError, match=r"env_fns\[1\] cannot be serialised for a worker process"):
+        ParallelRolloutCollector(fns, backend="async")
+    snapshot.assert_nothing_leaked()
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"num_workers": 0}, r"`num_workers` must be an int between 1 and the number of envs \(2\); got 0"),
+        ({"num_workers": 3}, r"got 3"),
+        ({"step_timeout": -1}, r"`step_timeout` must be a positive number of seconds or None; got -1"),
+        ({"context": "teleport"}, r"`context` must be a multiprocessing start method"),
+    ],
+)
+def test_async_arguments_are_checked(kwargs, match):
+    snapshot = ResourceSnapshot.take()
+    with pytest.raises(ConfigurationError, match=match):
+        ParallelRolloutCollector([CountingEnv, CountingEnv], backend="async", **kwargs)
+    snapshot.assert_nothing_leaked()
+
+
+def test_bad_actions_are_rejected_in_the_main_process_before_any_worker_steps():
+    fns = [partial(CountingEnv, env_id=i, episode_length=50) for i in range(2)]
+    actions = {"value": np.array([0, 9])}
+    with ParallelRolloutCollector(fns, lambda obs: actions["value"], "async", horizon=3, seed=0, num_workers=2) as collector:
+        with pytest.raises(ActionError, match=r"action for env 1 is outside the action space Discrete\(4\): got 9"):
+            collector.collect()
+        actions["value"] = np.array([1, 1])
+        batch = collector.collect()
+    # No env was stepped by the rejected call: the rollout starts at step 0 of the episode.
+    np.testing.assert_array_equal(batch.observations[:, :, 1], [[0, 0], [1, 1], [2, 2]])
+
+
+def test_two_collectors_alive_at_once_do_not_interfere():
+    fns = [partial(CountingEnv, env_id=i, episode_length=i + 2) for i in range(3)]
+    expected_a = collect("sync", fns, ConstantPolicy(3, 1), horizon=5, seed=1)
+    expected_b = collect("sync", fns, ConstantPolicy(3, 2), horizon=5, seed=2)
+    with ParallelRolloutCollector(fns, ConstantPolicy(3, 1), "async", horizon=5, seed=1, num_workers=2) as a, \
+            ParallelRolloutCollector(fns, ConstantPolicy(3, 2), "async", horizon=5, seed=2, num_workers=2) as b:
+        got_a, got_b = [], []
+        for _ in range(3):
+            got_a.append(a.collect())
+            got_b.append(b.collect())
+    for first, second in zip(expected_a + expected_b, got_a + got_b):
+        assert_batches_identical(first, second)
+
+
+@pytest.mark.timeout(240)
+def test_creating_and_closing_many_collectors_returns_to_baseline():
+    fns = [partial(CountingEnv, env_id=i) for i in range(2)]
+    # One round first, so that one-time costs (the resource tracker, imports) are in the baseline.
+    ParallelRolloutCollector(fns, None, "async", horizon=2, seed=0, num_workers=1).close()
+    snapshot = ResourceSnapshot.take()
+    for index in range(100):
+        collector = ParallelRolloutCollector(fns, None, "async", horizon=2, seed=index, num_workers=1)
+        if index % 10 == 0:
+            collector.collect()
+        collector.close()
+    snapshot.assert_nothing_leaked()
