@@ -155,10 +155,29 @@ def _leaf_bounds(leaf: Leaf) -> tuple[np.ndarray, np.ndarray]:
     return low, high
 
 
-def same_space(reference: spaces.Space, other: spaces.Space) -> bool:
+def _same_space(reference: spaces.Space, other: spaces.Space) -> bool:
     """Space equality that tolerates NumPy's array-valued attributes."""
     try:
         return bool(reference == other)
     except ValueError:
         return False
+
+
+def check_env_spaces(
+    env_index: int,
+    observation_space: spaces.Space,
+    action_space: spaces.Space,
+    reference_observation_space: spaces.Space,
+    reference_action_space: spaces.Space,
+) -> None:
+    """Raise :class:`SpaceError` unless env ``env_index`` declares the reference (env 0's) spaces."""
+    for role, space, reference in (
+        ("observation", observation_space, reference_observation_space),
+        ("action", action_space, reference_action_space),
+    ):
+        if not _same_space(reference, space):
+            raise SpaceError(
+                f"env {env_index} declares the {role} space {space!r}, but env 0 declares "
+                f"{reference!r}; every env must declare the same spaces."
+            )
 

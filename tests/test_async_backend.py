@@ -131,3 +131,17 @@ def test_creating_and_closing_many_collectors_returns_to_baseline():
             collector.collect()
         collector.close()
     snapshot.assert_nothing_leaked()
+
+
+def test_envs_with_different_spaces_in_different_workers_are_named():
+    from gymnasium import spaces
+
+    from parallel_rollouts import SpaceError
+    from tests.envs import SpaceEnv
+
+    fns = [partial(SpaceEnv, spaces.Box(0, 1, (3,)), spaces.Discrete(2))] * 3
+    fns.append(partial(SpaceEnv, spaces.Box(0, 1, (3,)), spaces.Discrete(5)))
+    snapshot = ResourceSnapshot.take()
+    with pytest.raises(SpaceError, match=r"env 3 declares the action space Discrete\(5\), but env 0 declares Discrete\(2\)"):
+        ParallelRolloutCollector(fns, backend="async", num_workers=2)
+    snapshot.assert_nothing_leaked()

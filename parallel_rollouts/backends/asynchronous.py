@@ -29,8 +29,8 @@ from multiprocessing.connection import Connection, wait
 import cloudpickle
 import numpy as np
 
-from ..errors import ConfigurationError, EnvFailure, SpaceError, StepTimeoutError, WorkerDiedError, WorkerError
-from ..spaces import same_space
+from ..errors import ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError, WorkerError
+from ..spaces import check_env_spaces
 from ..storage import CompletedEpisodes, RolloutStorage
 from . import _worker
 from .base import Backend, BackendSpec
@@ -198,12 +198,7 @@ class AsyncBackend(Backend):
         env_spaces = [pair for reply in replies for pair in reply]
         observation_space, action_space = env_spaces[0]
         for index, (observation, action) in enumerate(env_spaces):
-            for role, reference, space in (("observation", observation_space, observation), ("action", action_space, action)):
-                if not same_space(reference, space):
-                    raise SpaceError(
-                        f"env {index} declares the {role} space {space!r}, but env 0 declares {reference!r}; "
-                        "every env must declare the same spaces."
-                    )
+            check_env_spaces(index, observation, action, observation_space, action_space)
         spec.adopt_spaces(observation_space, action_space)
         pool.shared = SharedStorage.create(spec.allocate_storage)
         order = _worker.AttachOrder(

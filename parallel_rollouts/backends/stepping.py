@@ -30,7 +30,7 @@ from gymnasium import Env
 
 from ..errors import EnvFailure, ObservationError, SpaceError, WorkerError
 from ..seeding import EpisodeSeeds
-from ..spaces import SpaceLayout, same_space
+from ..spaces import SpaceLayout, check_env_spaces
 from ..storage import CompletedEpisodes, RolloutStorage
 
 __all__ = ["EnvGroup", "describe_failure", "make_env"]
@@ -103,15 +103,9 @@ class EnvGroup:
         self._info_keys = tuple(info_keys)
         self._core = core
         for column, env in enumerate(self.envs):
-            for role, layout, space in (
-                ("observation", observation_layout, env.observation_space),
-                ("action", action_layout, env.action_space),
-            ):
-                if not same_space(layout.space, space):
-                    raise SpaceError(
-                        f"env {env_offset + column} declares the {role} space {space!r}, but env 0 "
-                        f"declares {layout.space!r}; every env must declare the same spaces."
-                    )
+            check_env_spaces(
+                env_offset + column, env.observation_space, env.action_space, observation_layout.space, action_layout.space
+            )
 
         n = self.num_envs
         self._running_returns = np.zeros(n, dtype=np.float64)
@@ -149,6 +143,8 @@ class EnvGroup:
                 failures.append((describe_failure(self.env_offset + column, "reset", error), error))
         if failures:
             _raise_failures(failures)
+        # A writer over the one-row private storage (with an empty final-observation
+        # array: nothing ends at a reset) checks shapes exactly as steps do.
         writers = [
             self._core.ObservationWriter(leaf, leaf[:0]) for leaf in self._current_observations
         ]
