@@ -14,6 +14,7 @@ from .batch import RolloutBatch
 from .core import load_core
 from .errors import CollectorClosedError, ConfigurationError
 from .policy import PolicyOutputWriter, RandomActionSampler
+from .rollout_loop import RolloutLoop
 from .seeding import draw_root_seed, validate_seed
 
 __all__ = ["BACKENDS", "ParallelRolloutCollector"]
@@ -105,8 +106,11 @@ class ParallelRolloutCollector:
         spec = BackendSpec(env_fns, self._seed, horizon, tuple(info_keys), self._core_name, core_module)
         self._spec = spec
         self._backend = _make_backend(backend, spec, num_workers, context, step_timeout)
-        self._output_writer = PolicyOutputWriter(spec.action_layout, spec.num_envs, core_module)
-        self._policy = policy or RandomActionSampler(spec.action_layout, self._seed, range(spec.num_envs))
+        self._loop = RolloutLoop(
+            spec.observation_layout,
+            PolicyOutputWriter(spec.action_layout, spec.num_envs, core_module),
+            policy or RandomActionSampler(spec.action_layout, self._seed, range(spec.num_envs)),
+        )
         self._owner_pid = os.getpid()
 
     # -- public properties -----------------------------------------------------------------
@@ -161,25 +165,19 @@ class ParallelRolloutCollector:
         """
         self._check_usable()
         backend = self._backend
-        spec = self._spec
-        layout = spec.observation_layout
         try:
             storage = backend.start_rollout(self._reuse_buffers)
         except BaseException as error:
             self._broken = error
             raise
-        self._output_writer.reset_rollout()
-        t = 0
         try:
-            for t in range(self._horizon):
-                observations = layout.unflatten([_read_only(leaf[t]) for leaf in storage.observations])
-                output = self._policy(observations)
-                self._output_writer.write(t, output, storage)
-                self._step_backend(t)
+            self._loop.run(storage, self._step_backend)
         except BaseException as error:
             if self._broken is None:
+                # The policy (or its output) failed before step `steps_done` ran:
+                # the envs are intact, so drop the rollout and stay usable.
                 try:
-                    backend.abandon_rollout(t)
+                    backend.abandon_rollout(self._loop.steps_done)
                 except BaseException as abandon_error:
                     self._broken = abandon_error
                     raise error from None
@@ -192,10 +190,10 @@ class ParallelRolloutCollector:
         return RolloutBatch.from_storage(
             storage,
             episodes,
-            layout,
-            spec.action_layout,
-            has_values=bool(self._output_writer.has_values),
-            has_log_probs=bool(self._output_writer.has_log_probs),
+            self._spec.observation_layout,
+            self._spec.action_layout,
+            has_values=bool(self._loop.output_writer.has_values),
+            has_log_probs=bool(self._loop.output_writer.has_log_probs),
             seed=self._seed,
         )
 
@@ -246,12 +244,6 @@ class ParallelRolloutCollector:
             f"ParallelRolloutCollector(backend={self._backend_name!r}, num_envs={self.num_envs}, "
             f"horizon={self._horizon}, seed={self._seed}, core={self._core_name!r}, {state})"
         )
-
-
-def _read_only(array):
-    view = array.view()
-    view.flags.writeable = False
-    return view
 
 
 def _check_env_fns(env_fns: Any) -> list:

@@ -117,14 +117,17 @@ def test_compiled_core_missing_is_an_error_not_a_fallback(monkeypatch):
     ],
 )
 def test_bad_actions_are_rejected_before_any_env_steps(backend, actions, match, core):
-    collector = ParallelRolloutCollector(counting_fns(2, episode_length=50), lambda obs: actions, backend, horizon=3, seed=0, core=core)
+    returned = {"actions": actions}
+    collector = ParallelRolloutCollector(
+        counting_fns(2, episode_length=50), lambda obs: returned["actions"], backend, horizon=3, seed=0, core=core
+    )
     with collector:
         envs = collector._backend._envs
         with pytest.raises(ActionError, match=match):
             collector.collect()
         assert all(env._step == 0 for env in envs), "no env may be stepped with a rejected action"
         # A rejected action does not break the collector: the next collect starts where the envs are.
-        collector._policy = ConstantPolicy(2, 1)
+        returned["actions"] = np.ones(2, dtype=np.int64)
         batch = collector.collect()
         np.testing.assert_array_equal(batch.observations[:, :, 1], [[0, 0], [1, 1], [2, 2]])
 
