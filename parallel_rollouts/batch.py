@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 
 from .spaces import SpaceLayout
-from .storage import CompletedEpisodes, RolloutStorage
 
 __all__ = ["RolloutBatch"]
 
@@ -58,6 +57,10 @@ class RolloutBatch:
         from the info dict of the step at ``[t, env]``.
     seed:
         The collector's root seed, so the run can be reproduced.
+    lost_env_indices:
+        int64 env indices whose rows in this batch are not valid because the
+        worker hosting them died and was restarted (``backend="ray"`` with
+        ``max_restarts``); empty otherwise. Mask those columns out.
     """
 
     observations: Any
@@ -78,6 +81,7 @@ class RolloutBatch:
     episode_seeds: np.ndarray
     infos: dict[str, np.ndarray]
     seed: int
+    lost_env_indices: np.ndarray
 
     @property
     def dones(self) -> np.ndarray:
@@ -97,16 +101,10 @@ class RolloutBatch:
         return self.rewards.size
 
     @classmethod
-    def from_storage(
-        cls,
-        storage: RolloutStorage,
-        episodes: CompletedEpisodes,
-        observation_layout: SpaceLayout,
-        action_layout: SpaceLayout,
-        has_values: bool,
-        has_log_probs: bool,
-        seed: int,
-    ) -> RolloutBatch:
+    def from_result(cls, result, observation_layout: SpaceLayout, action_layout: SpaceLayout, seed: int) -> RolloutBatch:
+        """Assemble the batch from a backend's :class:`~parallel_rollouts.backends.base.RolloutResult`."""
+        storage, episodes = result.storage, result.episodes
+        has_values, has_log_probs = result.has_values, result.has_log_probs
         horizon = storage.horizon
         return cls(
             observations=observation_layout.unflatten([leaf[:horizon] for leaf in storage.observations]),
@@ -129,4 +127,5 @@ class RolloutBatch:
             episode_seeds=episodes.seeds,
             infos=dict(storage.infos),
             seed=seed,
+            lost_env_indices=result.lost_env_indices,
         )

@@ -164,45 +164,12 @@ class ParallelRolloutCollector:
         later calls raise :class:`CollectorClosedError`; ``close()`` still works.
         """
         self._check_usable()
-        backend = self._backend
         try:
-            storage = backend.start_rollout(self._reuse_buffers)
-        except BaseException as error:
-            self._broken = error
+            result = self._backend.collect(self._loop, self._reuse_buffers)
+        except BaseException:
+            self._broken = self._backend.broken
             raise
-        try:
-            self._loop.run(storage, self._step_backend)
-        except BaseException as error:
-            if self._broken is None:
-                # The policy (or its output) failed before step `steps_done` ran:
-                # the envs are intact, so drop the rollout and stay usable.
-                try:
-                    backend.abandon_rollout(self._loop.steps_done)
-                except BaseException as abandon_error:
-                    self._broken = abandon_error
-                    raise error from None
-            raise
-        try:
-            storage, episodes = backend.finish_rollout()
-        except BaseException as error:
-            self._broken = error
-            raise
-        return RolloutBatch.from_storage(
-            storage,
-            episodes,
-            self._spec.observation_layout,
-            self._spec.action_layout,
-            has_values=bool(self._loop.output_writer.has_values),
-            has_log_probs=bool(self._loop.output_writer.has_log_probs),
-            seed=self._seed,
-        )
-
-    def _step_backend(self, t: int) -> None:
-        try:
-            self._backend.step(t)
-        except BaseException as error:
-            self._broken = error
-            raise
+        return RolloutBatch.from_result(result, self._spec.observation_layout, self._spec.action_layout, self._seed)
 
     def _check_usable(self) -> None:
         if self._closed:

@@ -33,7 +33,7 @@ from ..errors import ConfigurationError, EnvFailure, StepTimeoutError, WorkerDie
 from ..spaces import check_env_spaces
 from ..storage import CompletedEpisodes, RolloutStorage
 from . import _worker
-from .base import Backend, BackendSpec
+from .base import BackendSpec, StepwiseBackend
 from .shared_memory import SharedStorage
 
 __all__ = ["AsyncBackend"]
@@ -130,7 +130,7 @@ def _split(num_envs: int, num_workers: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-class AsyncBackend(Backend):
+class AsyncBackend(StepwiseBackend):
     def __init__(self, spec: BackendSpec, pool: _WorkerPool, step_timeout: float | None) -> None:
         self._spec = spec
         self._pool = pool

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from types import ModuleType
 
 import numpy as np
@@ -12,10 +13,11 @@ from gymnasium import Env, Space
 
 from ..errors import WorkerError
 from ..spaces import SpaceLayout
+from ..rollout_loop import RolloutLoop
 from ..storage import CompletedEpisodes, RolloutStorage
 from .stepping import EnvGroup, make_env
 
-__all__ = ["Backend", "BackendSpec", "InProcessBackend"]
+__all__ = ["Backend", "BackendSpec", "InProcessBackend", "RolloutResult", "StepwiseBackend"]
 
 logger = logging.getLogger("parallel_rollouts")
 
@@ -62,14 +64,71 @@ class BackendSpec:
         )
 
 
-class Backend(abc.ABC):
-    """A way of running the envs. The collector drives it one rollout at a time:
+@dataclass
+class RolloutResult:
+    """What a backend hands the collector for one rollout."""
 
-    ``storage = start_rollout()``, then per step the collector writes the
-    actions into ``storage.actions[t]`` and calls ``step(t)``, then
-    ``finish_rollout()`` returns the storage to build the batch from (which
-    may be a copy) and the completed episodes.
+    storage: RolloutStorage
+    episodes: CompletedEpisodes
+    has_values: bool
+    has_log_probs: bool
+    #: Envs whose rows in this rollout are not valid (their worker died and was
+    #: restarted); empty for every backend that does not restart workers.
+    lost_env_indices: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+
+class Backend(abc.ABC):
+    """A way of running the envs. ``collect`` runs one rollout and returns it.
+
+    ``broken`` is set when a failure left the envs in an unknown state; the
+    collector then refuses to collect again. A failure that leaves ``broken``
+    unset (the policy raised, its output was rejected) keeps the backend usable.
     """
+
+    broken: BaseException | None = None
+
+    @abc.abstractmethod
+    def collect(self, loop: RolloutLoop, reuse_storage: bool) -> RolloutResult: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+
+class StepwiseBackend(Backend):
+    """A backend driven one step at a time from this process, where the policy runs.
+
+    ``storage = start_rollout()``; per step the loop writes the actions into
+    ``storage.actions[t]`` and calls ``step(t)``; ``finish_rollout()`` returns
+    the storage to build the batch from (which may be a copy) and the episodes.
+    """
+
+    def collect(self, loop: RolloutLoop, reuse_storage: bool) -> RolloutResult:
+        storage = self._guarded(self.start_rollout, reuse_storage)
+        try:
+            loop.run(storage, self._guarded_step)
+        except BaseException as error:
+            if self.broken is None:
+                # The policy (or its output) failed before step `steps_done` ran:
+                # the envs are intact, so drop the rollout and stay usable.
+                try:
+                    self.abandon_rollout(loop.steps_done)
+                except BaseException as abandon_error:
+                    self.broken = abandon_error
+                    raise error from None
+            raise
+        storage, episodes = self._guarded(self.finish_rollout)
+        writer = loop.output_writer
+        return RolloutResult(storage, episodes, bool(writer.has_values), bool(writer.has_log_probs))
+
+    def _guarded(self, function, *args):
+        try:
+            return function(*args)
+        except BaseException as error:
+            self.broken = error
+            raise
+
+    def _guarded_step(self, t: int) -> None:
+        self._guarded(self.step, t)
 
     @abc.abstractmethod
     def start_rollout(self, reuse_storage: bool) -> RolloutStorage: ...
@@ -84,11 +143,8 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def finish_rollout(self) -> tuple[RolloutStorage, CompletedEpisodes]: ...
 
-    @abc.abstractmethod
-    def close(self) -> None: ...
 
-
-class InProcessBackend(Backend):
+class InProcessBackend(StepwiseBackend):
     """Envs live in this process, split into :class:`EnvGroup` s by ``group_bounds``."""
 
     def __init__(self, spec: BackendSpec, envs: Sequence[Env], group_bounds: Sequence[tuple[int, int]]) -> None:
