@@ -21,7 +21,7 @@ __all__ = ["BACKENDS", "ParallelRolloutCollector"]
 
 logger = logging.getLogger("parallel_rollouts")
 
-BACKENDS = ("serial", "sync", "async")
+BACKENDS = ("serial", "sync", "async", "ray")
 
 
 class ParallelRolloutCollector:
@@ -40,8 +40,9 @@ class ParallelRolloutCollector:
         ``None`` samples each env's action from its own seeded copy of the action
         space.
     backend:
-        ``"serial"`` (reference), ``"sync"`` (all envs in this process) or
-        ``"async"`` (worker processes writing into shared memory).
+        ``"serial"`` (reference), ``"sync"`` (all envs in this process),
+        ``"async"`` (worker processes writing into shared memory) or ``"ray"``
+        (Ray actors running whole rollouts, on a cluster or locally).
     horizon:
         Steps per env in each ``collect()``.
     seed:
@@ -54,10 +55,17 @@ class ParallelRolloutCollector:
     reuse_buffers:
         If true, every ``collect()`` writes into the same arrays, so a batch is
         overwritten by the next one. Off by default: a returned batch is yours.
-    num_workers, context, step_timeout:
-        Async backend only: worker count (default ``min(cpu_count, num_envs)``),
-        multiprocessing start method (default ``"spawn"`` everywhere), and seconds
-        to wait for one step before raising :class:`StepTimeoutError`.
+    num_workers:
+        Async and Ray backends: worker processes / actors, each owning a
+        contiguous slice of the envs (default ``min(cpu_count, num_envs)``).
+    context, step_timeout:
+        Async backend only: multiprocessing start method (default ``"spawn"``
+        everywhere), and seconds to wait for one step before raising
+        :class:`StepTimeoutError`.
+    ray_options:
+        Ray backend only: ``{"address", "num_cpus", "num_gpus", "max_restarts"}``
+        (see :class:`~parallel_rollouts.backends.distributed.RayOptions`). The
+        policy must be picklable; it runs inside each actor.
 
     Raises
     ------
@@ -81,6 +89,7 @@ class ParallelRolloutCollector:
         num_workers: int | None = None,
         context: str | None = None,
         step_timeout: float | None = None,
+        ray_options: dict | None = None,
     ) -> None:
         self._backend: Backend | None = None
         self._closed = False
@@ -94,10 +103,16 @@ class ParallelRolloutCollector:
             raise ConfigurationError(f"`backend` must be one of {BACKENDS!r}; got {backend!r}.")
         if isinstance(info_keys, str) or not all(isinstance(key, str) for key in info_keys):
             raise ConfigurationError(f"`info_keys` must be a sequence of strings; got {info_keys!r}.")
-        if backend != "async":
-            for name, value in (("num_workers", num_workers), ("context", context), ("step_timeout", step_timeout)):
-                if value is not None:
-                    raise ConfigurationError(f"`{name}` applies to the async backend only; got backend={backend!r}.")
+        for name, value, applies_to in (
+            ("num_workers", num_workers, ("async", "ray")),
+            ("context", context, ("async",)),
+            ("step_timeout", step_timeout, ("async",)),
+            ("ray_options", ray_options, ("ray",)),
+        ):
+            if value is not None and backend not in applies_to:
+                raise ConfigurationError(
+                    f"`{name}` applies to backend {' or '.join(map(repr, applies_to))} only; got backend={backend!r}."
+                )
         self._seed = draw_root_seed() if seed is None else validate_seed(seed)
         self._core_name, core_module = load_core(core)
         self._backend_name = backend
@@ -105,7 +120,7 @@ class ParallelRolloutCollector:
         self._reuse_buffers = bool(reuse_buffers)
         spec = BackendSpec(env_fns, self._seed, horizon, tuple(info_keys), self._core_name, core_module)
         self._spec = spec
-        self._backend = _make_backend(backend, spec, num_workers, context, step_timeout)
+        self._backend = _make_backend(backend, spec, policy, num_workers, context, step_timeout, ray_options)
         self._loop = RolloutLoop(
             spec.observation_layout,
             PolicyOutputWriter(spec.action_layout, spec.num_envs, core_module),
@@ -231,7 +246,7 @@ def _check_env_fns(env_fns: Any) -> list:
     return list(env_fns)
 
 
-def _make_backend(name: str, spec: BackendSpec, num_workers, context, step_timeout) -> Backend:
+def _make_backend(name: str, spec: BackendSpec, policy, num_workers, context, step_timeout, ray_options) -> Backend:
     if name == "serial":
         from .backends.serial import SerialBackend
 
@@ -240,7 +255,11 @@ def _make_backend(name: str, spec: BackendSpec, num_workers, context, step_timeo
         from .backends.sync import SyncBackend
 
         return SyncBackend.build(spec)
-    from .backends.asynchronous import AsyncBackend
+    if name == "async":
+        from .backends.asynchronous import AsyncBackend
 
-    return AsyncBackend.build(spec, num_workers=num_workers, context=context, step_timeout=step_timeout)
+        return AsyncBackend.build(spec, num_workers=num_workers, context=context, step_timeout=step_timeout)
+    from .backends.distributed import RayBackend, RayOptions
+
+    return RayBackend(spec, policy, num_workers, RayOptions.parse(ray_options))
 

@@ -181,13 +181,19 @@ def cartpole() -> gym.Env:
 
 
 class ConstantPolicy:
-    """Every env takes action ``value`` (a deterministic, batched policy)."""
+    """Every env takes action ``value`` (a deterministic, batched policy).
+
+    It sizes its output by the observations it is given, so it also serves a
+    Ray actor that sees only its slice of the envs.
+    """
 
     def __init__(self, num_envs: int, value: int = 1, dtype=np.int64):
-        self.actions = np.full(num_envs, value, dtype=dtype)
+        self.num_envs = num_envs
+        self.value = value
+        self.dtype = dtype
 
     def __call__(self, observations):
-        return self.actions.copy()
+        return np.full(observations.shape[0], self.value, dtype=self.dtype)
 
 
 class ObservationDependentPolicy:

@@ -35,12 +35,13 @@ def counting_fns(n, **kwargs):
     [
         ({"horizon": 0}, r"`horizon` must be an int >= 1; got 0"),
         ({"horizon": 2.5}, r"`horizon` must be an int >= 1; got 2.5"),
-        ({"backend": "threads"}, r"`backend` must be one of \('serial', 'sync', 'async'\); got 'threads'"),
+        ({"backend": "threads"}, r"`backend` must be one of \('serial', 'sync', 'async', 'ray'\); got 'threads'"),
         ({"core": "fast"}, r"`core` must be one of \('auto', 'compiled', 'python'\); got 'fast'"),
         ({"info_keys": "quality"}, r"`info_keys` must be a sequence of strings"),
         ({"policy": 3}, r"`policy` must be callable or None; got 3"),
-        ({"num_workers": 2}, r"`num_workers` applies to the async backend only"),
-        ({"step_timeout": 1.0}, r"`step_timeout` applies to the async backend only"),
+        ({"num_workers": 2}, r"`num_workers` applies to backend 'async' or 'ray' only; got backend='sync'"),
+        ({"step_timeout": 1.0}, r"`step_timeout` applies to backend 'async' only"),
+        ({"ray_options": {}}, r"`ray_options` applies to backend 'ray' only"),
     ],
 )
 def test_bad_constructor_arguments_are_named(kwargs, match):

@@ -82,6 +82,9 @@ class EnvGroup:
         Scalar info entries to store as ``[T, N]`` arrays.
     core:
         The per-step core module (compiled ``_core`` or ``_core_python``).
+    first_episode_numbers:
+        Episode number (seed index) each env starts at; zeros unless a
+        replacement for a dead worker continues with unused seeds.
     """
 
     def __init__(
@@ -93,6 +96,7 @@ class EnvGroup:
         action_layout: SpaceLayout,
         info_keys: Sequence[str],
         core: ModuleType,
+        first_episode_numbers: Sequence[int] | None = None,
     ) -> None:
         self.envs = list(envs)
         self.env_offset = env_offset
@@ -111,7 +115,8 @@ class EnvGroup:
         self._running_returns = np.zeros(n, dtype=np.float64)
         self._running_lengths = np.zeros(n, dtype=np.int64)
         self._running_seeds = np.zeros(n, dtype=np.int64)
-        self._episodes_started = [0] * n
+        # Episode numbers index the seed streams; a replacement worker starts later.
+        self._episodes_started = list(first_episode_numbers) if first_episode_numbers is not None else [0] * n
         self._episode_seeds = [EpisodeSeeds(root_seed, env_offset + column) for column in range(n)]
         self._done_columns = np.zeros(n, dtype=np.int64)
         # The observation each env is at between rollouts, kept privately so that a

@@ -1,0 +1,388 @@
+"""The Ray backend: rollout workers as Ray actors, on an existing cluster or a local one.
+
+A per-step round trip through a cluster costs far more than an env step, so an
+actor runs a whole rollout: it owns a contiguous slice of the envs, holds a
+copy of the policy, and runs the same :class:`~parallel_rollouts.rollout_loop.RolloutLoop`
+over an :class:`~parallel_rollouts.backends.stepping.EnvGroup` that the
+``sync`` backend runs. ``collect()`` sends the policy's current state to every
+actor (a PyTorch module's ``state_dict`` after the first call, otherwise the
+re-pickled policy), gathers the slices and assembles them along the env axis.
+
+Seeds and random actions are per env, so with a policy that treats each env's
+row on its own the batch equals ``sync``'s bit for bit.
+
+With ``max_restarts``, a dead actor is replaced by a new one whose envs start
+fresh episodes at the next unused episode seeds (deterministic), and the batch
+of the rollout it died in lists its envs in ``lost_env_indices``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from ..core import load_core
+from ..errors import ConfigurationError, ObservationError, WorkerDiedError, WorkerError
+from ..policy import PolicyOutputWriter, RandomActionSampler
+from ..rollout_loop import RolloutLoop
+from ..spaces import SpaceLayout, check_env_spaces
+from ..storage import CompletedEpisodes, RolloutStorage
+from .base import Backend, BackendSpec, RolloutResult
+from .stepping import EnvGroup, describe_failure, make_env
+
+__all__ = ["RayBackend", "RayOptions"]
+
+logger = logging.getLogger("parallel_rollouts")
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Options of ``backend="ray"`` (pass as ``ray_options={...}``).
+
+    address: join this cluster (``"auto"`` or ``"ray://host:port"``); ``None`` joins
+        the cluster this process already initialised, else starts a local one.
+    num_cpus, num_gpus: resources reserved by each actor.
+    max_restarts: how many dead actors may be replaced over the collector's life.
+    """
+
+    address: str | None = None
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    max_restarts: int = 0
+
+    @classmethod
+    def parse(cls, options: dict | None) -> RayOptions:
+        options = dict(options or {})
+        unknown = sorted(set(options) - {"address", "num_cpus", "num_gpus", "max_restarts"})
+        if unknown:
+            raise ConfigurationError(
+                f"unknown `ray_options` key(s) {unknown!r}; expected address, num_cpus, num_gpus, max_restarts."
+            )
+        parsed = cls(**options)
+        for name in ("num_cpus", "num_gpus"):
+            value = getattr(parsed, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigurationError(f"`ray_options[{name!r}]` must be a number >= 0; got {value!r}.")
+        if isinstance(parsed.max_restarts, bool) or not isinstance(parsed.max_restarts, int) or parsed.max_restarts < 0:
+            raise ConfigurationError(f"`ray_options['max_restarts']` must be an int >= 0; got {parsed.max_restarts!r}.")
+        return parsed
+
+
+class SliceActor:
+    """Runs one slice of the envs for whole rollouts (wrapped by ``ray.remote`` at run time)."""
+
+    def __init__(
+        self,
+        pickled_env_fns: list[bytes],
+        env_offset: int,
+        root_seed: int,
+        horizon: int,
+        info_keys: tuple[str, ...],
+        core_name: str,
+        first_episode_numbers: list[int] | None,
+    ) -> None:
+        self._env_offset = env_offset
+        self._root_seed = root_seed
+        self._horizon = horizon
+        self._info_keys = info_keys
+        self._core_name = core_name
+        self._first_episode_numbers = first_episode_numbers
+        self._envs = [make_env(cloudpickle.loads(p), env_offset + i) for i, p in enumerate(pickled_env_fns)]
+        self._group: EnvGroup | None = None
+        self._loop: RolloutLoop | None = None
+
+    def spaces(self) -> list[tuple[Any, Any]]:
+        return [(env.observation_space, env.action_space) for env in self._envs]
+
+    def start(self, observation_space, action_space, pickled_policy: bytes | None) -> None:
+        _, core = load_core(self._core_name)
+        self._observation_layout = SpaceLayout(observation_space, "observation")
+        self._action_layout = SpaceLayout(action_space, "action")
+        n = len(self._envs)
+        self._group = EnvGroup(
+            self._envs,
+            self._env_offset,
+            self._root_seed,
+            self._observation_layout,
+            self._action_layout,
+            self._info_keys,
+            core,
+            first_episode_numbers=self._first_episode_numbers,
+        )
+        self._group.reset_all()
+        if pickled_policy is None:
+            policy = RandomActionSampler(self._action_layout, self._root_seed, range(self._env_offset, self._env_offset + n))
+        else:
+            policy = cloudpickle.loads(pickled_policy)
+        self._loop = RolloutLoop(self._observation_layout, PolicyOutputWriter(self._action_layout, n, core), policy)
+
+    def collect(self, policy_update: tuple[str, Any] | None):
+        if policy_update is not None:
+            kind, payload = policy_update
+            if kind == "state_dict":
+                self._loop.policy.load_state_dict(payload)
+            else:
+                self._loop.policy = cloudpickle.loads(payload)
+        storage = RolloutStorage.allocate(
+            self._observation_layout, self._action_layout, self._horizon, len(self._envs), self._info_keys
+        )
+        group = self._group
+        group.begin(storage)
+        step_failed = False
+
+        def step(t: int) -> None:
+            nonlocal step_failed
+            try:
+                group.step(t)
+            except BaseException:
+                step_failed = True
+                raise
+
+        try:
+            self._loop.run(storage, step)
+        except BaseException:
+            if not step_failed:
+                # The policy failed: the envs are intact, keep the actor usable.
+                group.abandon(self._loop.steps_done)
+            raise
+        episodes = group.finish()
+        writer = self._loop.output_writer
+        return storage, episodes, bool(writer.has_values), bool(writer.has_log_probs)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def close(self) -> list:
+        errors = self._group.close() if self._group is not None else []
+        return [describe_failure(index, "close", error) for index, error in errors]
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError as error:
+        raise ConfigurationError(
+            "backend='ray' needs Ray, which is not installed. Install it with "
+            "`pip install \"parallel-rollouts[ray]\"` (or `pip install ray`)."
+        ) from error
+    return ray
+
+
+def _policy_payload(policy: Any) -> tuple[str, Any] | None:
+    """What travels to the actors for ``policy`` on each collect (the whole policy went at start-up)."""
+    if policy is None:
+        return None
+    if callable(getattr(policy, "state_dict", None)) and callable(getattr(policy, "load_state_dict", None)):
+        return ("state_dict", policy.state_dict())
+    return ("pickled", cloudpickle.dumps(policy))
+
+
+class _LocalRay:
+    """Reference count of collectors using a local Ray instance that this library started."""
+
+    started_here = False
+    users = 0
+
+    @classmethod
+    def acquire(cls, ray, address: str | None) -> bool:
+        """Make sure Ray is initialised; return whether this collector shares our local instance."""
+        if not ray.is_initialized():
+            if address is not None:
+                ray.init(address=address, log_to_driver=False)
+                return False
+            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+            cls.started_here = True
+        if cls.started_here:
+            cls.users += 1
+            return True
+        return False
+
+    @classmethod
+    def release(cls, ray) -> None:
+        cls.users -= 1
+        if cls.users == 0 and cls.started_here:
+            cls.started_here = False
+            ray.shutdown()
+
+
+class RayBackend(Backend):
+    def __init__(self, spec: BackendSpec, policy: Any, num_workers: int | None, options: RayOptions) -> None:
+        self._ray = ray = _import_ray()
+        self._spec = spec
+        self._policy = policy
+        self._options = options
+        self._closed = False
+        self._uses_local_ray = False
+        self._actors: list = []
+        self._restarts_left = options.max_restarts
+        self.broken = None
+        self._pickled_policy = None
+        if policy is not None:
+            try:
+                self._pickled_policy = cloudpickle.dumps(policy)
+            except Exception as error:
+                raise ConfigurationError(
+                    f"backend='ray' ships the policy to every actor, but it cannot be serialised "
+                    f"({type(error).__name__}: {error}). Make it picklable, e.g. a module or a top-level class."
+                ) from error
+        self._pickled_env_fns = []
+        for index, env_fn in enumerate(spec.env_fns):
+            try:
+                self._pickled_env_fns.append(cloudpickle.dumps(env_fn))
+            except Exception as error:
+                raise ConfigurationError(
+                    f"env_fns[{index}] cannot be serialised for a Ray actor ({type(error).__name__}: {error})."
+                ) from error
+        num_envs = spec.num_envs
+        if num_workers is None:
+            num_workers = max(1, min(os.cpu_count() or 1, num_envs))
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or not 1 <= num_workers <= num_envs:
+            raise ConfigurationError(
+                f"`num_workers` must be an int between 1 and the number of envs ({num_envs}); got {num_workers!r}."
+            )
+        bounds = np.linspace(0, num_envs, num_workers + 1).round().astype(int)
+        self._slices = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+        # The episode number each env is at, advanced after every rollout, so that
+        # a restarted actor's envs start fresh episodes at unused seeds.
+        self._next_episode = np.ones(num_envs, dtype=np.int64)
+        self._uses_local_ray = _LocalRay.acquire(ray, options.address)
+        self._actor_class = ray.remote(SliceActor)
+        try:
+            self._actors = [self._create_actor(index, first_episode=None) for index in range(len(self._slices))]
+            env_spaces = [pair for part in self._get_all([a.spaces.remote() for a in self._actors]) for pair in part]
+            observation_space, action_space = env_spaces[0]
+            for index, (observation, action) in enumerate(env_spaces):
+                check_env_spaces(index, observation, action, observation_space, action_space)
+            spec.adopt_spaces(observation_space, action_space)
+            self._get_all([self._start(actor) for actor in self._actors])
+        except BaseException:
+            self.close()
+            raise
+
+    def _create_actor(self, index: int, first_episode: list[int] | None):
+        start, stop = self._slices[index]
+        options = {"num_cpus": self._options.num_cpus}
+        if self._options.num_gpus:
+            options["num_gpus"] = self._options.num_gpus
+        return self._actor_class.options(**options).remote(
+            self._pickled_env_fns[start:stop],
+            start,
+            self._spec.root_seed,
+            self._spec.horizon,
+            self._spec.info_keys,
+            self._spec.core_name,
+            first_episode,
+        )
+
+    def _start(self, actor):
+        return actor.start.remote(self._spec.observation_layout.space, self._spec.action_layout.space, self._pickled_policy)
+
+    def _describe(self, index: int) -> str:
+        start, stop = self._slices[index]
+        return f"Ray actor {index} (envs {start}..{stop - 1})"
+
+    def _wait(self, references: list) -> tuple[list, list, BaseException | None]:
+        """``ray.get`` each reference: ``(results, [(index, death)], first other error)``.
+
+        Ray's wrappers are unwrapped: an env's ``WorkerError`` or the policy's own
+        exception comes back as itself.
+        """
+        ray = self._ray
+        results, dead, failure = [], [], None
+        for index, reference in enumerate(references):
+            try:
+                results.append(ray.get(reference))
+                continue
+            except ray.exceptions.RayActorError as death:
+                dead.append((index, death))
+            except ray.exceptions.RayTaskError as task_error:
+                cause = getattr(task_error, "cause", None)
+                failure = failure or (cause if isinstance(cause, BaseException) else task_error)
+            results.append(None)
+        return results, dead, failure
+
+    def _died_error(self, dead: list, note: str) -> WorkerDiedError:
+        failures = []
+        for index, death in dead:
+            start, stop = self._slices[index]
+            failures.extend(describe_failure(env, "worker", death) for env in range(start, stop))
+        names = ", ".join(self._describe(index) for index, _ in dead)
+        return WorkerDiedError(f"{names} died{note}.", tuple(failures))
+
+    def _get_all(self, references: list) -> list:
+        results, dead, failure = self._wait(references)
+        if failure is not None:
+            raise failure
+        if dead:
+            raise self._died_error(dead, "")
+        return results
+
+    def collect(self, loop: RolloutLoop, reuse_storage: bool) -> RolloutResult:
+        payload = _policy_payload(self._policy)
+        parts, dead, failure = self._wait([actor.collect.remote(payload) for actor in self._actors])
+        if failure is not None:
+            if isinstance(failure, (WorkerError, ObservationError)):
+                self.broken = failure
+            raise failure
+        if dead:
+            self._restart(dead)
+        return self._assemble(parts)
+
+    def _restart(self, dead: list) -> None:
+        if len(dead) > self._restarts_left:
+            error = self._died_error(dead, f" and no restarts are left (max_restarts={self._options.max_restarts})")
+            self.broken = error
+            raise error
+        for index, _ in dead:
+            self._restarts_left -= 1
+            start, stop = self._slices[index]
+            logger.warning("%s died; restarting it with fresh episodes", self._describe(index))
+            try:
+                self._ray.kill(self._actors[index])
+            except Exception:
+                pass
+            self._actors[index] = self._create_actor(index, first_episode=self._next_episode[start:stop].tolist())
+            self._get_all([self._start(self._actors[index])])
+            self._next_episode[start:stop] += 1
+
+    def _assemble(self, parts: list) -> RolloutResult:
+        storage = self._spec.allocate_storage(allocator=np.zeros)
+        episodes, lost = [], []
+        has_values = has_log_probs = False
+        for (start, stop), part in zip(self._slices, parts):
+            if part is None:
+                lost.extend(range(start, stop))
+                continue
+            slice_storage, slice_episodes, values, log_probs = part
+            slice_storage.copy_to(storage.columns(start, stop))
+            episodes.append(slice_episodes)
+            has_values, has_log_probs = has_values or values, has_log_probs or log_probs
+            np.add.at(self._next_episode, slice_episodes.env_indices, 1)
+        merged = CompletedEpisodes.merge(episodes) if episodes else CompletedEpisodes.empty_buffers(0)
+        return RolloutResult(storage, merged, has_values, has_log_probs, np.asarray(lost, dtype=np.int64))
+
+    def close(self) -> None:
+        """Kill the actors this collector created; leave a cluster it joined running."""
+        if self._closed:
+            return
+        self._closed = True
+        ray = self._ray
+        for actor in self._actors:
+            try:
+                for failure in ray.get(actor.close.remote(), timeout=2.0):
+                    logger.warning("an env raised while closing: %s", failure.describe())
+            except Exception:
+                logger.debug("closing a Ray actor's envs failed", exc_info=True)
+            try:
+                ray.kill(actor)
+            except Exception:
+                logger.debug("killing a Ray actor failed", exc_info=True)
+        self._actors = []
+        if self._uses_local_ray:
+            self._uses_local_ray = False
+            _LocalRay.release(ray)

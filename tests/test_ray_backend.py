@@ -1,0 +1,195 @@
+"""The Ray backend on a local Ray instance: same batch as sync, faults, restarts, clean close."""
+
+import sys
+from functools import partial
+
+import numpy as np
+import psutil
+import pytest
+import ray  # the dev extra installs Ray; a missing Ray fails the suite
+
+from parallel_rollouts import (
+    CollectorClosedError,
+    ConfigurationError,
+    ParallelRolloutCollector,
+    PolicyOutput,
+    WorkerDiedError,
+    WorkerError,
+)
+from parallel_rollouts.seeding import episode_seed
+from tests.batch_compare import assert_batches_identical
+from tests.envs import ConstantPolicy, CountingEnv, FaultyEnv, ObservationDependentPolicy, cartpole
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def collect(backend, fns, policy=None, collects=3, **kwargs):
+    with ParallelRolloutCollector(fns, policy, backend, **kwargs) as collector:
+        return [collector.collect() for _ in range(collects)]
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_ray_matches_sync_with_a_policy_and_with_random_actions(num_workers):
+    for policy in (ObservationDependentPolicy(2), None):
+        expected = collect("sync", [cartpole] * 5, policy, horizon=30, seed=8)
+        got = collect("ray", [cartpole] * 5, policy, horizon=30, seed=8, num_workers=num_workers)
+        for first, second in zip(expected, got):
+            assert_batches_identical(first, second)
+            assert second.lost_env_indices.size == 0
+
+
+def test_values_and_log_probs_travel_back():
+    def policy(observations):
+        return PolicyOutput((observations[:, 2] > 0).astype(np.int64), values=observations[:, 0], log_probs=-observations[:, 1] ** 2)
+
+    expected = collect("sync", [cartpole] * 4, policy, horizon=10, seed=1)
+    got = collect("ray", [cartpole] * 4, policy, horizon=10, seed=1, num_workers=2)
+    for first, second in zip(expected, got):
+        assert_batches_identical(first, second)
+        assert second.values is not None and second.log_probs is not None
+
+
+def test_a_torch_module_policy_ships_its_new_weights_on_every_collect():
+    import torch
+
+    class Linear(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def forward(self, observations):
+            with torch.no_grad():
+                score = self.layer(torch.as_tensor(observations, dtype=torch.float32))[:, 0]
+            return (score > 0).long()
+
+    module = Linear()
+    fns = [partial(CountingEnv, env_id=i, episode_length=50, num_actions=2) for i in range(2)]
+    with ParallelRolloutCollector(fns, module, "ray", horizon=3, seed=0, num_workers=2) as collector:
+        with torch.no_grad():
+            module.layer.weight.zero_()
+            module.layer.bias.fill_(1.0)
+        assert (collector.collect().actions == 1).all()
+        with torch.no_grad():
+            module.layer.bias.fill_(-1.0)
+        assert (collector.collect().actions == 0).all()
+
+
+def test_an_env_exception_is_a_worker_error_with_the_remote_traceback():
+    fns = [partial(CountingEnv, env_id=i) for i in range(4)]
+    fns[3] = partial(FaultyEnv, env_id=3, phase="step", at=2)
+    collector = ParallelRolloutCollector(fns, ConstantPolicy(2), "ray", horizon=4, seed=0, num_workers=2)
+    with pytest.raises(WorkerError, match=r"env 3 raised ValueError in `step`: env 3 fails in step on call 2") as info:
+        collector.collect()
+    assert info.value.env_indices == (3,)
+    assert "_maybe_fail" in info.value.remote_traceback
+    with pytest.raises(CollectorClosedError):
+        collector.collect()
+    collector.close()
+    collector.close()
+
+
+def test_a_policy_exception_reaches_the_caller_and_the_collector_stays_usable():
+    class FlakyPolicy:
+        def __init__(self):
+            self.fail = True
+
+        def __call__(self, observations):
+            if self.fail:
+                raise ArithmeticError("policy bug")
+            return np.ones(observations.shape[0], dtype=np.int64)
+
+    policy = FlakyPolicy()
+    with ParallelRolloutCollector([partial(CountingEnv, env_id=i) for i in range(2)], policy, "ray", horizon=3, seed=0) as collector:
+        with pytest.raises(ArithmeticError, match="policy bug"):
+            collector.collect()
+        policy.fail = False
+        batch = collector.collect()
+    np.testing.assert_array_equal(batch.actions, np.ones((3, 2)))
+
+
+def test_an_actor_killed_mid_collect_without_restarts_breaks_the_collector():
+    fns = [partial(CountingEnv, env_id=i) for i in range(4)]
+    fns[1] = partial(FaultyEnv, env_id=1, phase="step", at=2, how="exit")
+    collector = ParallelRolloutCollector(fns, ConstantPolicy(2), "ray", horizon=4, seed=0, num_workers=2)
+    with pytest.raises(WorkerDiedError, match=r"Ray actor 0 \(envs 0..1\) died and no restarts are left") as info:
+        collector.collect()
+    assert info.value.env_indices == (0, 1)
+    with pytest.raises(CollectorClosedError):
+        collector.collect()
+    collector.close()
+
+
+def test_an_actor_killed_mid_collect_is_restarted_and_its_rows_are_marked_lost():
+    fns = [partial(CountingEnv, env_id=i, episode_length=2) for i in range(4)]
+    fns[3] = partial(FaultyEnv, env_id=3, phase="step", at=6, how="exit", episode_length=2)
+    with ParallelRolloutCollector(
+        fns, ConstantPolicy(4), "ray", horizon=4, seed=5, num_workers=2, ray_options={"max_restarts": 1}
+    ) as collector:
+        first = collector.collect()  # env 3 steps 4 times: episodes 0, 1 complete, episode 2 in progress
+        second = collector.collect()  # env 3's process dies on its 6th step
+        assert first.lost_env_indices.size == 0
+        np.testing.assert_array_equal(second.lost_env_indices, [2, 3])
+        assert not second.rewards[:, 2:].any()
+        assert not np.isin(second.episode_env_indices, [2, 3]).any()
+        third = collector.collect()
+    assert third.lost_env_indices.size == 0
+    # The replacement's envs start fresh episodes at the next unused seeds: env 2 had
+    # completed 2 episodes (0, 1) and was in episode 2, so it starts at episode 3.
+    for env in (2, 3):
+        np.testing.assert_array_equal(third.step_episode_seeds[:2, env], episode_seed(5, env, 3))
+        np.testing.assert_array_equal(third.observations[0, env, 1], 0)
+    # The other actor's envs continued untouched.
+    reference = collect("sync", [partial(CountingEnv, env_id=i, episode_length=2) for i in range(2)], ConstantPolicy(2), horizon=4, seed=5)
+    for batch, expected in zip((first, second, third), reference):
+        np.testing.assert_array_equal(batch.observations[:, :2], expected.observations)
+
+
+def test_close_kills_the_actors_it_created_and_leaves_the_joined_cluster_running():
+    collector = ParallelRolloutCollector([partial(CountingEnv, env_id=i) for i in range(2)], None, "ray", horizon=2, seed=0, num_workers=2)
+    pids = ray.get([actor.pid.remote() for actor in collector._backend._actors])
+    collector.collect()
+    collector.close()
+    collector.close()
+    for pid in pids:
+        try:
+            process = psutil.Process(pid)
+            process.wait(10)
+        except psutil.NoSuchProcess:
+            pass
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert ray.is_initialized()
+    # Re-create and collect again: nothing left over gets in the way.
+    (batch,) = collect("ray", [partial(CountingEnv, env_id=i) for i in range(2)], ConstantPolicy(2), collects=1, horizon=2, seed=0)
+    assert batch.observations.shape == (2, 2, 4)
+
+
+def test_an_unpicklable_policy_is_rejected_at_construction():
+    import threading
+
+    lock = threading.Lock()
+
+    def policy(observations, lock=lock):
+        return np.zeros(observations.shape[0], dtype=np.int64)
+
+    with pytest.raises(ConfigurationError, match=r"backend='ray' ships the policy to every actor, but it cannot be serialised"):
+        ParallelRolloutCollector([CountingEnv], policy, "ray")
+
+
+def test_bad_ray_options_are_named():
+    with pytest.raises(ConfigurationError, match=r"unknown `ray_options` key\(s\) \['gpus'\]"):
+        ParallelRolloutCollector([CountingEnv], None, "ray", ray_options={"gpus": 1})
+    with pytest.raises(ConfigurationError, match=r"`ray_options\['max_restarts'\]` must be an int >= 0; got -1"):
+        ParallelRolloutCollector([CountingEnv], None, "ray", ray_options={"max_restarts": -1})
+
+
+def test_without_ray_installed_the_error_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(ConfigurationError, match=r"backend='ray' needs Ray, which is not installed.*parallel-rollouts\[ray\]"):
+        ParallelRolloutCollector([CountingEnv], None, "ray")
