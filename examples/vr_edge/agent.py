@@ -1,0 +1,201 @@
+"""The PPO actor-critic for `SyntheticVREdgeEnv`, and the adapter that lets it drive a collector.
+
+The action space is `MultiDiscrete([num_levels] * num_users)`: one categorical choice per user,
+independent given the observation, so the joint log-probability and entropy of an action are
+sums over users. Users are interchangeable in the env, so the actor is one small head shared by
+all of them: it scores a user's levels from that user's block of the observation, the mean of
+all users' blocks (how contended the link is) and the link history. Sharing lets every step
+teach the head `num_users` examples at once, which is what makes training fit in minutes. The
+critic is a separate MLP over the whole observation, so the value loss does not pull on the
+policy's features.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Categorical
+
+from examples.vr_edge.synthetic_env import SyntheticVREdgeEnv
+from parallel_rollouts import PolicyOutput
+
+__all__ = ["ActorCritic", "CollectorPolicy", "load_agent", "save_agent", "seed_torch"]
+
+
+def seed_torch(seed: int) -> None:
+    """Make every torch (and Python `random`) draw in this process follow from `seed`.
+
+    Deterministic kernels are requested so that the same seed and the same batches give the
+    same weights bit for bit; one intra-op thread keeps reductions in a fixed order and leaves
+    the other cores to the environments.
+    """
+    random.seed(seed)
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+
+
+def _layer(in_features: int, out_features: int, gain: float) -> nn.Linear:
+    # Orthogonal weights keep activations at a stable scale through the tanh layers; a small
+    # gain on the actor's output makes the first policy close to uniform over levels.
+    layer = nn.Linear(in_features, out_features)
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def _mlp(in_features: int, hidden_size: int, out_features: int, output_gain: float) -> nn.Sequential:
+    hidden_gain = math.sqrt(2.0)
+    return nn.Sequential(
+        _layer(in_features, hidden_size, hidden_gain),
+        nn.Tanh(),
+        _layer(hidden_size, hidden_size, hidden_gain),
+        nn.Tanh(),
+        _layer(hidden_size, out_features, output_gain),
+    )
+
+
+class ActorCritic(nn.Module):
+    """A per-user actor head shared by all users, and a critic over the whole observation.
+
+    The flat observation must be laid out as `num_users` blocks of `per_user_features`
+    followed by `shared_features` features common to all users (the layout of
+    `SyntheticVREdgeEnv`; `for_env` reads the sizes from an env). Both networks are two
+    tanh layers of `hidden_size` units.
+    """
+
+    def __init__(
+        self, num_users: int, per_user_features: int, shared_features: int, num_levels: int, hidden_size: int = 64
+    ) -> None:
+        super().__init__()
+        for name, value, minimum in (
+            ("num_users", num_users, 1),
+            ("per_user_features", per_user_features, 1),
+            ("shared_features", shared_features, 0),
+            ("num_levels", num_levels, 2),
+            ("hidden_size", hidden_size, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"`{name}` must be an int >= {minimum}; got {value!r}.")
+        self.constructor_args = {
+            "num_users": num_users,
+            "per_user_features": per_user_features,
+            "shared_features": shared_features,
+            "num_levels": num_levels,
+            "hidden_size": hidden_size,
+        }
+        self.num_users = num_users
+        self.per_user_features = per_user_features
+        self.num_levels = num_levels
+        self.observation_size = num_users * per_user_features + shared_features
+        self.actor = _mlp(2 * per_user_features + shared_features, hidden_size, num_levels, output_gain=0.01)
+        self.critic = _mlp(self.observation_size, hidden_size, 1, output_gain=1.0)
+
+    @classmethod
+    def for_env(cls, env: SyntheticVREdgeEnv, hidden_size: int = 64) -> ActorCritic:
+        """An agent sized for `env`'s observation layout and bitrate ladder."""
+        layout = env.observation_layout
+        return cls(
+            num_users=layout.num_users,
+            per_user_features=layout.per_user_features,
+            shared_features=layout.link_history_len,
+            num_levels=len(layout.bitrate_ladder_mbps),
+            hidden_size=hidden_size,
+        )
+
+    def value(self, observations: torch.Tensor) -> torch.Tensor:
+        """State values `[batch]` of observations `[batch, observation_size]`."""
+        self._check_observations(observations)
+        return self.critic(observations).squeeze(-1)
+
+    def _check_observations(self, observations: torch.Tensor) -> None:
+        if observations.ndim != 2 or observations.shape[1] != self.observation_size:
+            raise ValueError(
+                f"expected observations of shape [batch, {self.observation_size}] "
+                f"({self.num_users} users); got {tuple(observations.shape)!r}."
+            )
+
+    def _distribution(self, observations: torch.Tensor) -> Categorical:
+        self._check_observations(observations)
+        batch_size = observations.shape[0]
+        split = self.num_users * self.per_user_features
+        users = observations[:, :split].reshape(batch_size, self.num_users, self.per_user_features)
+        all_users = users.mean(dim=1, keepdim=True).expand(-1, self.num_users, -1)
+        shared = observations[:, split:].unsqueeze(1).expand(-1, self.num_users, -1)
+        logits = self.actor(torch.cat([users, all_users, shared], dim=-1))
+        return Categorical(logits=logits)
+
+    def act(
+        self, observations: torch.Tensor, deterministic: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Choose actions for `[batch, observation_size]` observations.
+
+        Returns `(actions [batch, num_users] int64, log_probs [batch], values [batch])`.
+        With `deterministic`, every user takes its most probable level (for evaluation);
+        otherwise levels are sampled from torch's global generator.
+        """
+        distribution = self._distribution(observations)
+        if deterministic:
+            actions = distribution.logits.argmax(dim=-1)
+        else:
+            actions = distribution.sample()
+        log_probs = distribution.log_prob(actions).sum(dim=-1)
+        return actions, log_probs, self.value(observations)
+
+    def evaluate(
+        self, observations: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Score stored `actions [batch, num_users]` under the current weights.
+
+        Returns `(log_probs [batch], entropy [batch], values [batch])`, log-probability and
+        entropy summed over users.
+        """
+        distribution = self._distribution(observations)
+        log_probs = distribution.log_prob(actions.long()).sum(dim=-1)
+        entropy = distribution.entropy().sum(dim=-1)
+        return log_probs, entropy, self.value(observations)
+
+
+class CollectorPolicy:
+    """Makes an `ActorCritic` a collector policy: NumPy observations in, `PolicyOutput` out.
+
+    Runs without autograd, since rollout values and log-probabilities are constants to the
+    PPO loss. The observations the collector passes are read-only views of its storage; they
+    are copied into a tensor, never written to.
+    """
+
+    def __init__(self, agent: ActorCritic, deterministic: bool = False) -> None:
+        self.agent = agent
+        self.deterministic = deterministic
+
+    def __call__(self, observations: np.ndarray) -> PolicyOutput:
+        with torch.no_grad():
+            observation_tensor = torch.tensor(observations, dtype=torch.float32)
+            actions, log_probs, values = self.agent.act(observation_tensor, self.deterministic)
+        return PolicyOutput(actions, values=values, log_probs=log_probs)
+
+
+def save_agent(agent: ActorCritic, path: str | Path, **extra: Any) -> None:
+    """Write the weights, the constructor arguments that rebuild the network, and `extra`."""
+    checkpoint = {"constructor_args": dict(agent.constructor_args), "state_dict": agent.state_dict(), **extra}
+    torch.save(checkpoint, path)
+
+
+def load_agent(path: str | Path) -> tuple[ActorCritic, dict[str, Any]]:
+    """Rebuild the agent saved by `save_agent`; return it (in eval mode) and the whole checkpoint."""
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(checkpoint, dict) or not {"constructor_args", "state_dict"} <= checkpoint.keys():
+        raise ValueError(
+            f"{str(path)!r} is not a policy checkpoint written by `save_agent`: expected a dict "
+            "with 'constructor_args' and 'state_dict'."
+        )
+    agent = ActorCritic(**checkpoint["constructor_args"])
+    agent.load_state_dict(checkpoint["state_dict"])
+    agent.eval()
+    return agent, checkpoint
