@@ -1,0 +1,155 @@
+"""The interleaved throughput comparison: every contender, round-robin, in one process tree.
+
+The development machine's speed drifts between phases of a run (up to about
+1.8x between the fastest and slowest minutes), far more than the differences
+being measured. So contenders are never measured one after another: all of
+them are built first and stay alive, and each round times one ``collect()`` of
+each, in a fixed order (A B C, A B C, ...). A ratio between two contenders is
+taken within each round, where both ran moments apart, and only then
+summarized across rounds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from .contenders import COLLECTOR_CONTENDERS, REFERENCE_CONTENDER, Contender, make_contender
+from .envs import measure_step_cpu_seconds
+from .summary import summarize_ratios, summarize_throughputs
+from .workloads import Workload, get_workload
+
+__all__ = ["ComparisonSettings", "run_comparison"]
+
+logger = logging.getLogger(__name__)
+
+# Steps timed (in this process, outside the rounds) to report each workload's own step cost.
+STEP_COST_SAMPLE_STEPS = 100
+
+
+@dataclass(frozen=True)
+class ComparisonSettings:
+    """What one comparison runs.
+
+    ``workloads`` x ``num_envs_list`` gives the groups; within a group every
+    contender in ``contenders`` runs ``rounds`` timed collects of ``horizon``
+    steps after ``warmup_collects`` untimed ones. ``num_workers`` applies to the async
+    backend (``None``: its default). ``reuse_buffers`` is passed to the
+    collector: on by default, because the hand-written loops also fill arrays
+    they allocated once.
+    """
+
+    workloads: tuple[str, ...]
+    num_envs_list: tuple[int, ...]
+    horizon: int
+    rounds: int
+    seed: int
+    contenders: tuple[str, ...]
+    num_workers: int | None = None
+    reuse_buffers: bool = True
+    warmup_collects: int = 2
+
+
+def run_comparison(settings: ComparisonSettings, progress: Callable[[str], None] = print) -> dict:
+    """Run every group of ``settings``; return the JSON-ready result (``settings`` and ``groups``)."""
+    if settings.rounds < 1:
+        raise ValueError(f"`rounds` must be >= 1; got {settings.rounds!r}.")
+    groups = []
+    for workload_name in settings.workloads:
+        workload = get_workload(workload_name)
+        step_cpu_seconds = measure_step_cpu_seconds(workload.env_factory(), STEP_COST_SAMPLE_STEPS)
+        for num_envs in settings.num_envs_list:
+            progress(f"[{workload.name}, {num_envs} envs] starting {len(settings.contenders)} contenders")
+            group = _run_group(workload, num_envs, settings, progress)
+            group["env_step_cpu_us"] = step_cpu_seconds * 1e6
+            groups.append(group)
+    return {"settings": asdict(settings), "groups": groups}
+
+
+def _run_group(
+    workload: Workload, num_envs: int, settings: ComparisonSettings, progress: Callable[[str], None]
+) -> dict:
+    contenders: list[Contender] = []
+    try:
+        for name in settings.contenders:
+            contenders.append(
+                make_contender(
+                    name,
+                    workload,
+                    num_envs,
+                    settings.horizon,
+                    settings.seed,
+                    num_workers=settings.num_workers,
+                    reuse_buffers=settings.reuse_buffers,
+                )
+            )
+        # The first collects pay one-time costs (allocating and first touching buffers,
+        # lazy imports); with reused buffers the second collect still touches fresh pages.
+        for _ in range(settings.warmup_collects):
+            for contender in contenders:
+                contender.collect()
+        seconds: dict[str, list[float]] = {contender.name: [] for contender in contenders}
+        useful: dict[str, list[int]] = {contender.name: [] for contender in contenders}
+        for round_index in range(settings.rounds):
+            for contender in contenders:
+                start = time.perf_counter()
+                useful_transitions = contender.collect()
+                seconds[contender.name].append(time.perf_counter() - start)
+                useful[contender.name].append(useful_transitions)
+            progress(f"  round {round_index + 1}/{settings.rounds} done")
+    finally:
+        _close_all(contenders)
+    return _summarize_group(workload, num_envs, settings, seconds, useful)
+
+
+def _close_all(contenders: list[Contender]) -> None:
+    # Every contender gets closed even if one of them fails to: each holds processes or envs.
+    for contender in reversed(contenders):
+        try:
+            contender.close()
+        except Exception:
+            logger.warning("closing contender %s failed", contender.name, exc_info=True)
+
+
+def _summarize_group(
+    workload: Workload,
+    num_envs: int,
+    settings: ComparisonSettings,
+    seconds: dict[str, list[float]],
+    useful: dict[str, list[int]],
+) -> dict:
+    transitions = settings.horizon * num_envs
+    rates = {name: [transitions / elapsed for elapsed in values] for name, values in seconds.items()}
+    results = {}
+    for name, elapsed in seconds.items():
+        entry = {
+            "kind": "collector" if name in COLLECTOR_CONTENDERS else "peer",
+            "seconds_per_collect": elapsed,
+            "transitions_per_s": summarize_throughputs(rates[name]),
+            "useful_transitions_per_s": summarize_throughputs(
+                [count / duration for count, duration in zip(useful[name], elapsed)]
+            ),
+            "useful_fraction": sum(useful[name]) / (transitions * len(elapsed)),
+        }
+        if REFERENCE_CONTENDER in rates:
+            entry["ratio_vs_reference"] = summarize_ratios(rates[name], rates[REFERENCE_CONTENDER])
+        if name.startswith("async/"):
+            sync_name = "sync/" + name.split("/")[1]
+            if sync_name in rates:
+                entry["ratio_vs_sync"] = summarize_ratios(rates[name], rates[sync_name])
+        results[name] = entry
+    return {
+        "env": workload.name,
+        "description": workload.description,
+        "num_envs": num_envs,
+        "horizon": settings.horizon,
+        "rounds": settings.rounds,
+        "transitions_per_collect": transitions,
+        "episode_length": workload.episode_length,
+        "autoreset_row_share": 1.0 / (workload.episode_length + 1),
+        "reference": REFERENCE_CONTENDER,
+        "order": list(seconds),
+        "contenders": results,
+    }

@@ -1,0 +1,136 @@
+"""Turns a comparison result into a text table, Markdown, JSON and a throughput plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["comparison_markdown", "format_group_table", "plot_throughput", "write_json"]
+
+_HEADERS = (
+    "contender",
+    "median t/s",
+    "best t/s",
+    "spread",
+    "useful median t/s",
+    "vs gym-sync-loop (median [min, max])",
+    "async vs sync (median [min, max])",
+)
+
+
+def _ratio_cell(ratio: dict | None) -> str:
+    if ratio is None:
+        return "-"
+    return f"{ratio['median']:.2f}x [{ratio['min']:.2f}, {ratio['max']:.2f}]"
+
+
+def _rows(group: dict) -> list[tuple[str, ...]]:
+    rows = []
+    for name in group["order"]:
+        entry = group["contenders"][name]
+        rates = entry["transitions_per_s"]
+        rows.append(
+            (
+                name,
+                f"{rates['median']:,.0f}",
+                f"{rates['best']:,.0f}",
+                f"{rates['spread']:.2f}x",
+                f"{entry['useful_transitions_per_s']['median']:,.0f}",
+                _ratio_cell(entry.get("ratio_vs_reference")),
+                _ratio_cell(entry.get("ratio_vs_sync")),
+            )
+        )
+    return rows
+
+
+def _group_title(group: dict) -> str:
+    return (
+        f"{group['env']}, {group['num_envs']} envs: {group['description']}; "
+        f"{group['rounds']} rounds of {group['transitions_per_collect']:,} transitions "
+        f"(horizon {group['horizon']}); env step ~{group['env_step_cpu_us']:.0f} us CPU"
+    )
+
+
+def _notes(group: dict) -> list[str]:
+    return [
+        "t/s = transitions per second, horizon x num_envs per collect for every contender; "
+        "best = fastest round; spread = fastest / slowest round.",
+        "Ratios are per-round (both contenders timed in the same round), then the median, min "
+        f"and max over rounds, against {group['reference']} (and async against sync with the same core).",
+        "Gymnasium's vector envs autoreset in NEXT_STEP mode: the step after an episode ends is a "
+        "reset row whose action is ignored, one of every episode_length + 1 steps "
+        f"(~{group['autoreset_row_share']:.1%} at {group['episode_length']} steps); "
+        "'useful' t/s leaves those rows out.",
+    ]
+
+
+def format_group_table(group: dict) -> str:
+    """One group as an aligned plain-text table with its title and notes."""
+    rows = [_HEADERS] + _rows(group)
+    widths = [max(len(row[column]) for row in rows) for column in range(len(_HEADERS))]
+    lines = [_group_title(group)]
+    for index, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:])]
+        lines.append("  ".join(cells))
+        if index == 0:
+            lines.append("  ".join("-" * width for width in widths))
+    lines.extend("  " + note for note in _notes(group))
+    return "\n".join(lines)
+
+
+def comparison_markdown(result: dict) -> str:
+    """The whole comparison as Markdown: the machine, the settings, one table per group."""
+    lines = ["# Rollout collection throughput", "", "## Machine", ""]
+    lines += [f"- {key}: {value}" for key, value in result["machine"].items()]
+    lines += ["", "## Settings", ""]
+    lines += [f"- {key}: {value}" for key, value in result["settings"].items()]
+    for group in result["groups"]:
+        lines += ["", f"## {group['env']}, {group['num_envs']} envs", "", _group_title(group), ""]
+        lines.append("| " + " | ".join(_HEADERS) + " |")
+        lines.append("|" + "|".join(["---"] + ["---:"] * (len(_HEADERS) - 1)) + "|")
+        lines += ["| " + " | ".join(row) + " |" for row in _rows(group)]
+        lines += [""] + [f"- {note}" for note in _notes(group)]
+    return "\n".join(lines) + "\n"
+
+
+def write_json(data: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def plot_throughput(result: dict, path: Path) -> None:
+    """Median transitions/s against the number of envs, one panel per workload, one line per contender."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; never needs a display
+    import matplotlib.pyplot as plt
+
+    workloads = list(dict.fromkeys(group["env"] for group in result["groups"]))
+    figure, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads) + 2, 4), squeeze=False)
+    for axis, workload in zip(axes[0], workloads):
+        groups = sorted((g for g in result["groups"] if g["env"] == workload), key=lambda g: g["num_envs"])
+        for name in groups[0]["order"]:
+            axis.plot(
+                [group["num_envs"] for group in groups],
+                [group["contenders"][name]["transitions_per_s"]["median"] for group in groups],
+                marker="o",
+                # Dashed: the hand-written peers; solid: the collector.
+                linestyle="--" if groups[0]["contenders"][name]["kind"] == "peer" else "-",
+                label=name,
+            )
+        axis.set_title(workload)
+        axis.set_xlabel("number of envs")
+        axis.set_ylabel("transitions / s (median)")
+        axis.set_xscale("log", base=2)
+        counts = [group["num_envs"] for group in groups]
+        axis.set_xticks(counts, [str(count) for count in counts])
+        axis.set_yscale("log")
+        axis.grid(True, which="both", alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    # One legend beside the panels, where it cannot hide a line.
+    figure.legend(handles, labels, loc="center right", fontsize="small")
+    figure.tight_layout(rect=(0, 0, 0.84, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

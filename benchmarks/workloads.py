@@ -1,0 +1,152 @@
+"""Named workloads: an env factory and a deterministic batched policy for each.
+
+A workload is what every contender of a comparison runs, so the factories are
+``functools.partial`` objects of importable callables (the async backend and
+``AsyncVectorEnv`` pickle them into spawned workers), and each policy is a cheap
+NumPy function of the batched observations: the benchmarks measure collection,
+not inference, and a deterministic policy makes every contender take the same
+actions from the same observations.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from examples.vr_edge.synthetic_env import (
+    DEFAULT_BITRATE_LADDER_MBPS,
+    ObservationLayout,
+    SyntheticVREdgeEnv,
+)
+
+from .envs import DictObservationEnv, FrameImageEnv, HalfMillisecondEnv
+
+__all__ = ["WORKLOADS", "Workload", "get_workload"]
+
+# `simulation_substeps` that makes a SyntheticVREdgeEnv step cost about 0.5 ms (its docstring).
+VR_EDGE_COSTLY_SUBSTEPS = 45
+VR_EDGE_USERS = 8
+VR_EDGE_FEATURES_PER_USER = ObservationLayout(VR_EDGE_USERS, DEFAULT_BITRATE_LADDER_MBPS, 1.0).per_user_features
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One benchmark workload.
+
+    Attributes
+    ----------
+    name:
+        The name used on the command line.
+    description:
+        One line for reports.
+    env_factory:
+        A picklable zero-argument callable returning one env; every env of a run uses it
+        (envs differ by their reset seeds).
+    policy:
+        ``policy(observations) -> actions`` for batched ``[num_envs, ...]`` observations
+        (a dict of them for Dict spaces); deterministic and cheap.
+    episode_length:
+        Steps per episode when it is fixed, else the typical length under ``policy``; used
+        to explain the share of autoreset rows in Gymnasium's vector envs.
+    """
+
+    name: str
+    description: str
+    env_factory: Callable[[], gym.Env]
+    policy: Callable[[Any], Any]
+    episode_length: int
+
+    def env_fns(self, num_envs: int) -> list[Callable[[], gym.Env]]:
+        return [self.env_factory] * num_envs
+
+
+def cartpole_policy(observations: np.ndarray) -> np.ndarray:
+    """Push toward the side the pole leans to: episodes of about 40 steps, as mid-training."""
+    return (observations[:, 2] > 0).astype(np.int64)
+
+
+def vr_edge_buffer_policy(observations: np.ndarray) -> np.ndarray:
+    """Pick a higher bitrate the fuller a user's playout buffer is (a classic buffer rule)."""
+    per_user = observations[:, : VR_EDGE_USERS * VR_EDGE_FEATURES_PER_USER].reshape(
+        observations.shape[0], VR_EDGE_USERS, VR_EDGE_FEATURES_PER_USER
+    )
+    top_level = len(DEFAULT_BITRATE_LADDER_MBPS) - 1
+    return np.minimum((per_user[:, :, 0] * (top_level + 1)).astype(np.int64), top_level)
+
+
+def sign_policy(observations: np.ndarray) -> np.ndarray:
+    """Action 1 where the first observation entry is positive."""
+    return (observations[:, 0] > 0).astype(np.int64)
+
+
+def image_policy(observations: np.ndarray) -> np.ndarray:
+    """Action from the low bits of one pixel: touches the frame without costing much."""
+    return (observations[:, 0, 0, 0] & 3).astype(np.int64)
+
+
+def dict_policy(observations: dict[str, np.ndarray]) -> np.ndarray:
+    """Cycle the mode: reads one entry of the Dict observation."""
+    return ((np.asarray(observations["mode"]) + 1) % 3).astype(np.int64)
+
+
+WORKLOADS: dict[str, Workload] = {
+    workload.name: workload
+    for workload in (
+        Workload(
+            "cartpole",
+            "Gymnasium CartPole-v1 (gymnasium.make), a few microseconds per step",
+            functools.partial(gym.make, "CartPole-v1"),
+            cartpole_policy,
+            episode_length=40,
+        ),
+        Workload(
+            "vr_edge_cheap",
+            "SyntheticVREdgeEnv, 8 users, default substeps (~30-40 us per step)",
+            functools.partial(SyntheticVREdgeEnv, num_users=VR_EDGE_USERS),
+            vr_edge_buffer_policy,
+            episode_length=200,
+        ),
+        Workload(
+            "vr_edge_costly",
+            f"SyntheticVREdgeEnv, 8 users, simulation_substeps={VR_EDGE_COSTLY_SUBSTEPS} (~0.5 ms per step)",
+            functools.partial(
+                SyntheticVREdgeEnv, num_users=VR_EDGE_USERS, simulation_substeps=VR_EDGE_COSTLY_SUBSTEPS
+            ),
+            vr_edge_buffer_policy,
+            episode_length=200,
+        ),
+        Workload(
+            "half_ms",
+            "HalfMillisecondEnv: fixed pure-Python arithmetic, ~0.5 ms per step, 200-step episodes",
+            functools.partial(HalfMillisecondEnv, episode_length=200),
+            sign_policy,
+            episode_length=200,
+        ),
+        Workload(
+            "image",
+            "FrameImageEnv: 84x84x4 uint8 observations, cheap step, 100-step episodes",
+            functools.partial(FrameImageEnv, episode_length=100),
+            image_policy,
+            episode_length=100,
+        ),
+        Workload(
+            "dict_obs",
+            "DictObservationEnv: Dict of Box and Discrete entries, cheap step, <=100-step episodes",
+            functools.partial(DictObservationEnv, episode_length=100),
+            dict_policy,
+            episode_length=100,
+        ),
+    )
+}
+
+
+def get_workload(name: str) -> Workload:
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise ValueError(f"unknown workload {name!r}; choose one of {sorted(WORKLOADS)!r}.") from None

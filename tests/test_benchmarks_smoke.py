@@ -1,0 +1,128 @@
+"""Smoke tests of the benchmark entry points: each runs at tiny sizes and writes what it promises.
+
+Nothing here asserts a speed; these catch benchmarks that crash, drop a
+contender, or write JSON without the fields the reports are read from.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from benchmarks import core_microbench, run_rollout_benchmark, soak
+from benchmarks.contenders import COLLECTOR_CONTENDERS, PEER_CONTENDERS
+from benchmarks.workloads import WORKLOADS
+
+THROUGHPUT_KEYS = {"median", "min", "max", "best", "spread", "samples"}
+
+
+def _load(path):
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_workload_env_pickles_passes_env_checker_and_accepts_its_policy(name):
+    workload = WORKLOADS[name]
+    env = pickle.loads(pickle.dumps(workload.env_factory))()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the checker warns about render modes these envs lack
+        check_env(env.unwrapped, skip_render_check=True)
+    observation, _ = env.reset(seed=3)
+    if isinstance(observation, dict):
+        batched = {key: np.stack([value, value]) for key, value in observation.items()}
+    else:
+        batched = np.stack([observation, observation])
+    actions = workload.policy(batched)
+    assert len(actions) == 2
+    assert all(env.action_space.contains(action) for action in actions)
+    env.close()
+
+
+@pytest.mark.parametrize("backend", ["serial", "sync", "async"])
+def test_single_backend_run_writes_positive_throughput(backend, tmp_path):
+    path = tmp_path / "single.json"
+    exit_code = run_rollout_benchmark.main(
+        ["--backend", backend, "--num-envs", "2", "--env", "cartpole", "--quick", "--json", str(path)]
+    )
+    assert exit_code == 0
+    report = _load(path)
+    assert {"machine", "settings", "result"} <= report.keys()
+    assert report["settings"]["backend"] == backend
+    assert report["settings"]["core"] in ("compiled", "python")
+    rates = report["result"]["transitions_per_s"]
+    assert THROUGHPUT_KEYS <= rates.keys()
+    assert rates["min"] > 0
+    assert len(rates["samples"]) == report["settings"]["repeats"]
+    assert report["result"]["transitions_per_collect"] == 2 * report["settings"]["horizon"]
+
+
+def test_compare_mode_reports_every_contender_against_the_reference(tmp_path):
+    out = tmp_path / "results"
+    exit_code = run_rollout_benchmark.main(
+        ["--compare", "--quick", "--envs", "cartpole", "--num-envs-list", "2", "--out", str(out), "--plot"]
+    )
+    assert exit_code == 0
+    result = _load(out / "comparison.json")
+    assert {"machine", "settings", "groups"} <= result.keys()
+    (group,) = result["groups"]
+    assert (group["env"], group["num_envs"]) == ("cartpole", 2)
+    assert set(group["contenders"]) == set(COLLECTOR_CONTENDERS + PEER_CONTENDERS)
+    for entry in group["contenders"].values():
+        assert THROUGHPUT_KEYS <= entry["transitions_per_s"].keys()
+        assert entry["transitions_per_s"]["min"] > 0
+        assert entry["useful_transitions_per_s"]["min"] > 0
+        assert entry["ratio_vs_reference"]["median"] > 0
+        assert len(entry["ratio_vs_reference"]["per_round"]) == group["rounds"]
+    for core in ("compiled", "python"):
+        assert group["contenders"][f"async/{core}"]["ratio_vs_sync"]["median"] > 0
+    assert group["contenders"]["raw-loop"]["useful_fraction"] == 1.0
+    assert 0 < group["contenders"]["gym-sync-loop"]["useful_fraction"] <= 1.0
+    assert "| contender |" in (out / "comparison.md").read_text(encoding="utf-8")
+    assert (out / "comparison.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("name", ["half_ms", "image", "dict_obs", "vr_edge_cheap"])
+def test_compare_mode_runs_each_workload_through_the_in_process_contenders(name, tmp_path):
+    path = tmp_path / "compare.json"
+    contenders = "sync/compiled,sync/python,gym-sync-loop,raw-loop"
+    run_rollout_benchmark.main(
+        ["--compare", "--quick", "--envs", name, "--contenders", contenders, "--horizon", "4",
+         "--out", str(tmp_path), "--json", str(path)]
+    )
+    (group,) = _load(path)["groups"]
+    assert group["env"] == name
+    assert all(entry["transitions_per_s"]["min"] > 0 for entry in group["contenders"].values())
+
+
+def test_core_microbench_times_both_cores_for_every_case(tmp_path):
+    path = tmp_path / "core.json"
+    assert core_microbench.main(["--quick", "--repeats", "2", "--json", str(path)]) == 0
+    report = _load(path)
+    assert {"machine", "settings", "cases"} <= report.keys()
+    cases = {(case["dtype"], tuple(case["shape"])) for case in report["cases"]}
+    assert cases == {(dtype, core_microbench.SMALL_SHAPE) for dtype in core_microbench.DTYPES} | {
+        (dtype, core_microbench.LARGE_SHAPE) for dtype in core_microbench.LARGE_DTYPES
+    }
+    for case in report["cases"]:
+        assert case["compiled_us_per_step"] > 0
+        assert case["python_us_per_step"] > 0
+        assert case["speedup"] > 0
+
+
+def test_soak_samples_the_process_tree_and_keeps_descriptors_flat(tmp_path):
+    path = tmp_path / "soak.json"
+    exit_code = soak.main(["--collects", "20", "--sample-every", "10", "--horizon", "8", "--json", str(path)])
+    report = _load(path)
+    assert [sample["collects"] for sample in report["samples"]] == [1, 10, 20]
+    for sample in report["samples"]:
+        assert sample["rss_bytes"] > 0
+        assert sample["fds"] > 0
+        assert sample["processes"] >= 3  # this process and two workers
+    verdict = report["verdict"]
+    assert exit_code == (0 if verdict["passed"] else 1)
+    assert verdict["fds_ok"], f"the async backend's process tree gained {verdict['fd_growth']} descriptors"
