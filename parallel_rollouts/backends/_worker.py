@@ -42,6 +42,7 @@ from ..errors import ObservationError, WorkerError
 from ..spaces import SpaceLayout
 from .shared_memory import SharedStorage
 from .stepping import EnvGroup, describe_failure, make_env
+from .waiting import SpinThenBlock, spin_budget_seconds
 
 __all__ = ["AttachOrder", "REQUEST", "worker_main"]
 
@@ -125,7 +126,9 @@ def worker_main(connection, worker_index: int, env_offset: int, pickled_env_fns:
 
 def _serve(connection, group: EnvGroup, columns, env_offset: int) -> None:
     receive, send = connection.recv_bytes, connection.send_bytes
+    spin = SpinThenBlock(connection, spin_budget_seconds()).spin
     while True:
+        spin()
         command, argument = REQUEST.unpack(receive())
         try:
             if command == STEP:

@@ -35,6 +35,7 @@ from ..storage import CompletedEpisodes, RolloutStorage
 from . import _worker
 from .base import BackendSpec, StepwiseBackend
 from .shared_memory import SharedStorage
+from .waiting import SpinThenBlock, spin_budget_seconds
 
 __all__ = ["AsyncBackend"]
 
@@ -54,6 +55,7 @@ class _Worker:
     process: multiprocessing.process.BaseProcess
     connection: Connection
     alive: bool = True
+    waiter: SpinThenBlock | None = None
 
     def describe(self) -> str:
         envs = f"env {self.start}" if self.stop - self.start == 1 else f"envs {self.start}..{self.stop - 1}"
@@ -184,7 +186,8 @@ class AsyncBackend(StepwiseBackend):
                 )
                 process.start()
                 child_end.close()
-                pool.workers.append(_Worker(index, start, stop, process, parent_end))
+                waiter = SpinThenBlock(parent_end, spin_budget_seconds())
+                pool.workers.append(_Worker(index, start, stop, process, parent_end, waiter=waiter))
             cls._start(spec, pool)
         except BaseException:
             pool.shutdown(graceful=False)
@@ -271,7 +274,7 @@ class AsyncBackend(StepwiseBackend):
     def _receive(self, worker: _Worker, deadline: float | None) -> bytes:
         connection = worker.connection
         try:
-            if deadline is not None:
+            if not worker.waiter.spin() and deadline is not None:
                 remaining = deadline - time.monotonic()
                 ready = wait([connection, worker.process.sentinel], max(remaining, 0))
                 if connection not in ready:
