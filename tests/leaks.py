@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -58,6 +59,9 @@ class ResourceSnapshot:
         """Wait (bounded) for the process tree to return to this snapshot, else fail."""
         deadline = time.monotonic() + timeout
         while True:
+            # Cyclic garbage (an exception's traceback holding frames that hold arrays
+            # viewing shared memory) is not a leak: collect it before counting.
+            gc.collect()
             now = ResourceSnapshot.take()
             new_children = now.children - self.children
             new_segments = now.segments - self.segments

@@ -145,3 +145,23 @@ def test_envs_with_different_spaces_in_different_workers_are_named():
     with pytest.raises(SpaceError, match=r"env 3 declares the action space Discrete\(5\), but env 0 declares Discrete\(2\)"):
         ParallelRolloutCollector(fns, backend="async", num_workers=2)
     snapshot.assert_nothing_leaked()
+
+
+def test_arrays_viewing_shared_memory_stay_readable_after_close():
+    # A reused batch and the observation rows a policy kept are views of the shared
+    # segment; closing the collector must not unmap memory they still point at.
+    kept = []
+
+    def policy(observations):
+        kept.append(observations)
+        return np.ones(observations.shape[0], dtype=np.int64)
+
+    fns = [partial(CountingEnv, env_id=i, episode_length=10) for i in range(2)]
+    snapshot = ResourceSnapshot.take()
+    collector = ParallelRolloutCollector(fns, policy, "async", horizon=3, seed=0, num_workers=2, reuse_buffers=True)
+    batch = collector.collect()
+    collector.close()
+    np.testing.assert_array_equal(batch.observations[:, :, 1], [[0, 0], [1, 1], [2, 2]])
+    np.testing.assert_array_equal(kept[2][:, 1], [2, 2])
+    del batch, kept
+    snapshot.assert_nothing_leaked()

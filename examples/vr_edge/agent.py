@@ -174,6 +174,13 @@ class CollectorPolicy:
         self.agent = agent
         self.deterministic = deterministic
 
+    # The Ray backend ships only these to its actors on each collect, not the whole policy.
+    def state_dict(self) -> dict[str, Any]:
+        return self.agent.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.agent.load_state_dict(state_dict)
+
     def __call__(self, observations: np.ndarray) -> PolicyOutput:
         with torch.no_grad():
             observation_tensor = torch.tensor(observations, dtype=torch.float32)

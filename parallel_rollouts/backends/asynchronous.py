@@ -138,8 +138,8 @@ class AsyncBackend(StepwiseBackend):
         self._pool = pool
         self._workers = pool.workers
         self._step_timeout = step_timeout
-        self._copy_target: RolloutStorage | None = None
         self._reuse_storage = False
+        self._ended_last_rollout: np.ndarray | None = None
         # Runs on garbage collection or at interpreter exit if close() was never called.
         self._finalizer = weakref.finalize(self, pool.shutdown, True)
 
@@ -226,6 +226,11 @@ class AsyncBackend(StepwiseBackend):
 
     def start_rollout(self, reuse_storage: bool) -> RolloutStorage:
         self._reuse_storage = reuse_storage
+        if reuse_storage and self._ended_last_rollout is not None:
+            # The batch is the shared storage itself: clear the terminal observations
+            # the previous rollout left, so its rows never show through.
+            for leaf in self._storage.final_observations:
+                leaf[self._ended_last_rollout] = 0
         self._request_all(_worker.BEGIN, 0)
         return self._storage
 
@@ -238,14 +243,16 @@ class AsyncBackend(StepwiseBackend):
     def finish_rollout(self) -> tuple[RolloutStorage, CompletedEpisodes]:
         payloads = self._request_all(_worker.FINISH, 0)
         episodes = CompletedEpisodes.merge([pickle.loads(payload) for payload in payloads])
-        return self._copy_out(self._reuse_storage), episodes
-
-    def _copy_out(self, reuse_storage: bool) -> RolloutStorage:
-        """Copy the shared storage into private arrays: the one copy per rollout."""
-        if self._copy_target is None or not reuse_storage:
-            self._copy_target = self._spec.allocate_storage()
-        self._storage.copy_to(self._copy_target)
-        return self._copy_target
+        shared = self._storage
+        if self._reuse_storage:
+            # Zero copies, as asked: the batch's arrays are views of shared memory that the
+            # next collect overwrites. They stay valid after close() (the mapping lives
+            # until the last view is gone).
+            self._ended_last_rollout = shared.terminations | shared.truncations
+            return shared, episodes
+        target = self._spec.allocate_storage()
+        shared.copy_to(target)  # the one copy per rollout
+        return target, episodes
 
     def _request_all(self, command: bytes, argument: int) -> list[bytes]:
         request = _worker.REQUEST.pack(command, argument)

@@ -32,7 +32,10 @@ class _Carver:
     """An allocator handing out aligned arrays from one buffer (or only counting, without one)."""
 
     def __init__(self, buffer: memoryview | None) -> None:
-        self.buffer = buffer
+        # np.frombuffer keeps the buffer exported for as long as any view of it lives,
+        # so the segment cannot be unmapped under an array someone still holds (closing
+        # then raises BufferError and the mapping lives on until the last view is freed).
+        self.base = None if buffer is None else np.frombuffer(buffer, dtype=np.uint8)
         self.offset = 0
 
     def __call__(self, shape, dtype) -> np.ndarray:
@@ -41,16 +44,46 @@ class _Carver:
         start = -(-self.offset // _ALIGNMENT) * _ALIGNMENT
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         self.offset = start + nbytes
-        if self.buffer is None:
+        if self.base is None:
             return np.empty((0,) * len(shape), dtype=dtype)
-        return np.ndarray(shape, dtype=dtype, buffer=self.buffer, offset=start)
+        return self.base[start : start + nbytes].view(dtype).reshape(shape)
 
 
-def carve(allocate: Callable[..., RolloutStorage], buffer: memoryview | None) -> tuple[RolloutStorage, int]:
+def carve(
+    allocate: Callable[..., RolloutStorage], segment: shared_memory.SharedMemory | None
+) -> tuple[RolloutStorage, int]:
     """Lay out storage with ``allocate(allocator, zeroed)``; return it and the bytes it spans."""
-    carver = _Carver(buffer)
+    carver = _Carver(None if segment is None else segment.buf)
     storage = allocate(carver, carver)
     return storage, carver.offset
+
+
+class _Segment(shared_memory.SharedMemory):
+    """A segment whose ``close`` leaves the mapping to outstanding arrays instead of failing.
+
+    Every storage array is a view of one ``np.frombuffer`` array, which holds a buffer
+    export on the mapping. While any of them lives, ``mmap.close`` refuses (BufferError)
+    and the mapping stays valid; it is unmapped when the last view is freed. Closing
+    never pulls memory out from under an array someone still holds.
+    """
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except BufferError:
+            self._mmap = None  # the arrays' buffer exports keep the mapping alive
+
+
+def _drop_descriptor(segment: shared_memory.SharedMemory) -> None:
+    """Close the segment's file descriptor now: the mapping does not need it.
+
+    Otherwise a mapping kept alive by a caller's array would keep a descriptor
+    open as well. (``_fd`` is where CPython's POSIX implementation keeps it.)
+    """
+    descriptor = getattr(segment, "_fd", -1)
+    if isinstance(descriptor, int) and descriptor >= 0:
+        os.close(descriptor)
+        segment._fd = -1
 
 
 class SharedStorage:
@@ -69,25 +102,25 @@ class SharedStorage:
     def create(cls, allocate: Callable[..., RolloutStorage]) -> SharedStorage:
         _, size = carve(allocate, None)
         name = f"{SEGMENT_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
-        segment = shared_memory.SharedMemory(name=name, create=True, size=max(size, 1))
-        storage, _ = carve(allocate, segment.buf)
+        segment = _Segment(name=name, create=True, size=max(size, 1))
+        _drop_descriptor(segment)
+        storage, _ = carve(allocate, segment)
         return cls(segment, storage, owner=True)
 
     @classmethod
     def attach(cls, name: str, allocate: Callable[..., RolloutStorage]) -> SharedStorage:
         segment = _attach_untracked(name)
-        storage, _ = carve(allocate, segment.buf)
+        _drop_descriptor(segment)
+        storage, _ = carve(allocate, segment)
         return cls(segment, storage, owner=False)
 
     def release(self) -> None:
         """Drop this process's mapping; the owner also removes the segment's name."""
         self.storage = None
-        try:
-            self.segment.close()
-        except BufferError:
-            # A caller still holds a view (e.g. a policy kept an observation row).
-            # The mapping then lives until that view is freed; the name goes now.
-            pass
+        # If a caller still holds a view (a reused batch, an observation row a policy
+        # kept, a traceback's frame), the mapping lives until that view is freed (see
+        # _Segment); the name goes now either way.
+        self.segment.close()
         if self.owner:
             try:
                 self.segment.unlink()
@@ -107,6 +140,6 @@ def _attach_untracked(name: str) -> shared_memory.SharedMemory:
 
     resource_tracker.register = skip_shared_memory
     try:
-        return shared_memory.SharedMemory(name=name, create=False)
+        return _Segment(name=name, create=False)
     finally:
         resource_tracker.register = original

@@ -17,7 +17,7 @@ from examples.vr_edge.synthetic_env import SyntheticVREdgeEnv  # noqa: E402
 from parallel_rollouts import ParallelRolloutCollector  # noqa: E402
 
 # Add "async" here once that backend exists; every backend test below follows this list.
-BACKENDS_UNDER_TEST = ("serial", "sync")
+BACKENDS_UNDER_TEST = ("serial", "sync", "async")
 
 METRIC_KEYS = {
     "update",
