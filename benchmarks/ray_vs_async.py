@@ -48,29 +48,38 @@ def main(argv=None) -> dict:
     if started_ray:
         ray.init(num_cpus=multiprocessing.cpu_count(), include_dashboard=False, log_to_driver=False)
     common = dict(horizon=args.horizon, seed=0, reuse_buffers=False)
-    collectors = {
-        "sync": ParallelRolloutCollector(fns, workload.policy, "sync", **common),
-        "async": ParallelRolloutCollector(fns, workload.policy, "async", num_workers=args.num_workers, **common),
-        "ray": ParallelRolloutCollector(fns, workload.policy, "ray", num_workers=args.num_workers, **common),
-    }
-    one_step = {
-        "sync": ParallelRolloutCollector(fns, workload.policy, "sync", horizon=1, seed=0),
-        "ray": ParallelRolloutCollector(fns, workload.policy, "ray", horizon=1, seed=0, num_workers=args.num_workers),
-    }
     try:
-        for collector in list(collectors.values()) + list(one_step.values()):
-            collector.collect()
-        seconds = {name: [] for name in collectors}
-        for _ in range(args.rounds):
-            for name, collector in collectors.items():
-                seconds[name].append(_timed_collect(collector))
-        step_seconds = {name: [] for name in one_step}
-        for _ in range(max(args.rounds, 10)):
-            for name, collector in one_step.items():
-                step_seconds[name].append(_timed_collect(collector))
+        # Each Ray actor reserves one CPU, so only one Ray collector is alive at a time.
+        collectors = {
+            "sync": ParallelRolloutCollector(fns, workload.policy, "sync", **common),
+            "async": ParallelRolloutCollector(fns, workload.policy, "async", num_workers=args.num_workers, **common),
+            "ray": ParallelRolloutCollector(fns, workload.policy, "ray", num_workers=args.num_workers, **common),
+        }
+        try:
+            for collector in collectors.values():
+                collector.collect()
+            seconds = {name: [] for name in collectors}
+            for _ in range(args.rounds):
+                for name, collector in collectors.items():
+                    seconds[name].append(_timed_collect(collector))
+        finally:
+            for collector in collectors.values():
+                collector.close()
+        one_step = {
+            "sync": ParallelRolloutCollector(fns, workload.policy, "sync", horizon=1, seed=0),
+            "ray": ParallelRolloutCollector(fns, workload.policy, "ray", horizon=1, seed=0, num_workers=args.num_workers),
+        }
+        try:
+            for collector in one_step.values():
+                collector.collect()
+            step_seconds = {name: [] for name in one_step}
+            for _ in range(max(args.rounds, 10)):
+                for name, collector in one_step.items():
+                    step_seconds[name].append(_timed_collect(collector))
+        finally:
+            for collector in one_step.values():
+                collector.close()
     finally:
-        for collector in list(collectors.values()) + list(one_step.values()):
-            collector.close()
         if started_ray:
             ray.shutdown()
 

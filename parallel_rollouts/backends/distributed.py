@@ -39,6 +39,9 @@ __all__ = ["RayBackend", "RayOptions"]
 
 logger = logging.getLogger("parallel_rollouts")
 
+#: Seconds to wait for actors to be placed and start before reporting the cluster short of resources.
+START_TIMEOUT = 60.0
+
 
 @dataclass(frozen=True)
 class RayOptions:
@@ -254,7 +257,9 @@ class RayBackend(Backend):
         self._actor_class = ray.remote(SliceActor)
         try:
             self._actors = [self._create_actor(index, first_episode=None) for index in range(len(self._slices))]
-            env_spaces = [pair for part in self._get_all([a.spaces.remote() for a in self._actors]) for pair in part]
+            spaces_references = [actor.spaces.remote() for actor in self._actors]
+            self._wait_for_placement(spaces_references)
+            env_spaces = [pair for part in self._get_all(spaces_references) for pair in part]
             observation_space, action_space = env_spaces[0]
             for index, (observation, action) in enumerate(env_spaces):
                 check_env_spaces(index, observation, action, observation_space, action_space)
@@ -278,6 +283,19 @@ class RayBackend(Backend):
             self._spec.core_name,
             first_episode,
         )
+
+    def _wait_for_placement(self, references: list) -> None:
+        """Fail clearly, instead of waiting forever, when the cluster cannot host the actors."""
+        ray = self._ray
+        _, pending = ray.wait(references, num_returns=len(references), timeout=START_TIMEOUT)
+        if pending:
+            raise ConfigurationError(
+                f"{len(pending)} of {len(references)} Ray actors did not start within {START_TIMEOUT:.0f} s. "
+                f"Each asks for num_cpus={self._options.num_cpus}"
+                + (f", num_gpus={self._options.num_gpus}" if self._options.num_gpus else "")
+                + f"; the cluster has {ray.available_resources()!r} available. Lower `num_workers` or "
+                "`ray_options['num_cpus']`, or add nodes."
+            )
 
     def _start(self, actor):
         return actor.start.remote(self._spec.observation_layout.space, self._spec.action_layout.space, self._pickled_policy)
@@ -347,7 +365,9 @@ class RayBackend(Backend):
             except Exception:
                 pass
             self._actors[index] = self._create_actor(index, first_episode=self._next_episode[start:stop].tolist())
-            self._get_all([self._start(self._actors[index])])
+            started = [self._start(self._actors[index])]
+            self._wait_for_placement(started)
+            self._get_all(started)
             self._next_episode[start:stop] += 1
 
     def _assemble(self, parts: list) -> RolloutResult:
