@@ -8,12 +8,15 @@ its envs) and answers "done". Reported: microseconds per step beyond the work
 itself, median over interleaved rounds. Options:
 
 * ``connection``: ``multiprocessing`` connections, ``send_bytes``/``recv_bytes``
-  (what the backend uses: portable, and a dead worker shows up as end-of-file);
+  blocking at once (portable, and a dead worker shows up as end-of-file);
+* ``spin-then-block``: the same connections, each side first spinning up to
+  100 us with ``sched_yield`` before blocking (what the backend uses);
 * ``raw-fd``: the same pipes driven with ``os.write``/``os.read`` (POSIX only);
 * ``semaphore``: one ``multiprocessing.Semaphore`` per worker plus a shared
   "done" semaphore (no end-of-file on death: needs timed waits to notice);
 * ``spin``: workers and main busy-poll a shared flag array (no syscalls, but
-  every waiter holds a core).
+  every waiter holds a core; timed on its own, since its idle workers would
+  starve the other options).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import time
 
 import numpy as np
 
-OPTIONS = ("connection", "raw-fd", "semaphore", "spin")
+OPTIONS = ("connection", "spin-then-block", "raw-fd", "semaphore", "spin")
 
 
 def _burn(microseconds: float) -> None:
@@ -38,6 +41,19 @@ def _burn(microseconds: float) -> None:
 
 def _connection_worker(connection, work_us):
     while True:
+        message = connection.recv_bytes()
+        if message == b"q":
+            return
+        _burn(work_us)
+        connection.send_bytes(b"k")
+
+
+def _spin_then_block_worker(connection, work_us):
+    from parallel_rollouts.backends.waiting import SpinThenBlock
+
+    spin = SpinThenBlock(connection, 100e-6).spin
+    while True:
+        spin()
         message = connection.recv_bytes()
         if message == b"q":
             return
@@ -83,9 +99,9 @@ class _Option:
     def __init__(self, name: str, context, workers: int, work_us: float) -> None:
         self.name = name
         self.processes = []
-        if name in ("connection", "raw-fd"):
+        if name in ("connection", "spin-then-block", "raw-fd"):
             self.connections = []
-            target = _connection_worker if name == "connection" else _raw_worker
+            target = {"connection": _connection_worker, "spin-then-block": _spin_then_block_worker, "raw-fd": _raw_worker}[name]
             for _ in range(workers):
                 parent, child = context.Pipe(duplex=True)
                 process = context.Process(target=target, args=(child, work_us), daemon=True)
@@ -94,6 +110,10 @@ class _Option:
                 self.connections.append(parent)
                 self.processes.append(process)
             self.fds = [c.fileno() for c in self.connections]
+            if name == "spin-then-block":
+                from parallel_rollouts.backends.waiting import SpinThenBlock
+
+                self.waiters = [SpinThenBlock(c, 100e-6) for c in self.connections]
         elif name == "semaphore":
             self.stop = context.Value("b", 0, lock=False)
             self.go = [context.Semaphore(0) for _ in range(workers)]
@@ -113,7 +133,13 @@ class _Option:
         self.workers = workers
 
     def round_trip(self) -> None:
-        if self.name == "connection":
+        if self.name == "spin-then-block":
+            for connection in self.connections:
+                connection.send_bytes(b"s")
+            for connection, waiter in zip(self.connections, self.waiters):
+                waiter.spin()
+                connection.recv_bytes()
+        elif self.name == "connection":
             for connection in self.connections:
                 connection.send_bytes(b"s")
             for connection in self.connections:
@@ -136,7 +162,7 @@ class _Option:
                 pass
 
     def close(self) -> None:
-        if self.name == "connection":
+        if self.name in ("connection", "spin-then-block"):
             for connection in self.connections:
                 connection.send_bytes(b"q")
         elif self.name == "raw-fd":
@@ -167,20 +193,28 @@ def main(argv=None) -> dict:
     if os.name == "nt":
         names = [name for name in names if name != "raw-fd"]
     context = multiprocessing.get_context("spawn")
-    options = [_Option(name, context, args.workers, args.work_us) for name in names]
-    time.sleep(1.0)
     overhead: dict[str, list[float]] = {name: [] for name in names}
-    try:
-        for _ in range(args.rounds):
-            for option in options:  # interleaved: A B C D A B C D ...
-                start = time.perf_counter()
-                for _ in range(args.steps):
-                    option.round_trip()
-                per_step = (time.perf_counter() - start) / args.steps * 1e6
-                overhead[option.name].append(per_step - args.work_us)
-    finally:
-        for option in options:
-            option.close()
+
+    def measure(group: list[str]) -> None:
+        options = [_Option(name, context, args.workers, args.work_us) for name in group]
+        time.sleep(1.0)
+        try:
+            for _ in range(args.rounds):
+                for option in options:  # interleaved: A B C A B C ...
+                    start = time.perf_counter()
+                    for _ in range(args.steps):
+                        option.round_trip()
+                    per_step = (time.perf_counter() - start) / args.steps * 1e6
+                    overhead[option.name].append(per_step - args.work_us)
+        finally:
+            for option in options:
+                option.close()
+
+    # Pure spinners poll even while another option is being timed, which would starve
+    # the others of both cores: they run on their own, after the interleaved group.
+    measure([name for name in names if name != "spin"])
+    if "spin" in names:
+        measure(["spin"])
     result = {
         "workers": args.workers,
         "work_us": args.work_us,
