@@ -58,7 +58,7 @@ def test_pytorch_tensors_are_accepted_from_the_policy():
     import torch  # the dev setup installs torch; a missing torch is a failure, not a skip
 
     def policy(observations):
-        obs = torch.as_tensor(observations)
+        obs = torch.tensor(observations)  # copies: the observations are read-only views
         actions = (obs[:, 2] > 0).long()
         return PolicyOutput(actions, values=obs[:, 0].double(), log_probs=torch.zeros(obs.shape[0], 1))
 
