@@ -320,14 +320,19 @@ cdef Py_ssize_t _first_row_out_of_bounds(
 
 def find_out_of_bounds(values, low, high):
     cdef Py_ssize_t rows
-    array = np.ascontiguousarray(values)
+    array = np.asarray(values)
     if array.ndim == 0:
         raise ValueError("`values` must have a leading row axis.")
-    rows = array.shape[0]
     if array.dtype == np.bool_:
         array = array.view(np.uint8)
+    elif array.dtype.kind == "f" and array.dtype.itemsize not in (4, 8):
+        # float16 / longdouble: no kernel of their own; float64 holds every value
+        # the comparison needs, as the twin compares in float64 too.
+        array = array.astype(np.float64)
     elif not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))
+    array = np.ascontiguousarray(array)
+    rows = array.shape[0]
     row_elements = 1
     for axis in range(1, array.ndim):
         row_elements *= array.shape[axis]

@@ -4,7 +4,7 @@ Both modules expose the same names with the same signatures and semantics, and
 the test suite runs every case through both. This file is the readable
 specification; the Cython module is the fast one.
 
-Two pieces of per-step work live here:
+Three pieces of per-step work live here:
 
 * :class:`ObservationWriter` moves env observations into one leaf of the
   preallocated ``[rows, env, ...]`` observation storage and scatters the rows of

@@ -53,8 +53,10 @@ class ParallelRolloutCollector:
     info_keys:
         Scalar ``info`` entries to store in ``batch.infos`` as ``[T, N]`` float64.
     reuse_buffers:
-        If true, every ``collect()`` writes into the same arrays, so a batch is
-        overwritten by the next one. Off by default: a returned batch is yours.
+        If true, every ``collect()`` writes into the same arrays (for ``async``,
+        views of its shared memory: no copy at all), so a batch is overwritten by
+        the next one. Off by default: a returned batch is yours. ``ray`` always
+        returns new arrays.
     num_workers:
         Async and Ray backends: worker processes / actors, each owning a
         contiguous slice of the envs (default ``min(cpu_count, num_envs)``).
@@ -91,6 +93,8 @@ class ParallelRolloutCollector:
         step_timeout: float | None = None,
         ray_options: dict | None = None,
     ) -> None:
+        # First, so that __del__ can close whatever a failing constructor already made.
+        self._owner_pid = os.getpid()
         self._backend: Backend | None = None
         self._closed = False
         self._broken: BaseException | None = None
@@ -103,6 +107,9 @@ class ParallelRolloutCollector:
             raise ConfigurationError(f"`backend` must be one of {BACKENDS!r}; got {backend!r}.")
         if isinstance(info_keys, str) or not all(isinstance(key, str) for key in info_keys):
             raise ConfigurationError(f"`info_keys` must be a sequence of strings; got {info_keys!r}.")
+        repeated = sorted({key for key in info_keys if list(info_keys).count(key) > 1})
+        if repeated:
+            raise ConfigurationError(f"`info_keys` names {repeated[0]!r} twice; list each key once.")
         for name, value, applies_to in (
             ("num_workers", num_workers, ("async", "ray")),
             ("context", context, ("async",)),
@@ -124,9 +131,8 @@ class ParallelRolloutCollector:
         self._loop = RolloutLoop(
             spec.observation_layout,
             PolicyOutputWriter(spec.action_layout, spec.num_envs, core_module),
-            policy or RandomActionSampler(spec.action_layout, self._seed, range(spec.num_envs)),
+            policy if policy is not None else RandomActionSampler(spec.action_layout, self._seed, range(spec.num_envs)),
         )
-        self._owner_pid = os.getpid()
 
     # -- public properties -----------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -161,5 +161,3 @@ class RandomActionSampler:
         ]
         return self._layout.unflatten(leaves)
 
-
-Policy = Callable[[Any], Any]

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import ConfigurationError
+
 __all__ = ["EpisodeSeeds", "action_sampler_seed", "draw_root_seed", "episode_seed", "validate_seed"]
 
 EPISODE_SEED_BLOCK = 256
@@ -34,10 +36,8 @@ def draw_root_seed() -> int:
 
 
 def validate_seed(seed: object) -> int:
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"`seed` must be a non-negative int or None; got {seed!r}.")
-    if seed < 0:
-        raise ValueError(f"`seed` must be a non-negative int or None; got {seed!r}.")
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigurationError(f"`seed` must be a non-negative int or None; got {seed!r}.")
     return int(seed)
 
 

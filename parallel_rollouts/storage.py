@@ -64,19 +64,6 @@ class RolloutStorage:
     def horizon(self) -> int:
         return self.rewards.shape[0]
 
-    def arrays(self) -> list[np.ndarray]:
-        """Every array, in a fixed order (used to lay storage out in shared memory)."""
-        result: list[np.ndarray] = []
-        for field in fields(self):
-            value = getattr(self, field.name)
-            if isinstance(value, list):
-                result.extend(value)
-            elif isinstance(value, dict):
-                result.extend(value[key] for key in sorted(value))
-            else:
-                result.append(value)
-        return result
-
     def map(self, function: Callable[[np.ndarray], np.ndarray]) -> RolloutStorage:
         """A storage whose every array is ``function(array)``."""
         changed = {}

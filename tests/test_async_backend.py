@@ -165,3 +165,58 @@ def test_arrays_viewing_shared_memory_stay_readable_after_close():
     np.testing.assert_array_equal(kept[2][:, 1], [2, 2])
     del batch, kept
     snapshot.assert_nothing_leaked()
+
+
+def test_reused_async_batches_never_show_terminal_observations_of_a_dropped_rollout():
+    calls = {"n": 0}
+
+    def policy(observations):
+        calls["n"] += 1
+        if calls["n"] == 5:  # step t=4 of the first rollout, after an episode ended at t=2
+            raise RuntimeError("policy bug")
+        return np.ones(observations.shape[0], dtype=np.int64)
+
+    fns = [partial(CountingEnv, env_id=0, episode_length=3)]
+    batches = {}
+    for backend in ("sync", "async"):
+        calls["n"] = 0
+        with ParallelRolloutCollector(fns, policy, backend, horizon=5, seed=0, reuse_buffers=True) as collector:
+            with pytest.raises(RuntimeError, match="policy bug"):
+                collector.collect()
+            batches[backend] = collector.collect()
+    assert_batches_identical(batches["sync"], batches["async"])
+    assert not batches["async"].final_observations[~batches["async"].final_observation_mask].any()
+
+
+def test_a_fork_context_worker_still_exits_when_the_main_process_is_killed():
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    import psutil
+
+    from tests.leaks import REPO_ROOT
+
+    script = """
+        import time
+        from functools import partial
+        from parallel_rollouts import ParallelRolloutCollector
+        from tests.envs import CountingEnv
+        if __name__ == "__main__":
+            collector = ParallelRolloutCollector([partial(CountingEnv, env_id=i) for i in range(2)], None, "async",
+                                                 horizon=4, seed=0, num_workers=2, context="fork")
+            collector.collect()
+            print(*[w.process.pid for w in collector._backend._workers], flush=True)
+            time.sleep(600)
+    """
+    process = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+    pids = [int(pid) for pid in process.stdout.readline().split()]
+    process.kill()
+    process.wait(10)
+    deadline = time.monotonic() + 10
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        time.sleep(0.1)
+    assert not alive, f"fork-context workers {alive} outlived the killed main process"

@@ -38,6 +38,7 @@ def counting_fns(n, **kwargs):
         ({"backend": "threads"}, r"`backend` must be one of \('serial', 'sync', 'async', 'ray'\); got 'threads'"),
         ({"core": "fast"}, r"`core` must be one of \('auto', 'compiled', 'python'\); got 'fast'"),
         ({"info_keys": "quality"}, r"`info_keys` must be a sequence of strings"),
+        ({"info_keys": ("a", "b", "a")}, r"`info_keys` names 'a' twice"),
         ({"policy": 3}, r"`policy` must be callable or None; got 3"),
         ({"num_workers": 2}, r"`num_workers` applies to backend 'async' or 'ray' only; got backend='sync'"),
         ({"step_timeout": 1.0}, r"`step_timeout` applies to backend 'async' only"),
@@ -50,9 +51,9 @@ def test_bad_constructor_arguments_are_named(kwargs, match):
 
 
 def test_bad_seeds_are_rejected():
-    with pytest.raises(ValueError, match=r"`seed` must be a non-negative int or None; got -1"):
+    with pytest.raises(ConfigurationError, match=r"`seed` must be a non-negative int or None; got -1"):
         ParallelRolloutCollector(counting_fns(1), seed=-1)
-    with pytest.raises(TypeError, match=r"`seed` must be a non-negative int or None; got 'abc'"):
+    with pytest.raises(ConfigurationError, match=r"`seed` must be a non-negative int or None; got 'abc'"):
         ParallelRolloutCollector(counting_fns(1), seed="abc")
 
 
@@ -233,6 +234,23 @@ def test_several_envs_failing_in_one_step_are_all_reported(backend):
         with pytest.raises(WorkerError, match=r"3 envs failed:") as info:
             collector.collect()
     assert info.value.env_indices == (0, 1, 2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("bad", [{"reward": None}, {"terminated": np.array([True, False])}], ids=["reward-none", "flag-array"])
+def test_a_reward_or_flag_that_is_not_a_scalar_names_the_env(backend, bad):
+    class BadStep(CountingEnv):
+        def step(self, action):
+            observation, reward, terminated, truncated, info = super().step(action)
+            values = {"reward": reward, "terminated": terminated, **bad}
+            return observation, values["reward"], values["terminated"], truncated, info
+
+    fns = counting_fns(3)
+    fns[2] = partial(BadStep, env_id=2)
+    with ParallelRolloutCollector(fns, ConstantPolicy(3), backend, horizon=2, seed=0) as collector:
+        with pytest.raises(WorkerError, match=r"env 2 raised (TypeError|ValueError) in `step`") as info:
+            collector.collect()
+    assert info.value.env_indices == (2,)
 
 
 def test_missing_info_key_names_the_env_and_key():

@@ -11,7 +11,10 @@ from hypothesis.extra import numpy as hnp
 from parallel_rollouts import _core as compiled
 from parallel_rollouts import _core_python as python_core
 
-DTYPES = [np.uint8, np.int8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64, np.float32, np.float64, np.bool_]
+DTYPES = [
+    np.uint8, np.int8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64,
+    np.float16, np.float32, np.float64, np.bool_,
+]
 CORES = [compiled, python_core]
 
 
@@ -238,6 +241,12 @@ def test_find_out_of_bounds_matches_a_numpy_one_liner(dtype, shape, rows, data):
     expected = int(outside[0]) if outside.size else -1
     for core in CORES:
         assert core.find_out_of_bounds(values, low, high) == expected
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_find_out_of_bounds_needs_a_row_axis(core):
+    with pytest.raises(ValueError, match="leading row axis"):
+        core.find_out_of_bounds(np.float64(5.0), np.array([0.0]), np.array([1.0]))
 
 
 @pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])

@@ -95,23 +95,22 @@ def test_an_env_exception_is_a_worker_error_with_the_remote_traceback():
     collector.close()
 
 
-def test_a_policy_exception_reaches_the_caller_and_the_collector_stays_usable():
-    class FlakyPolicy:
-        def __init__(self):
-            self.fail = True
-
+def test_a_policy_exception_reaches_the_caller_unwrapped_and_breaks_the_collector():
+    class FailingPolicy:
         def __call__(self, observations):
-            if self.fail:
+            if observations[0, 1] == 1:  # the second step of the first episode
                 raise ArithmeticError("policy bug")
             return np.ones(observations.shape[0], dtype=np.int64)
 
-    policy = FlakyPolicy()
-    with ParallelRolloutCollector([partial(CountingEnv, env_id=i) for i in range(2)], policy, "ray", horizon=3, seed=0) as collector:
-        with pytest.raises(ArithmeticError, match="policy bug"):
-            collector.collect()
-        policy.fail = False
-        batch = collector.collect()
-    np.testing.assert_array_equal(batch.actions, np.ones((3, 2)))
+    collector = ParallelRolloutCollector(
+        [partial(CountingEnv, env_id=i, episode_length=5) for i in range(2)], FailingPolicy(), "ray", horizon=3, seed=0
+    )
+    with pytest.raises(ArithmeticError, match="policy bug"):
+        collector.collect()
+    # The other actor stepped on while this one failed: no common row to continue from.
+    with pytest.raises(CollectorClosedError, match=r"broken by an earlier failure \(ArithmeticError"):
+        collector.collect()
+    collector.close()
 
 
 def test_an_actor_killed_mid_collect_without_restarts_breaks_the_collector():

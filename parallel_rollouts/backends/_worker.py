@@ -30,12 +30,14 @@ dies, the connection reaches end-of-file and the worker exits.
 
 from __future__ import annotations
 
+import multiprocessing
 import pickle
 import signal
 import struct
 from dataclasses import dataclass
 
 import cloudpickle
+from multiprocessing.connection import wait
 
 from ..core import load_core
 from ..errors import ObservationError, WorkerError
@@ -88,7 +90,7 @@ def worker_main(connection, worker_index: int, env_offset: int, pickled_env_fns:
             for column, pickled in enumerate(pickled_env_fns):
                 envs.append(make_env(cloudpickle.loads(pickled), env_offset + column))
             connection.send(("spaces", [(env.observation_space, env.action_space) for env in envs]))
-            kind, order = connection.recv()
+            kind, order = pickle.loads(_receiver(connection)())
             if kind != "attach":
                 return
             _, core = load_core(order.core_name)
@@ -124,11 +126,29 @@ def worker_main(connection, worker_index: int, env_offset: int, pickled_env_fns:
             shared.release()
 
 
-def _serve(connection, group: EnvGroup, columns, env_offset: int) -> None:
-    receive, send = connection.recv_bytes, connection.send_bytes
+def _receiver(connection):
+    """``receive()`` for the next request; raises EOFError once the main process is gone.
+
+    With ``spawn`` the connection alone shows the main process's death as
+    end-of-file. A ``fork``-ed worker also holds copies of the main process's
+    ends, so it watches the parent's sentinel as well.
+    """
     spin = SpinThenBlock(connection, spin_budget_seconds()).spin
+    parent = multiprocessing.parent_process()
+    sentinel = parent.sentinel if parent is not None else None
+
+    def receive() -> bytes:
+        if not spin() and sentinel is not None:
+            if connection not in wait([connection, sentinel]):
+                raise EOFError("the main process is gone")
+        return connection.recv_bytes()
+
+    return receive
+
+
+def _serve(connection, group: EnvGroup, columns, env_offset: int) -> None:
+    receive, send = _receiver(connection), connection.send_bytes
     while True:
-        spin()
         command, argument = REQUEST.unpack(receive())
         try:
             if command == STEP:

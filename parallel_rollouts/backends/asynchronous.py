@@ -26,7 +26,6 @@ import weakref
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 
-import cloudpickle
 import numpy as np
 
 from ..errors import ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError, WorkerError
@@ -35,6 +34,7 @@ from ..storage import CompletedEpisodes, RolloutStorage
 from . import _worker
 from .base import BackendSpec, StepwiseBackend
 from .shared_memory import SharedStorage
+from .slicing import pickle_env_fns, resolve_num_workers, split_envs
 from .waiting import SpinThenBlock, spin_budget_seconds
 
 __all__ = ["AsyncBackend"]
@@ -115,6 +115,11 @@ class _WorkerPool:
         return errors
 
 
+def _shutdown_in_owner(pool: _WorkerPool, owner_pid: int) -> None:
+    if os.getpid() == owner_pid:
+        pool.shutdown(graceful=True)
+
+
 def _exit_description(process) -> str:
     code = process.exitcode
     if code is None:
@@ -127,11 +132,6 @@ def _exit_description(process) -> str:
     return f"exited with code {code}"
 
 
-def _split(num_envs: int, num_workers: int) -> list[tuple[int, int]]:
-    bounds = np.linspace(0, num_envs, num_workers + 1).round().astype(int)
-    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
-
-
 class AsyncBackend(StepwiseBackend):
     def __init__(self, spec: BackendSpec, pool: _WorkerPool, step_timeout: float | None) -> None:
         self._spec = spec
@@ -140,8 +140,9 @@ class AsyncBackend(StepwiseBackend):
         self._step_timeout = step_timeout
         self._reuse_storage = False
         self._ended_last_rollout: np.ndarray | None = None
-        # Runs on garbage collection or at interpreter exit if close() was never called.
-        self._finalizer = weakref.finalize(self, pool.shutdown, True)
+        # Runs on garbage collection or at interpreter exit if close() was never called,
+        # but only in the process that created the pool (not in a forked child).
+        self._finalizer = weakref.finalize(self, _shutdown_in_owner, pool, os.getpid())
 
     # -- construction ----------------------------------------------------------------------
 
@@ -153,30 +154,15 @@ class AsyncBackend(StepwiseBackend):
         context: str | object | None = None,
         step_timeout: float | None = None,
     ) -> AsyncBackend:
-        num_envs = spec.num_envs
-        if num_workers is None:
-            num_workers = max(1, min(os.cpu_count() or 1, num_envs))
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or not 1 <= num_workers <= num_envs:
-            raise ConfigurationError(
-                f"`num_workers` must be an int between 1 and the number of envs ({num_envs}); got {num_workers!r}."
-            )
+        num_workers = resolve_num_workers(num_workers, spec.num_envs)
         if step_timeout is not None and not (isinstance(step_timeout, (int, float)) and step_timeout > 0):
             raise ConfigurationError(f"`step_timeout` must be a positive number of seconds or None; got {step_timeout!r}.")
         mp_context = _resolve_context(context)
-        pickled = []
-        for index, env_fn in enumerate(spec.env_fns):
-            try:
-                pickled.append(cloudpickle.dumps(env_fn))
-            except Exception as error:
-                raise ConfigurationError(
-                    f"env_fns[{index}] cannot be serialised for a worker process "
-                    f"({type(error).__name__}: {error}). Use a top-level function or functools.partial, "
-                    "and keep unpicklable state (open files, locks, sockets) out of the factory."
-                ) from error
+        pickled = pickle_env_fns(spec.env_fns, "a worker process")
 
         pool = _WorkerPool()
         try:
-            for index, (start, stop) in enumerate(_split(num_envs, num_workers)):
+            for index, (start, stop) in enumerate(split_envs(spec.num_envs, num_workers)):
                 parent_end, child_end = mp_context.Pipe(duplex=True)
                 process = mp_context.Process(
                     target=_worker.worker_main,
@@ -228,9 +214,10 @@ class AsyncBackend(StepwiseBackend):
         self._reuse_storage = reuse_storage
         if reuse_storage and self._ended_last_rollout is not None:
             # The batch is the shared storage itself: clear the terminal observations
-            # the previous rollout left, so its rows never show through.
+            # earlier rollouts left (finished or dropped), so their rows never show through.
             for leaf in self._storage.final_observations:
                 leaf[self._ended_last_rollout] = 0
+            self._ended_last_rollout = None
         self._request_all(_worker.BEGIN, 0)
         return self._storage
 
@@ -239,16 +226,22 @@ class AsyncBackend(StepwiseBackend):
 
     def abandon_rollout(self, t: int) -> None:
         self._request_all(_worker.ABANDON, t)
+        # Rows 0..t-1 may hold terminal observations: clear them before the next rollout.
+        ended = self._storage.terminations[:t] | self._storage.truncations[:t]
+        if self._ended_last_rollout is None:
+            self._ended_last_rollout = np.zeros_like(self._storage.terminations)
+        self._ended_last_rollout[:t] |= ended
 
     def finish_rollout(self) -> tuple[RolloutStorage, CompletedEpisodes]:
         payloads = self._request_all(_worker.FINISH, 0)
         episodes = CompletedEpisodes.merge([pickle.loads(payload) for payload in payloads])
         shared = self._storage
+        # Whatever is returned, the next rollout with reuse must clear these rows.
+        self._ended_last_rollout = shared.terminations | shared.truncations
         if self._reuse_storage:
             # Zero copies, as asked: the batch's arrays are views of shared memory that the
             # next collect overwrites. They stay valid after close() (the mapping lives
             # until the last view is gone).
-            self._ended_last_rollout = shared.terminations | shared.truncations
             return shared, episodes
         target = self._spec.allocate_storage()
         shared.copy_to(target)  # the one copy per rollout
@@ -290,7 +283,10 @@ class AsyncBackend(StepwiseBackend):
                     raise StepTimeoutError(
                         f"{worker.describe()} did not finish within step_timeout={self._step_timeout} s; "
                         "its envs may hang. The collector is now unusable.",
-                        (EnvFailure(worker.start, "step", "StepTimeoutError", "timed out", ""),),
+                        tuple(
+                            EnvFailure(index, "step", "StepTimeoutError", "timed out", "")
+                            for index in range(worker.start, worker.stop)
+                        ),
                     )
             return connection.recv_bytes()
         except (EOFError, ConnectionError):
@@ -299,11 +295,10 @@ class AsyncBackend(StepwiseBackend):
     def _raise_died(self, worker: _Worker) -> None:
         worker.alive = False
         worker.process.join(1.0)
-        raise WorkerDiedError(
-            f"{worker.describe()} {_exit_description(worker.process)} while the collector was waiting for it. "
-            "If an env crashes its process (a segfault in a simulator, os._exit), run it with "
-            "backend='serial' to see the error.",
-            tuple(EnvFailure(index, "worker", "WorkerDiedError", _exit_description(worker.process), "") for index in range(worker.start, worker.stop)),
+        raise _died_error(
+            worker,
+            "while the collector was waiting for it. If an env crashes its process (a segfault in a "
+            "simulator, os._exit), run it with backend='serial' to see the error.",
         )
 
     def close(self) -> None:
@@ -358,7 +353,11 @@ def _startup_reply(worker: _Worker, expected: str):
     worker.process.join(1.0)
     if not ready:
         return WorkerError(f"{worker.describe()} did not start within {START_TIMEOUT} s.")
-    return WorkerDiedError(
-        f"{worker.describe()} {_exit_description(worker.process)} while starting up.",
-        tuple(EnvFailure(index, "make", "WorkerDiedError", _exit_description(worker.process), "") for index in range(worker.start, worker.stop)),
-    )
+    return _died_error(worker, "while starting up.", phase="make")
+
+
+def _died_error(worker: _Worker, when: str, phase: str = "worker") -> WorkerDiedError:
+    """The error for a worker process that is gone, naming it, its envs and how it ended."""
+    how = _exit_description(worker.process)
+    failures = tuple(EnvFailure(index, phase, "WorkerDiedError", how, "") for index in range(worker.start, worker.stop))
+    return WorkerDiedError(f"{worker.describe()} {how} {when}", failures)

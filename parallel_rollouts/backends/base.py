@@ -113,8 +113,9 @@ class StepwiseBackend(Backend):
                 try:
                     self.abandon_rollout(loop.steps_done)
                 except BaseException as abandon_error:
+                    # The caller sees the policy's error (its chain intact); the
+                    # abandon failure is what later calls report.
                     self.broken = abandon_error
-                    raise error from None
             raise
         storage, episodes = self._guarded(self.finish_rollout)
         writer = loop.output_writer
@@ -172,7 +173,7 @@ class InProcessBackend(StepwiseBackend):
         """Make every env, adopt env 0's spaces, and reset every env."""
         envs: list[Env] = []
         try:
-            for index in range(len(envs), spec.num_envs):
+            for index in range(spec.num_envs):
                 envs.append(make_env(spec.env_fns[index], index))
             spec.adopt_spaces(envs[0].observation_space, envs[0].action_space)
             return cls(spec, envs, cls.group_bounds(spec.num_envs))

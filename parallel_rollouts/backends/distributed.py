@@ -4,9 +4,10 @@ A per-step round trip through a cluster costs far more than an env step, so an
 actor runs a whole rollout: it owns a contiguous slice of the envs, holds a
 copy of the policy, and runs the same :class:`~parallel_rollouts.rollout_loop.RolloutLoop`
 over an :class:`~parallel_rollouts.backends.stepping.EnvGroup` that the
-``sync`` backend runs. ``collect()`` sends the policy's current state to every
-actor (a PyTorch module's ``state_dict`` after the first call, otherwise the
-re-pickled policy), gathers the slices and assembles them along the env axis.
+``sync`` backend runs. The whole policy travels once, at start-up; each
+``collect()`` then sends its current state to every actor (its ``state_dict``
+when it has one, otherwise the re-pickled policy), gathers the slices and
+assembles them along the env axis.
 
 Seeds and random actions are per env, so with a policy that treats each env's
 row on its own the batch equals ``sync``'s bit for bit.
@@ -27,12 +28,13 @@ import cloudpickle
 import numpy as np
 
 from ..core import load_core
-from ..errors import ConfigurationError, ObservationError, WorkerDiedError, WorkerError
+from ..errors import ConfigurationError, WorkerDiedError, WorkerError
 from ..policy import PolicyOutputWriter, RandomActionSampler
 from ..rollout_loop import RolloutLoop
 from ..spaces import SpaceLayout, check_env_spaces
 from ..storage import CompletedEpisodes, RolloutStorage
 from .base import Backend, BackendSpec, RolloutResult
+from .slicing import pickle_env_fns, resolve_num_workers, split_envs
 from .stepping import EnvGroup, describe_failure, make_env
 
 __all__ = ["RayBackend", "RayOptions"]
@@ -136,26 +138,10 @@ class SliceActor:
         )
         group = self._group
         group.begin(storage)
-        step_failed = False
-
-        def step(t: int) -> None:
-            nonlocal step_failed
-            try:
-                group.step(t)
-            except BaseException:
-                step_failed = True
-                raise
-
-        try:
-            self._loop.run(storage, step)
-        except BaseException:
-            if not step_failed:
-                # The policy failed: the envs are intact, keep the actor usable.
-                group.abandon(self._loop.steps_done)
-            raise
+        self._loop.run(storage, group.step)
         episodes = group.finish()
         writer = self._loop.output_writer
-        return storage, episodes, bool(writer.has_values), bool(writer.has_log_probs)
+        return storage, episodes, bool(writer.has_values), bool(writer.has_log_probs), group.episodes_started
 
     def pid(self) -> int:
         return os.getpid()
@@ -233,26 +219,11 @@ class RayBackend(Backend):
                     f"backend='ray' ships the policy to every actor, but it cannot be serialised "
                     f"({type(error).__name__}: {error}). Make it picklable, e.g. a module or a top-level class."
                 ) from error
-        self._pickled_env_fns = []
-        for index, env_fn in enumerate(spec.env_fns):
-            try:
-                self._pickled_env_fns.append(cloudpickle.dumps(env_fn))
-            except Exception as error:
-                raise ConfigurationError(
-                    f"env_fns[{index}] cannot be serialised for a Ray actor ({type(error).__name__}: {error})."
-                ) from error
-        num_envs = spec.num_envs
-        if num_workers is None:
-            num_workers = max(1, min(os.cpu_count() or 1, num_envs))
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or not 1 <= num_workers <= num_envs:
-            raise ConfigurationError(
-                f"`num_workers` must be an int between 1 and the number of envs ({num_envs}); got {num_workers!r}."
-            )
-        bounds = np.linspace(0, num_envs, num_workers + 1).round().astype(int)
-        self._slices = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
-        # The episode number each env is at, advanced after every rollout, so that
-        # a restarted actor's envs start fresh episodes at unused seeds.
-        self._next_episode = np.ones(num_envs, dtype=np.int64)
+        self._pickled_env_fns = pickle_env_fns(spec.env_fns, "a Ray actor")
+        self._slices = split_envs(spec.num_envs, resolve_num_workers(num_workers, spec.num_envs))
+        # Episodes started so far per env, as the actors report after every rollout,
+        # so that a replacement actor's envs start fresh episodes at unused seeds.
+        self._episodes_started = np.ones(spec.num_envs, dtype=np.int64)
         self._uses_local_ray = _LocalRay.acquire(ray, options.address)
         self._actor_class = ray.remote(SliceActor)
         try:
@@ -344,8 +315,10 @@ class RayBackend(Backend):
         payload = _policy_payload(self._policy)
         parts, dead, failure = self._wait([actor.collect.remote(payload) for actor in self._actors])
         if failure is not None:
-            if isinstance(failure, (WorkerError, ObservationError)):
-                self.broken = failure
+            # Actors run their rollouts independently: when one fails part-way (an env,
+            # or the policy) the others have already stepped on, so the envs no longer
+            # share a row to continue from. Any failure therefore breaks the collector.
+            self.broken = failure
             raise failure
         if dead:
             self._restart(dead)
@@ -364,11 +337,11 @@ class RayBackend(Backend):
                 self._ray.kill(self._actors[index])
             except Exception:
                 pass
-            self._actors[index] = self._create_actor(index, first_episode=self._next_episode[start:stop].tolist())
+            self._actors[index] = self._create_actor(index, first_episode=self._episodes_started[start:stop].tolist())
             started = [self._start(self._actors[index])]
             self._wait_for_placement(started)
             self._get_all(started)
-            self._next_episode[start:stop] += 1
+            self._episodes_started[start:stop] += 1
 
     def _assemble(self, parts: list) -> RolloutResult:
         storage = self._spec.allocate_storage(allocator=np.zeros)
@@ -378,11 +351,11 @@ class RayBackend(Backend):
             if part is None:
                 lost.extend(range(start, stop))
                 continue
-            slice_storage, slice_episodes, values, log_probs = part
+            slice_storage, slice_episodes, values, log_probs, episodes_started = part
             slice_storage.copy_to(storage.columns(start, stop))
             episodes.append(slice_episodes)
             has_values, has_log_probs = has_values or values, has_log_probs or log_probs
-            np.add.at(self._next_episode, slice_episodes.env_indices, 1)
+            self._episodes_started[start:stop] = episodes_started
         merged = CompletedEpisodes.merge(episodes) if episodes else CompletedEpisodes.empty_buffers(0)
         return RolloutResult(storage, merged, has_values, has_log_probs, np.asarray(lost, dtype=np.int64))
 

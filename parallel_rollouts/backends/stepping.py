@@ -127,6 +127,11 @@ class EnvGroup:
         self._recorder = None
         self._completed: CompletedEpisodes | None = None
 
+    @property
+    def episodes_started(self) -> list[int]:
+        """Episodes each env has started (its next reset uses episode number = this)."""
+        return list(self._episodes_started)
+
     # -- resets ----------------------------------------------------------------------------
 
     def _reset_env(self, column: int) -> Any:
@@ -155,7 +160,9 @@ class EnvGroup:
         ]
         for column, observation in enumerate(observations):
             self._write_observation(writers, 0, column, observation)
-            self._check_in_space(column, observation)
+        # Values are checked as stored (after conversion to the space's dtype), exactly
+        # as the rollout check does for every later row.
+        self._check_rows(self._current_observations, "reset observation")
 
     # -- one rollout -----------------------------------------------------------------------
 
@@ -202,6 +209,8 @@ class EnvGroup:
         for column, env in enumerate(self.envs):
             try:
                 observation, reward, terminated, truncated, info = env.step(actions[column])
+                # Converted here, per env, so a bad value is reported with its env index.
+                reward, terminated, truncated = float(reward), bool(terminated), bool(truncated)
             except Exception as error:
                 failures.append((describe_failure(self.env_offset + column, "step", error), error))
                 continue
@@ -254,8 +263,9 @@ class EnvGroup:
     def abandon(self, t: int) -> None:
         """Drop the rollout after ``t`` completed steps (the policy failed before step ``t``).
 
-        The envs stand where row ``t`` says, so the next rollout starts from it;
-        episodes that ended in the dropped rows keep counting from their resets.
+        The envs stand where row ``t`` says, so the next rollout starts from it.
+        Episodes that ended in the dropped rows are not reported in any batch; the
+        episodes running at row ``t`` keep the return and length of their dropped steps.
         """
         storage = self._storage
         for leaf_storage, current in zip(storage.observations, self._current_observations):
@@ -326,34 +336,32 @@ class EnvGroup:
         """Check every observation of the rollout against the space, once per rollout.
 
         Per step only shapes are checked (by the writers); values are checked here
-        in one pass over the rollout's rows, and on every first reset.
+        in one pass over the rollout's rows, and after every first reset.
         """
-        layout = self._observation_layout
+        self._check_rows(storage.observations, "observation")
         ended = storage.terminations | storage.truncations
-        for leaf_index, leaf in enumerate(layout.leaves):
+        positions = np.argwhere(ended)
+        layout = self._observation_layout
+        for leaf_index, finals in enumerate(storage.final_observations):
             if layout.covers_whole_dtype(leaf_index):
                 continue
-            low, high = layout.bounds(leaf_index)
-            observations = storage.observations[leaf_index]
-            rows = observations.reshape((-1,) + leaf.shape)
-            bad = self._core.find_out_of_bounds(rows, low, high)
-            if bad >= 0:
-                t, column = divmod(bad, self.num_envs)
-                self._raise_out_of_space(column, leaf_index, observations[t, column], f"observation (row t={t})")
-            positions = np.argwhere(ended)
-            finals = storage.final_observations[leaf_index][ended]
-            bad = self._core.find_out_of_bounds(finals, low, high)
+            ended_rows = finals[ended]
+            bad = self._core.find_out_of_bounds(ended_rows, *layout.bounds(leaf_index))
             if bad >= 0:
                 t, column = (int(i) for i in positions[bad])
-                self._raise_out_of_space(column, leaf_index, finals[bad], f"terminal observation (step t={t})")
+                self._raise_out_of_space(column, leaf_index, ended_rows[bad], f"terminal observation (step t={t})")
 
-    def _check_in_space(self, column: int, observation: Any) -> None:
-        """Check a first-reset observation against the space (values, not only shapes)."""
+    def _check_rows(self, leaves: list[np.ndarray], what: str) -> None:
+        """Check ``[rows, env, ...]`` observation leaves against the space's bounds."""
         layout = self._observation_layout
-        for leaf_index, value in enumerate(layout.flatten(observation)):
-            array = np.asarray(value)[np.newaxis]
-            if self._core.find_out_of_bounds(array, *layout.bounds(leaf_index)) >= 0:
-                self._raise_out_of_space(column, leaf_index, array[0], "reset observation")
+        for leaf_index, (leaf, values) in enumerate(zip(layout.leaves, leaves)):
+            if layout.covers_whole_dtype(leaf_index):
+                continue
+            bad = self._core.find_out_of_bounds(values.reshape((-1,) + leaf.shape), *layout.bounds(leaf_index))
+            if bad >= 0:
+                t, column = divmod(bad, self.num_envs)
+                where = f"{what} (row t={t})" if what == "observation" else what
+                self._raise_out_of_space(column, leaf_index, values[t, column], where)
 
     def _raise_out_of_space(self, column: int, leaf_index: int, value: Any, what: str) -> None:
         leaf = self._observation_layout.leaves[leaf_index]
