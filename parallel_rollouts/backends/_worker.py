@@ -42,6 +42,7 @@ from multiprocessing.connection import wait
 from ..core import load_core
 from ..errors import ObservationError, WorkerError
 from ..spaces import SpaceLayout
+from ..storage import RolloutStorage
 from .shared_memory import SharedStorage
 from .stepping import EnvGroup, describe_failure, make_env
 from .waiting import SpinThenBlock, spin_budget_seconds
@@ -80,7 +81,7 @@ def _reply_error(connection, error: BaseException, env_offset: int) -> None:
     connection.send_bytes(FAILED + pickle.dumps(_picklable(error, env_offset)))
 
 
-def worker_main(connection, worker_index: int, env_offset: int, pickled_env_fns: list[bytes]) -> None:
+def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     group: EnvGroup | None = None
     shared: SharedStorage | None = None
@@ -98,8 +99,6 @@ def worker_main(connection, worker_index: int, env_offset: int, pickled_env_fns:
             action_layout = SpaceLayout(order.action_space, "action")
 
             def allocate(allocator, zeroed):
-                from ..storage import RolloutStorage
-
                 return RolloutStorage.allocate(
                     observation_layout, action_layout, order.horizon, order.num_envs, order.info_keys, allocator, zeroed
                 )

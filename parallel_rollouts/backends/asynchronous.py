@@ -166,7 +166,7 @@ class AsyncBackend(StepwiseBackend):
                 parent_end, child_end = mp_context.Pipe(duplex=True)
                 process = mp_context.Process(
                     target=_worker.worker_main,
-                    args=(child_end, index, start, pickled[start:stop]),
+                    args=(child_end, start, pickled[start:stop]),
                     name=f"parallel-rollouts-worker-{index}",
                     daemon=True,
                 )
