@@ -312,8 +312,15 @@ class RayBackend(Backend):
         return results
 
     def collect(self, loop: RolloutLoop, reuse_storage: bool) -> RolloutResult:
+        # The driver's `loop` is not used: each actor runs its own copy of it.
         payload = _policy_payload(self._policy)
-        parts, dead, failure = self._wait([actor.collect.remote(payload) for actor in self._actors])
+        try:
+            parts, dead, failure = self._wait([actor.collect.remote(payload) for actor in self._actors])
+        except BaseException as interrupted:
+            # Ctrl-C (or anything else) while the actors run: their rollouts finish
+            # unseen, so the next batch would not follow this one.
+            self.broken = interrupted
+            raise
         if failure is not None:
             # Actors run their rollouts independently: when one fails part-way (an env,
             # or the policy) the others have already stepped on, so the envs no longer
