@@ -210,6 +210,10 @@ class ParallelRolloutCollector:
         self._closed = True
         if self._backend is not None:
             self._backend.close()
+            # A stored failure's traceback holds the frames of the failed rollout and,
+            # through them, its storage; once closed, "closed" is all later calls report.
+            self._backend.broken = None
+        self._broken = None
 
     def __enter__(self) -> ParallelRolloutCollector:
         return self

@@ -220,3 +220,26 @@ def test_a_fork_context_worker_still_exits_when_the_main_process_is_killed():
         alive = [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
         time.sleep(0.1)
     assert not alive, f"fork-context workers {alive} outlived the killed main process"
+
+
+@pytest.mark.parametrize(
+    "how, match",
+    [
+        ("bad_shape", r"env 3 returned an observation of shape \(7,\) \(dtype float32\)"),
+        ("out_of_space", r"env 3 returned a (terminal )?observation .*outside its observation space"),
+    ],
+)
+def test_observation_errors_in_a_worker_name_the_global_env_index(how, match):
+    from parallel_rollouts import CollectorClosedError, ObservationError
+    from tests.envs import FaultyEnv
+
+    fns = [partial(CountingEnv, env_id=i) for i in range(4)]
+    fns[3] = partial(FaultyEnv, env_id=3, phase="step", at=2, how=how)
+    snapshot = ResourceSnapshot.take()
+    collector = ParallelRolloutCollector(fns, ConstantPolicy(4), "async", horizon=4, seed=0, num_workers=2)
+    with pytest.raises(ObservationError, match=match):
+        collector.collect()
+    with pytest.raises(CollectorClosedError):
+        collector.collect()
+    collector.close()
+    snapshot.assert_nothing_leaked()
