@@ -176,6 +176,9 @@ cdef class StepRecorder:
     cdef Py_ssize_t env_offset
     cdef Py_ssize_t num_envs
     cdef Py_ssize_t _completed_count
+    # Scratch rows for one step's converted inputs, allocated once.
+    cdef double[::1] rewards_now
+    cdef unsigned char[::1] flags_now
 
     def __init__(
         self,
@@ -208,6 +211,8 @@ cdef class StepRecorder:
         self.env_offset = env_offset
         self.num_envs = self.rewards.shape[1]
         self._completed_count = 0
+        self.rewards_now = np.empty(self.num_envs, dtype=np.float64)
+        self.flags_now = np.empty(self.num_envs, dtype=np.uint8)
         for name, width in (
             ("terminations", self.terminations.shape[1]),
             ("truncations", self.truncations.shape[1]),
@@ -249,8 +254,8 @@ cdef class StepRecorder:
             )
         # Convert every input before touching the books, so a bad value leaves
         # nothing half-recorded.
-        cdef double[::1] rewards_now = np.empty(self.num_envs, dtype=np.float64)
-        cdef unsigned char[::1] flags_now = np.empty(self.num_envs, dtype=np.uint8)
+        cdef double[::1] rewards_now = self.rewards_now
+        cdef unsigned char[::1] flags_now = self.flags_now
         for column in range(self.num_envs):
             rewards_now[column] = float(step_rewards[column])
             flags_now[column] = (

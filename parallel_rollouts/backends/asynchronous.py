@@ -26,7 +26,6 @@ import weakref
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 
-import numpy as np
 
 from ..errors import ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError, WorkerError
 from ..spaces import check_env_spaces
@@ -139,7 +138,6 @@ class AsyncBackend(StepwiseBackend):
         self._workers = pool.workers
         self._step_timeout = step_timeout
         self._reuse_storage = False
-        self._ended_last_rollout: np.ndarray | None = None
         # Runs on garbage collection or at interpreter exit if close() was never called,
         # but only in the process that created the pool (not in a forked child).
         self._finalizer = weakref.finalize(self, _shutdown_in_owner, pool, os.getpid())
@@ -212,12 +210,6 @@ class AsyncBackend(StepwiseBackend):
 
     def start_rollout(self, reuse_storage: bool) -> RolloutStorage:
         self._reuse_storage = reuse_storage
-        if reuse_storage and self._ended_last_rollout is not None:
-            # The batch is the shared storage itself: clear the terminal observations
-            # earlier rollouts left (finished or dropped), so their rows never show through.
-            for leaf in self._storage.final_observations:
-                leaf[self._ended_last_rollout] = 0
-            self._ended_last_rollout = None
         self._request_all(_worker.BEGIN, 0)
         return self._storage
 
@@ -226,18 +218,11 @@ class AsyncBackend(StepwiseBackend):
 
     def abandon_rollout(self, t: int) -> None:
         self._request_all(_worker.ABANDON, t)
-        # Rows 0..t-1 may hold terminal observations: clear them before the next rollout.
-        ended = self._storage.terminations[:t] | self._storage.truncations[:t]
-        if self._ended_last_rollout is None:
-            self._ended_last_rollout = np.zeros_like(self._storage.terminations)
-        self._ended_last_rollout[:t] |= ended
 
     def finish_rollout(self) -> tuple[RolloutStorage, CompletedEpisodes]:
         payloads = self._request_all(_worker.FINISH, 0)
         episodes = CompletedEpisodes.merge([pickle.loads(payload) for payload in payloads])
         shared = self._storage
-        # Whatever is returned, the next rollout with reuse must clear these rows.
-        self._ended_last_rollout = shared.terminations | shared.truncations
         if self._reuse_storage:
             # Zero copies, as asked: the batch's arrays are views of shared memory that the
             # next collect overwrites. They stay valid after close() (the mapping lives

@@ -102,14 +102,24 @@ class StepwiseBackend(Backend):
     the storage to build the batch from (which may be a copy) and the episodes.
     """
 
+    #: With reused storage: the ``[t, env]`` entries where earlier rollouts (finished or
+    #: dropped) wrote terminal observations, cleared before the storage is reused.
+    _stale_final_rows: np.ndarray | None = None
+
     def collect(self, loop: RolloutLoop, reuse_storage: bool) -> RolloutResult:
         storage = self._guarded(self.start_rollout, reuse_storage)
+        if reuse_storage and self._stale_final_rows is not None:
+            for leaf in storage.final_observations:
+                leaf[self._stale_final_rows] = 0
+            self._stale_final_rows = None
         try:
             loop.run(storage, self._guarded_step)
         except BaseException as error:
             if self.broken is None:
                 # The policy (or its output) failed before step `steps_done` ran:
                 # the envs are intact, so drop the rollout and stay usable.
+                if reuse_storage:
+                    self._remember_final_rows(storage, loop.steps_done)
                 try:
                     self.abandon_rollout(loop.steps_done)
                 except BaseException as abandon_error:
@@ -117,9 +127,17 @@ class StepwiseBackend(Backend):
                     # abandon failure is what later calls report.
                     self.broken = abandon_error
             raise
+        if reuse_storage:
+            self._remember_final_rows(storage, storage.horizon)
         storage, episodes = self._guarded(self.finish_rollout)
         writer = loop.output_writer
         return RolloutResult(storage, episodes, bool(writer.has_values), bool(writer.has_log_probs))
+
+    def _remember_final_rows(self, storage: RolloutStorage, rows: int) -> None:
+        ended = storage.terminations[:rows] | storage.truncations[:rows]
+        if self._stale_final_rows is None:
+            self._stale_final_rows = np.zeros_like(storage.terminations)
+        self._stale_final_rows[:rows] |= ended
 
     def _guarded(self, function, *args):
         try:
@@ -188,9 +206,6 @@ class InProcessBackend(StepwiseBackend):
     def start_rollout(self, reuse_storage: bool) -> RolloutStorage:
         if self._storage is None or not reuse_storage:
             self._storage = self._spec.allocate_storage()
-        else:
-            for leaf in self._storage.final_observations:
-                leaf.fill(0)
         for group, (start, stop) in zip(self._groups, self._bounds):
             group.begin(self._storage.columns(start, stop))
         return self._storage
