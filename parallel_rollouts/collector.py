@@ -9,13 +9,13 @@ from typing import Any
 
 from gymnasium import Env, Space
 
-from .backends.base import Backend, BackendSpec
 from .batch import RolloutBatch
 from .core import load_core
 from .errors import CollectorClosedError, ConfigurationError
-from .policy import PolicyOutputWriter, RandomActionSampler
-from .rollout_loop import RolloutLoop
+from .runners.base import RolloutRunner
+from .runners.build import build_runner, check_placement
 from .seeding import draw_root_seed, validate_seed
+from .spec import RolloutSpec
 
 __all__ = ["BACKENDS", "ParallelRolloutCollector"]
 
@@ -55,18 +55,31 @@ class ParallelRolloutCollector:
     reuse_buffers:
         If true, every ``collect()`` writes into the same arrays (for ``async``,
         views of its shared memory: no copy at all), so a batch is overwritten by
-        the next one. Off by default: a returned batch is yours. ``ray`` always
-        returns new arrays.
+        the next one. Off by default: a returned batch is yours.
     num_workers:
         Async and Ray backends: worker processes / actors, each owning a
         contiguous slice of the envs (default ``min(cpu_count, num_envs)``).
+    policy_placement:
+        Where the policy runs. ``"main"`` (default for serial, sync and async): in
+        this process, batched over all envs, once per step. ``"workers"`` (async;
+        always so for ray): each worker process holds its own copy and runs whole
+        rollouts of its slice, one exchange per ``collect()``; the policy must be
+        picklable, and a policy with ``state_dict()`` / ``load_state_dict()`` has
+        its state sent through shared memory on every ``collect()`` (any other
+        policy is sent once, at construction). Pays for cheap envs with a cheap
+        CPU policy; keep a GPU policy in the main process.
+    pipelined:
+        Async backend with the policy in the main process: split the envs into two
+        halves (by worker) and run the policy on one half while the workers step
+        the other. Pays when a policy call costs about as much as a step of the
+        envs and grows with the number of rows. Needs ``num_workers >= 2``.
     context, step_timeout:
         Async backend only: multiprocessing start method (default ``"spawn"``
         everywhere), and seconds to wait for one step before raising
         :class:`StepTimeoutError`.
     ray_options:
         Ray backend only: ``{"address", "num_cpus", "num_gpus", "max_restarts"}``
-        (see :class:`~parallel_rollouts.backends.distributed.RayOptions`). The
+        (see :class:`~parallel_rollouts.runners.ray.RayOptions`). The
         policy must be picklable; it runs inside each actor.
 
     Raises
@@ -92,10 +105,12 @@ class ParallelRolloutCollector:
         context: str | None = None,
         step_timeout: float | None = None,
         ray_options: dict | None = None,
+        policy_placement: str | None = None,
+        pipelined: bool = False,
     ) -> None:
         # First, so that __del__ can close whatever a failing constructor already made.
         self._owner_pid = os.getpid()
-        self._backend: Backend | None = None
+        self._backend: RolloutRunner | None = None
         self._closed = False
         self._broken: BaseException | None = None
         env_fns = _check_env_fns(env_fns)
@@ -120,18 +135,26 @@ class ParallelRolloutCollector:
                 raise ConfigurationError(
                     f"`{name}` applies to backend {' or '.join(map(repr, applies_to))} only; got backend={backend!r}."
                 )
+        policy_placement = check_placement(backend, policy_placement, pipelined)
         self._seed = draw_root_seed() if seed is None else validate_seed(seed)
         self._core_name, core_module = load_core(core)
         self._backend_name = backend
         self._horizon = horizon
         self._reuse_buffers = bool(reuse_buffers)
-        spec = BackendSpec(env_fns, self._seed, horizon, tuple(info_keys), self._core_name, core_module)
+        spec = RolloutSpec(env_fns, self._seed, horizon, tuple(info_keys), self._core_name, core_module)
         self._spec = spec
-        self._backend = _make_backend(backend, spec, policy, num_workers, context, step_timeout, ray_options)
-        self._loop = RolloutLoop(
-            spec.observation_layout,
-            PolicyOutputWriter(spec.action_layout, spec.num_envs, core_module),
-            policy if policy is not None else RandomActionSampler(spec.action_layout, self._seed, range(spec.num_envs)),
+        # The runner: named `_backend` because it is what `backend=` chose.
+        self._backend = build_runner(
+            backend,
+            spec,
+            policy,
+            reuse_buffers=self._reuse_buffers,
+            policy_placement=policy_placement,
+            pipelined=pipelined,
+            num_workers=num_workers,
+            context=context,
+            step_timeout=step_timeout,
+            ray_options=ray_options,
         )
 
     # -- public properties -----------------------------------------------------------------
@@ -186,7 +209,7 @@ class ParallelRolloutCollector:
         """
         self._check_usable()
         try:
-            result = self._backend.collect(self._loop, self._reuse_buffers)
+            result = self._backend.collect()
         except BaseException:
             self._broken = self._backend.broken
             raise
@@ -254,22 +277,3 @@ def _check_env_fns(env_fns: Any) -> list:
         if not callable(env_fn):
             raise ConfigurationError(f"env_fns[{index}] is not callable; got {env_fn!r}.")
     return list(env_fns)
-
-
-def _make_backend(name: str, spec: BackendSpec, policy, num_workers, context, step_timeout, ray_options) -> Backend:
-    if name == "serial":
-        from .backends.serial import SerialBackend
-
-        return SerialBackend.build(spec)
-    if name == "sync":
-        from .backends.sync import SyncBackend
-
-        return SyncBackend.build(spec)
-    if name == "async":
-        from .backends.asynchronous import AsyncBackend
-
-        return AsyncBackend.build(spec, num_workers=num_workers, context=context, step_timeout=step_timeout)
-    from .backends.distributed import RayBackend, RayOptions
-
-    return RayBackend(spec, policy, num_workers, RayOptions.parse(ray_options))
-

@@ -34,14 +34,16 @@ class RolloutLoop:
         self.steps_done = 0
 
     def run(self, storage: RolloutStorage, step: Callable[[int], None]) -> None:
-        unflatten = self._observation_layout.unflatten
-        write = self.output_writer.write
-        policy = self.policy
+        act = self.act
         self.output_writer.reset_rollout()
         self.steps_done = 0
         for t in range(storage.horizon):
-            # The policy sees read-only views of row t: it cannot corrupt the batch.
-            observations = unflatten([_read_only(leaf[t]) for leaf in storage.observations])
-            write(t, policy(observations), storage)
+            act(t, storage)
             step(t)
             self.steps_done = t + 1
+
+    def act(self, t: int, storage: RolloutStorage) -> None:
+        """Call the policy on row ``t`` and write its checked output into row ``t``."""
+        # The policy sees read-only views of row t: it cannot corrupt the batch.
+        observations = self._observation_layout.unflatten([_read_only(leaf[t]) for leaf in storage.observations])
+        self.output_writer.write(t, self.policy(observations), storage)

@@ -1,4 +1,4 @@
-"""The step semantics, written once: every backend steps its envs through :class:`EnvGroup`.
+"""The step semantics, written once: every stepper and runner steps its envs through :class:`EnvGroup`.
 
 An ``EnvGroup`` owns a contiguous run of envs (global indices
 ``env_offset .. env_offset + len(envs) - 1``) and writes their part of a
@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 from gymnasium import Env
 
-from ..errors import EnvFailure, ObservationError, SpaceError, WorkerError
-from ..seeding import EpisodeSeeds
-from ..spaces import SpaceLayout, check_env_spaces
-from ..storage import CompletedEpisodes, RolloutStorage
+from .errors import EnvFailure, ObservationError, SpaceError, WorkerError
+from .seeding import EpisodeSeeds
+from .spaces import SpaceLayout, check_env_spaces
+from .storage import CompletedEpisodes, RolloutStorage
 
 __all__ = ["EnvGroup", "describe_failure", "make_env"]
 

@@ -2,9 +2,9 @@
 
 A per-step round trip through a cluster costs far more than an env step, so an
 actor runs a whole rollout: it owns a contiguous slice of the envs, holds a
-copy of the policy, and runs the same :class:`~parallel_rollouts.rollout_loop.RolloutLoop`
-over an :class:`~parallel_rollouts.backends.stepping.EnvGroup` that the
-``sync`` backend runs. The whole policy travels once, at start-up; each
+copy of the policy, and runs the same :class:`~parallel_rollouts.runners.slice_rollout.SliceRollout`
+as the async backend's rollout workers (the ``RolloutLoop`` over an
+:class:`~parallel_rollouts.env_group.EnvGroup` that the ``sync`` backend runs). The whole policy travels once, at start-up; each
 ``collect()`` then sends its current state to every actor (its ``state_dict``
 when it has one, otherwise the re-pickled policy), gathers the slices and
 assembles them along the env axis.
@@ -27,17 +27,18 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
+from ..batch_memory import BatchMemory
 from ..core import load_core
-from ..errors import ConfigurationError, WorkerDiedError, WorkerError
-from ..policy import PolicyOutputWriter, RandomActionSampler
-from ..rollout_loop import RolloutLoop
+from ..env_group import EnvGroup, describe_failure, make_env
+from ..errors import ConfigurationError, WorkerDiedError
+from ..processes.slicing import pickle_env_fns, resolve_num_workers, split_envs
 from ..spaces import SpaceLayout, check_env_spaces
+from ..spec import RolloutSpec
 from ..storage import CompletedEpisodes, RolloutStorage
-from .base import Backend, BackendSpec, RolloutResult
-from .slicing import pickle_env_fns, resolve_num_workers, split_envs
-from .stepping import EnvGroup, describe_failure, make_env
+from .base import RolloutResult, RolloutRunner
+from .slice_rollout import PolicyFailed, SliceRollout
 
-__all__ = ["RayBackend", "RayOptions"]
+__all__ = ["RayOptions", "RayRunner"]
 
 logger = logging.getLogger("parallel_rollouts")
 
@@ -99,7 +100,7 @@ class SliceActor:
         self._first_episode_numbers = first_episode_numbers
         self._envs = [make_env(cloudpickle.loads(p), env_offset + i) for i, p in enumerate(pickled_env_fns)]
         self._group: EnvGroup | None = None
-        self._loop: RolloutLoop | None = None
+        self._rollout: SliceRollout | None = None
 
     def spaces(self) -> list[tuple[Any, Any]]:
         return [(env.observation_space, env.action_space) for env in self._envs]
@@ -108,7 +109,6 @@ class SliceActor:
         _, core = load_core(self._core_name)
         self._observation_layout = SpaceLayout(observation_space, "observation")
         self._action_layout = SpaceLayout(action_space, "action")
-        n = len(self._envs)
         self._group = EnvGroup(
             self._envs,
             self._env_offset,
@@ -120,28 +120,25 @@ class SliceActor:
             first_episode_numbers=self._first_episode_numbers,
         )
         self._group.reset_all()
-        if pickled_policy is None:
-            policy = RandomActionSampler(self._action_layout, self._root_seed, range(self._env_offset, self._env_offset + n))
-        else:
-            policy = cloudpickle.loads(pickled_policy)
-        self._loop = RolloutLoop(self._observation_layout, PolicyOutputWriter(self._action_layout, n, core), policy)
+        policy = None if pickled_policy is None else cloudpickle.loads(pickled_policy)
+        self._rollout = SliceRollout(self._group, self._observation_layout, self._action_layout, core, policy, self._root_seed)
 
     def collect(self, policy_update: tuple[str, Any] | None):
+        rollout = self._rollout
         if policy_update is not None:
             kind, payload = policy_update
             if kind == "state_dict":
-                self._loop.policy.load_state_dict(payload)
+                rollout.policy.load_state_dict(payload)
             else:
-                self._loop.policy = cloudpickle.loads(payload)
+                rollout.loop.policy = cloudpickle.loads(payload)
         storage = RolloutStorage.allocate(
             self._observation_layout, self._action_layout, self._horizon, len(self._envs), self._info_keys
         )
-        group = self._group
-        group.begin(storage)
-        self._loop.run(storage, group.step)
-        episodes = group.finish()
-        writer = self._loop.output_writer
-        return storage, episodes, bool(writer.has_values), bool(writer.has_log_probs), group.episodes_started
+        try:
+            result = rollout.run(storage)
+        except PolicyFailed as failed:
+            raise failed.error from None
+        return storage, result.episodes, result.has_values, result.has_log_probs, self._group.episodes_started
 
     def pid(self) -> int:
         return os.getpid()
@@ -199,8 +196,10 @@ class _LocalRay:
             ray.shutdown()
 
 
-class RayBackend(Backend):
-    def __init__(self, spec: BackendSpec, policy: Any, num_workers: int | None, options: RayOptions) -> None:
+class RayRunner(RolloutRunner):
+    def __init__(
+        self, spec: RolloutSpec, policy: Any, num_workers: int | None, options: RayOptions, reuse_buffers: bool = False
+    ) -> None:
         self._ray = ray = _import_ray()
         self._spec = spec
         self._policy = policy
@@ -209,6 +208,8 @@ class RayBackend(Backend):
         self._uses_local_ray = False
         self._actors: list = []
         self._restarts_left = options.max_restarts
+        # Slices come back as new arrays and are copied into the batch's columns.
+        self._memory = BatchMemory(spec.allocate_storage, reuse_buffers)
         self.broken = None
         self._pickled_policy = None
         if policy is not None:
@@ -311,8 +312,7 @@ class RayBackend(Backend):
             raise self._died_error(dead, "")
         return results
 
-    def collect(self, loop: RolloutLoop, reuse_storage: bool) -> RolloutResult:
-        # The driver's `loop` is not used: each actor runs its own copy of it.
+    def collect(self) -> RolloutResult:
         payload = _policy_payload(self._policy)
         try:
             parts, dead, failure = self._wait([actor.collect.remote(payload) for actor in self._actors])
@@ -351,12 +351,14 @@ class RayBackend(Backend):
             self._episodes_started[start:stop] += 1
 
     def _assemble(self, parts: list) -> RolloutResult:
-        storage = self._spec.allocate_storage(allocator=np.zeros)
+        memory = self._memory
+        storage = memory.begin()
         episodes, lost = [], []
         has_values = has_log_probs = False
         for (start, stop), part in zip(self._slices, parts):
             if part is None:
                 lost.extend(range(start, stop))
+                memory.lose_columns(start, stop)
                 continue
             slice_storage, slice_episodes, values, log_probs, episodes_started = part
             slice_storage.copy_to(storage.columns(start, stop))
@@ -364,7 +366,7 @@ class RayBackend(Backend):
             has_values, has_log_probs = has_values or values, has_log_probs or log_probs
             self._episodes_started[start:stop] = episodes_started
         merged = CompletedEpisodes.merge(episodes) if episodes else CompletedEpisodes.empty_buffers(0)
-        return RolloutResult(storage, merged, has_values, has_log_probs, np.asarray(lost, dtype=np.int64))
+        return RolloutResult(memory.finish(), merged, has_values, has_log_probs, np.asarray(lost, dtype=np.int64))
 
     def close(self) -> None:
         """Kill the actors this collector created; leave a cluster it joined running."""

@@ -1,0 +1,56 @@
+"""What every stepper and runner needs to build its envs and lay out a rollout."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import ModuleType
+
+import numpy as np
+from gymnasium import Env, Space
+
+from .spaces import SpaceLayout
+from .storage import RolloutStorage
+
+__all__ = ["RolloutSpec"]
+
+
+class RolloutSpec:
+    """The env factories, seeds, horizon and core of a collector; the spaces once env 0 is made."""
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], Env]],
+        root_seed: int,
+        horizon: int,
+        info_keys: Sequence[str],
+        core_name: str,
+        core: ModuleType,
+    ) -> None:
+        self.env_fns = list(env_fns)
+        self.root_seed = root_seed
+        self.horizon = horizon
+        self.info_keys = tuple(info_keys)
+        self.core_name = core_name
+        self.core = core
+        self.observation_layout: SpaceLayout | None = None
+        self.action_layout: SpaceLayout | None = None
+
+    def adopt_spaces(self, observation_space: Space, action_space: Space) -> None:
+        """Take env 0's spaces as the reference every env must match."""
+        self.observation_layout = SpaceLayout(observation_space, "observation")
+        self.action_layout = SpaceLayout(action_space, "action")
+
+    @property
+    def num_envs(self) -> int:
+        return len(self.env_fns)
+
+    def allocate_storage(self, allocator=np.empty, zeroed=np.zeros) -> RolloutStorage:
+        return RolloutStorage.allocate(
+            self.observation_layout,
+            self.action_layout,
+            self.horizon,
+            self.num_envs,
+            self.info_keys,
+            allocator,
+            zeroed,
+        )
