@@ -10,12 +10,13 @@ __all__ = ["comparison_markdown", "format_group_table", "plot_throughput", "writ
 
 _HEADERS = (
     "contender",
+    "processes",
     "median t/s",
     "best t/s",
     "spread",
     "useful median t/s",
-    "vs gym-sync-loop (median [min, max])",
-    "async vs sync (median [min, max])",
+    "vs bare-loop (median [min, max])",
+    "vs async (median [min, max])",
 )
 
 
@@ -33,12 +34,13 @@ def _rows(group: dict) -> list[tuple[str, ...]]:
         rows.append(
             (
                 name,
+                str(entry["processes"]),
                 f"{rates['median']:,.0f}",
                 f"{rates['best']:,.0f}",
                 f"{rates['spread']:.2f}x",
                 f"{entry['useful_transitions_per_s']['median']:,.0f}",
                 _ratio_cell(entry.get("ratio_vs_reference")),
-                _ratio_cell(entry.get("ratio_vs_sync")),
+                _ratio_cell(entry.get("ratio_vs_async")),
             )
         )
     return rows
@@ -53,16 +55,20 @@ def _group_title(group: dict) -> str:
 
 
 def _notes(group: dict) -> list[str]:
-    return [
+    notes = [
         "t/s = transitions per second, horizon x num_envs per collect for every contender; "
-        "best = fastest round; spread = fastest / slowest round.",
+        "best = fastest round; spread = fastest / slowest round; processes = processes the "
+        "contender runs in, this one included.",
         "Ratios are per-round (both contenders timed in the same round), then the median, min "
-        f"and max over rounds, against {group['reference']} (and async against sync with the same core).",
-        "Gymnasium's vector envs autoreset in NEXT_STEP mode: the step after an episode ends is a "
-        "reset row whose action is ignored, one of every episode_length + 1 steps "
+        f"and max over rounds, against {group['reference']} (and each async mode against the "
+        "default async).",
+        "Gymnasium's vector envs and EnvPool autoreset in the next step: the step after an episode "
+        "ends is a reset row whose action is ignored, one of every episode_length + 1 steps "
         f"(~{group['autoreset_row_share']:.1%} at {group['episode_length']} steps); "
         "'useful' t/s leaves those rows out.",
     ]
+    notes += [f"skipped {name}: {reason}" for name, reason in group.get("skipped", {}).items()]
+    return notes
 
 
 def format_group_table(group: dict) -> str:
