@@ -73,10 +73,14 @@ class ParallelRolloutCollector:
         halves (by worker) and run the policy on one half while the workers step
         the other. Pays when a policy call costs about as much as a step of the
         envs and grows with the number of rows. Needs ``num_workers >= 2``.
-    context, step_timeout:
+    context:
         Async backend only: multiprocessing start method (default ``"spawn"``
-        everywhere), and seconds to wait for one step before raising
-        :class:`StepTimeoutError`.
+        everywhere).
+    step_timeout:
+        Async and Ray backends: seconds to wait for one step before raising
+        :class:`StepTimeoutError` (``None``, the default, waits as a plain call
+        into the env would). Ray actors run whole rollouts, so there the bound
+        is ``horizon * step_timeout`` per rollout.
     ray_options:
         Ray backend only: ``{"address", "num_cpus", "num_gpus", "max_restarts"}``
         (see :class:`~parallel_rollouts.runners.ray.RayOptions`). The
@@ -128,13 +132,17 @@ class ParallelRolloutCollector:
         for name, value, applies_to in (
             ("num_workers", num_workers, ("async", "ray")),
             ("context", context, ("async",)),
-            ("step_timeout", step_timeout, ("async",)),
+            ("step_timeout", step_timeout, ("async", "ray")),
             ("ray_options", ray_options, ("ray",)),
         ):
             if value is not None and backend not in applies_to:
                 raise ConfigurationError(
                     f"`{name}` applies to backend {' or '.join(map(repr, applies_to))} only; got backend={backend!r}."
                 )
+        if step_timeout is not None and (
+            isinstance(step_timeout, bool) or not isinstance(step_timeout, (int, float)) or not step_timeout > 0
+        ):
+            raise ConfigurationError(f"`step_timeout` must be a positive number of seconds or None; got {step_timeout!r}.")
         policy_placement = check_placement(backend, policy_placement, pipelined)
         self._seed = draw_root_seed() if seed is None else validate_seed(seed)
         self._core_name, core_module = load_core(core)

@@ -10,7 +10,7 @@ from parallel_rollouts import ActionError, CollectorClosedError, ConfigurationEr
 from tests.batch_compare import assert_batches_identical
 from tests.envs import ConstantPolicy, CountingEnv, FaultyEnv, ObservationDependentPolicy, cartpole
 from tests.leaks import ResourceSnapshot
-from tests.policies import ArrayStatePolicy, MLPPolicy, RaisingPolicy, ValuedPolicy
+from tests.policies import ArrayStatePolicy, MLPPolicy, ModeReportingPolicy, RaisingPolicy, ValuedPolicy
 from tests.test_backend_identity import space_env_fns
 
 pytestmark = pytest.mark.timeout(120)
@@ -86,6 +86,17 @@ def test_a_torch_module_ships_its_weights_through_shared_memory():
                 with torch.no_grad():
                     for parameter in module.parameters():
                         parameter.mul_(-1.0)  # flips every logit: new actions from here on
+
+
+def test_train_and_eval_modes_of_a_torch_module_reach_the_workers():
+    fns = [partial(CountingEnv, env_id=i, episode_length=50) for i in range(4)]
+    module = ModeReportingPolicy()
+    with ParallelRolloutCollector(fns, module, "async", horizon=2, seed=0, num_workers=2, policy_placement="workers") as collector:
+        assert (collector.collect().actions == 1).all()
+        module.eval()
+        assert (collector.collect().actions == 0).all()
+        module.train()
+        assert (collector.collect().actions == 1).all()
 
 
 def test_torch_mlp_values_from_smaller_batches_agree_to_float32_rounding_only():

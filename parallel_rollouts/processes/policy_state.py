@@ -6,12 +6,16 @@ is a flat mapping of tensors or NumPy arrays) sends its state each ``collect()``
 writing it into this segment: raw bytes of every entry, at offsets fixed at start-up.
 Nothing is pickled; a worker whose copy is older than the segment's version loads it.
 
-The architecture (keys, shapes, dtypes) is fixed at start-up: a state dict of another
-shape is refused with an error that says so.
+For a PyTorch module the ``training`` flag of every submodule travels too (as one
+more entry), so ``policy.eval()`` / ``policy.train()`` reach the workers. Other changes
+(plain attributes, swapped sub-objects) do not: the workers keep the copy they started
+with. The architecture (keys, shapes, dtypes) is fixed at start-up: a state dict of
+another shape is refused with an error that says so.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +27,8 @@ from .shared_memory import attach_segment, create_segment, release_segment
 __all__ = ["PolicyState", "StateEntry", "StateLayout", "StateReader", "has_state", "load_state"]
 
 _ALIGNMENT = 64
+#: The entry holding a PyTorch module's per-submodule ``training`` flags.
+TRAINING_MODES_KEY = "\x00training_modes"
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,19 @@ def has_state(policy: Any) -> bool:
 
 def _is_tensor(value: Any) -> bool:
     return type(value).__module__.startswith("torch") and hasattr(value, "detach")
+
+
+def _is_module(policy: Any) -> bool:
+    torch = sys.modules.get("torch")  # a module policy has imported it already
+    return torch is not None and isinstance(policy, torch.nn.Module)
+
+
+def _state_with_modes(policy: Any) -> dict[str, Any]:
+    """``policy.state_dict()``, plus the training flags of a PyTorch module's submodules."""
+    state = dict(policy.state_dict())
+    if _is_module(policy):
+        state[TRAINING_MODES_KEY] = np.array([module.training for module in policy.modules()], dtype=np.bool_)
+    return state
 
 
 def _entry_bytes(key: str, value: Any) -> tuple[str, str, tuple[int, ...], np.ndarray]:
@@ -88,7 +107,7 @@ class PolicyState:
     @classmethod
     def create(cls, policy: Any) -> PolicyState:
         entries, offset = [], 0
-        for key, value in policy.state_dict().items():
+        for key, value in _state_with_modes(policy).items():
             kind, dtype, shape, raw = _entry_bytes(key, value)
             start = -(-offset // _ALIGNMENT) * _ALIGNMENT
             entries.append(StateEntry(str(key), kind, dtype, shape, start, raw.nbytes))
@@ -100,7 +119,7 @@ class PolicyState:
 
     def write(self, policy: Any) -> int:
         """Copy ``policy``'s current state into the segment; return the new version number."""
-        state = policy.state_dict()
+        state = _state_with_modes(policy)
         keys = [entry.key for entry in self.layout.entries]
         if list(map(str, state.keys())) != keys:
             raise ConfigurationError(
@@ -138,7 +157,12 @@ class StateReader:
         """``policy.load_state_dict`` with the segment's state, unless ``version`` is loaded already."""
         if version == self.loaded_version:
             return
-        policy.load_state_dict(load_state(self._layout, self._base))
+        state = load_state(self._layout, self._base)
+        modes = state.pop(TRAINING_MODES_KEY, None)
+        policy.load_state_dict(state)
+        if modes is not None:
+            for module, training in zip(policy.modules(), modes.tolist()):
+                module.training = training
         self.loaded_version = version
 
     def release(self) -> None:

@@ -57,7 +57,7 @@ def build_runner(
     if backend == "ray":
         from .ray import RayOptions, RayRunner
 
-        return RayRunner(spec, policy, num_workers, RayOptions.parse(ray_options), reuse_buffers)
+        return RayRunner(spec, policy, num_workers, RayOptions.parse(ray_options), step_timeout, reuse_buffers)
     if policy_placement == "workers":
         from .rollout_workers import RolloutWorkersRunner
 

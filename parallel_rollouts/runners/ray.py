@@ -2,15 +2,24 @@
 
 A per-step round trip through a cluster costs far more than an env step, so an
 actor runs a whole rollout: it owns a contiguous slice of the envs, holds a
-copy of the policy, and runs the same :class:`~parallel_rollouts.runners.slice_rollout.SliceRollout`
-as the async backend's rollout workers (the ``RolloutLoop`` over an
-:class:`~parallel_rollouts.env_group.EnvGroup` that the ``sync`` backend runs). The whole policy travels once, at start-up; each
-``collect()`` then sends its current state to every actor (its ``state_dict``
-when it has one, otherwise the re-pickled policy), gathers the slices and
+copy of the policy, and runs the same
+:class:`~parallel_rollouts.runners.slice_rollout.SliceRollout` as the async
+backend's rollout workers (the ``RolloutLoop`` over an
+:class:`~parallel_rollouts.env_group.EnvGroup` that the ``sync`` backend runs).
+The whole policy travels at start-up; each
+``collect()`` then brings every actor's copy up to date with the driver's
+(:mod:`~parallel_rollouts.runners.policy_shipping`: the weights, plus the whole
+policy whenever anything else about it changed), gathers the slices and
 assembles them along the env axis.
 
-Seeds and random actions are per env, so with a policy that treats each env's
-row on its own the batch equals ``sync``'s bit for bit.
+Seeds and random actions are per env, so with a deterministic policy whose
+output for an env's row does not depend on the other rows it is called with
+(their number included) the batch equals ``sync``'s bit for bit; see
+docs/distributed-backend.md for when that holds.
+
+With ``step_timeout``, a rollout that takes an actor longer than
+``horizon * step_timeout`` seconds raises :class:`StepTimeoutError`: actors
+do not report single steps, so the bound is on the whole rollout.
 
 With ``max_restarts``, a dead actor is replaced by a new one whose envs start
 fresh episodes at the next unused episode seeds (deterministic), and the batch
@@ -30,12 +39,13 @@ import numpy as np
 from ..batch_memory import BatchMemory
 from ..core import load_core
 from ..env_group import EnvGroup, describe_failure, make_env
-from ..errors import ConfigurationError, WorkerDiedError
+from ..errors import ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError
 from ..processes.slicing import pickle_env_fns, resolve_num_workers, split_envs
 from ..spaces import SpaceLayout, check_env_spaces
 from ..spec import RolloutSpec
 from ..storage import CompletedEpisodes, RolloutStorage
 from .base import RolloutResult, RolloutRunner
+from .policy_shipping import PolicyReplica, PolicyShipper, PolicySnapshot
 from .slice_rollout import PolicyFailed, SliceRollout
 
 __all__ = ["RayOptions", "RayRunner"]
@@ -105,7 +115,7 @@ class SliceActor:
     def spaces(self) -> list[tuple[Any, Any]]:
         return [(env.observation_space, env.action_space) for env in self._envs]
 
-    def start(self, observation_space, action_space, pickled_policy: bytes | None) -> None:
+    def start(self, observation_space, action_space, policy: PolicySnapshot | None) -> None:
         _, core = load_core(self._core_name)
         self._observation_layout = SpaceLayout(observation_space, "observation")
         self._action_layout = SpaceLayout(action_space, "action")
@@ -120,23 +130,28 @@ class SliceActor:
             first_episode_numbers=self._first_episode_numbers,
         )
         self._group.reset_all()
-        policy = None if pickled_policy is None else cloudpickle.loads(pickled_policy)
-        self._rollout = SliceRollout(self._group, self._observation_layout, self._action_layout, core, policy, self._root_seed)
+        # No policy: SliceRollout samples random actions per env.
+        self._replica = None if policy is None else PolicyReplica(policy)
+        self._rollout = SliceRollout(
+            self._group,
+            self._observation_layout,
+            self._action_layout,
+            core,
+            None if self._replica is None else self._replica.policy,
+            self._root_seed,
+        )
 
-    def collect(self, policy_update: tuple[str, Any] | None):
-        rollout = self._rollout
-        if policy_update is not None:
-            kind, payload = policy_update
-            if kind == "state_dict":
-                rollout.policy.load_state_dict(payload)
-            else:
-                rollout.loop.policy = cloudpickle.loads(payload)
+    def collect(self, policy: PolicySnapshot | None):
+        if policy is not None:
+            self._replica.apply(policy)
+            self._rollout.loop.policy = self._replica.policy
         storage = RolloutStorage.allocate(
             self._observation_layout, self._action_layout, self._horizon, len(self._envs), self._info_keys
         )
         try:
-            result = rollout.run(storage)
+            result = self._rollout.run(storage)
         except PolicyFailed as failed:
+            # Reported as the policy raised it; the runner breaks on any actor failure.
             raise failed.error from None
         return storage, result.episodes, result.has_values, result.has_log_probs, self._group.episodes_started
 
@@ -157,15 +172,6 @@ def _import_ray():
             "`pip install \"parallel-rollouts[ray]\"` (or `pip install ray`)."
         ) from error
     return ray
-
-
-def _policy_payload(policy: Any) -> tuple[str, Any] | None:
-    """What travels to the actors for ``policy`` on each collect (the whole policy went at start-up)."""
-    if policy is None:
-        return None
-    if callable(getattr(policy, "state_dict", None)) and callable(getattr(policy, "load_state_dict", None)):
-        return ("state_dict", policy.state_dict())
-    return ("pickled", cloudpickle.dumps(policy))
 
 
 class _LocalRay:
@@ -198,28 +204,28 @@ class _LocalRay:
 
 class RayRunner(RolloutRunner):
     def __init__(
-        self, spec: RolloutSpec, policy: Any, num_workers: int | None, options: RayOptions, reuse_buffers: bool = False
+        self,
+        spec: RolloutSpec,
+        policy: Any,
+        num_workers: int | None,
+        options: RayOptions,
+        step_timeout: float | None = None,
+        reuse_buffers: bool = False,
     ) -> None:
         self._ray = ray = _import_ray()
         self._spec = spec
-        self._policy = policy
         self._options = options
+        self._step_timeout = step_timeout
         self._closed = False
         self._uses_local_ray = False
         self._actors: list = []
         self._restarts_left = options.max_restarts
-        # Slices come back as new arrays and are copied into the batch's columns.
+        # The actors' slices come back as new arrays and are copied into the batch's columns.
         self._memory = BatchMemory(spec.allocate_storage, reuse_buffers)
         self.broken = None
-        self._pickled_policy = None
-        if policy is not None:
-            try:
-                self._pickled_policy = cloudpickle.dumps(policy)
-            except Exception as error:
-                raise ConfigurationError(
-                    f"backend='ray' ships the policy to every actor, but it cannot be serialised "
-                    f"({type(error).__name__}: {error}). Make it picklable, e.g. a module or a top-level class."
-                ) from error
+        self._shipper = None if policy is None else PolicyShipper(policy, "backend='ray' ships the policy to every actor")
+        # Checked here, before any actor starts, so that an unpicklable policy fails fast.
+        initial_policy = None if self._shipper is None else self._shipper.full()
         self._pickled_env_fns = pickle_env_fns(spec.env_fns, "a Ray actor")
         self._slices = split_envs(spec.num_envs, resolve_num_workers(num_workers, spec.num_envs))
         # Episodes started so far per env, as the actors report after every rollout,
@@ -236,7 +242,8 @@ class RayRunner(RolloutRunner):
             for index, (observation, action) in enumerate(env_spaces):
                 check_env_spaces(index, observation, action, observation_space, action_space)
             spec.adopt_spaces(observation_space, action_space)
-            self._get_all([self._start(actor) for actor in self._actors])
+            policy_reference = None if initial_policy is None else ray.put(initial_policy)
+            self._get_all([self._start(actor, policy_reference) for actor in self._actors])
         except BaseException:
             self.close()
             raise
@@ -269,20 +276,28 @@ class RayRunner(RolloutRunner):
                 "`ray_options['num_cpus']`, or add nodes."
             )
 
-    def _start(self, actor):
-        return actor.start.remote(self._spec.observation_layout.space, self._spec.action_layout.space, self._pickled_policy)
+    def _start(self, actor, policy_reference):
+        return actor.start.remote(self._spec.observation_layout.space, self._spec.action_layout.space, policy_reference)
 
     def _describe(self, index: int) -> str:
         start, stop = self._slices[index]
         return f"Ray actor {index} (envs {start}..{stop - 1})"
 
-    def _wait(self, references: list) -> tuple[list, list, BaseException | None]:
+    def _wait(self, references: list, timeout: float | None = None) -> tuple[list, list, BaseException | None]:
         """``ray.get`` each reference: ``(results, [(index, death)], first other error)``.
 
         Ray's wrappers are unwrapped: an env's ``WorkerError`` or the policy's own
-        exception comes back as itself.
+        exception comes back as itself. References not ready within ``timeout``
+        seconds give a :class:`StepTimeoutError` (unless another error came first).
         """
         ray = self._ray
+        if timeout is not None:
+            _, pending = ray.wait(references, num_returns=len(references), timeout=timeout)
+            if pending:
+                timed_out = [index for index, reference in enumerate(references) if reference in pending]
+                finished = [reference for reference in references if reference not in pending]
+                _, _, failure = self._wait(finished)
+                return [], [], failure or self._timed_out(timed_out)
         results, dead, failure = [], [], None
         for index, reference in enumerate(references):
             try:
@@ -295,6 +310,22 @@ class RayRunner(RolloutRunner):
                 failure = failure or (cause if isinstance(cause, BaseException) else task_error)
             results.append(None)
         return results, dead, failure
+
+    def _timed_out(self, indices: list[int]) -> StepTimeoutError:
+        """The error for actors whose rollout overran; they are killed, since they may never return."""
+        for index in indices:
+            try:
+                self._ray.kill(self._actors[index])
+            except Exception:
+                logger.debug("killing a Ray actor failed", exc_info=True)
+        names = ", ".join(self._describe(index) for index in indices)
+        envs = [env for index in indices for env in range(*self._slices[index])]
+        return StepTimeoutError(
+            f"{names} did not finish a rollout of horizon={self._spec.horizon} within "
+            f"horizon * step_timeout = {self._spec.horizon * self._step_timeout:g} s; its envs (or the policy) may "
+            "hang. The actors were killed and the collector is now unusable.",
+            tuple(EnvFailure(env, "step", "StepTimeoutError", "timed out", "") for env in envs),
+        )
 
     def _died_error(self, dead: list, note: str) -> WorkerDiedError:
         failures = []
@@ -313,9 +344,11 @@ class RayRunner(RolloutRunner):
         return results
 
     def collect(self) -> RolloutResult:
-        payload = _policy_payload(self._policy)
+        # Serialised once (an unserialisable policy raises here, before anything ran).
+        policy = None if self._shipper is None else self._ray.put(self._shipper.snapshot())
+        timeout = None if self._step_timeout is None else self._spec.horizon * self._step_timeout
         try:
-            parts, dead, failure = self._wait([actor.collect.remote(payload) for actor in self._actors])
+            parts, dead, failure = self._wait([actor.collect.remote(policy) for actor in self._actors], timeout)
         except BaseException as interrupted:
             # Ctrl-C (or anything else) while the actors run: their rollouts finish
             # unseen, so the next batch would not follow this one.
@@ -345,7 +378,8 @@ class RayRunner(RolloutRunner):
             except Exception:
                 pass
             self._actors[index] = self._create_actor(index, first_episode=self._episodes_started[start:stop].tolist())
-            started = [self._start(self._actors[index])]
+            policy = None if self._shipper is None else self._ray.put(self._shipper.full())
+            started = [self._start(self._actors[index], policy)]
             self._wait_for_placement(started)
             self._get_all(started)
             self._episodes_started[start:stop] += 1
