@@ -44,7 +44,8 @@ from ..errors import ObservationError, WorkerError
 from ..spaces import SpaceLayout
 from ..storage import RolloutStorage
 from .shared_memory import SharedStorage
-from .stepping import EnvGroup, describe_failure, make_env
+from .groups import GroupChain, build_groups, close_made, make_all, spaces_per_env
+from .stepping import EnvGroup, describe_failure
 from .waiting import SpinThenBlock, spin_budget_seconds
 
 __all__ = ["AttachOrder", "REQUEST", "worker_main"]
@@ -66,6 +67,8 @@ class AttachOrder:
     num_envs: int
     info_keys: tuple[str, ...]
     core_name: str
+    #: This worker's first env column (a factory returning a vector env spans several).
+    column_offset: int = 0
 
 
 def _picklable(error: BaseException, env_offset: int) -> BaseException:
@@ -83,14 +86,13 @@ def _reply_error(connection, error: BaseException, env_offset: int) -> None:
 
 def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    group: EnvGroup | None = None
+    group = None
     shared: SharedStorage | None = None
     envs = []
     try:
         try:
-            for column, pickled in enumerate(pickled_env_fns):
-                envs.append(make_env(cloudpickle.loads(pickled), env_offset + column))
-            connection.send(("spaces", [(env.observation_space, env.action_space) for env in envs]))
+            envs = make_all([cloudpickle.loads(pickled) for pickled in pickled_env_fns], env_offset)
+            connection.send(("spaces", spaces_per_env(envs)))
             kind, order = pickle.loads(_receiver(connection)())
             if kind != "attach":
                 return
@@ -104,8 +106,12 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
                 )
 
             shared = SharedStorage.attach(order.segment_name, allocate)
-            columns = shared.storage.columns(env_offset, env_offset + len(envs))
-            group = EnvGroup(envs, env_offset, order.root_seed, observation_layout, action_layout, order.info_keys, core)
+            env_offset = order.column_offset
+            groups = build_groups(
+                envs, env_offset, [(0, len(envs))], order.root_seed, observation_layout, action_layout, order.info_keys, core
+            )
+            columns = shared.storage.columns(env_offset, env_offset + groups[-1][1])
+            group = groups[0][2] if len(groups) == 1 else GroupChain(groups)
             group.reset_all()
         except Exception as error:
             connection.send(("error", _picklable(error, env_offset)))
@@ -116,11 +122,7 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
         pass  # the main process is gone: nothing left to report to
     finally:
         if group is None:
-            for env in envs:
-                try:
-                    env.close()
-                except Exception:
-                    pass
+            close_made(envs)
         if shared is not None:
             shared.release()
 
@@ -145,7 +147,7 @@ def _receiver(connection):
     return receive
 
 
-def _serve(connection, group: EnvGroup, columns, env_offset: int) -> None:
+def _serve(connection, group: EnvGroup | GroupChain, columns, env_offset: int) -> None:
     receive, send = _receiver(connection), connection.send_bytes
     while True:
         command, argument = REQUEST.unpack(receive())

@@ -23,7 +23,7 @@ import pickle
 import signal
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 
 
@@ -182,11 +182,16 @@ class AsyncBackend(StepwiseBackend):
     def _start(spec: BackendSpec, pool: _WorkerPool) -> None:
         replies = [_startup_reply(worker, "spaces") for worker in pool.workers]
         _raise_startup_errors(replies)
+        # A worker's columns are known once its envs exist: a vector env spans its num_envs.
+        column = 0
+        for worker, reply in zip(pool.workers, replies):
+            worker.start, worker.stop = column, column + len(reply)
+            column = worker.stop
         env_spaces = [pair for reply in replies for pair in reply]
         observation_space, action_space = env_spaces[0]
         for index, (observation, action) in enumerate(env_spaces):
             check_env_spaces(index, observation, action, observation_space, action_space)
-        spec.adopt_spaces(observation_space, action_space)
+        spec.adopt_spaces(observation_space, action_space, num_envs=len(env_spaces))
         pool.shared = SharedStorage.create(spec.allocate_storage)
         order = _worker.AttachOrder(
             segment_name=pool.shared.name,
@@ -199,7 +204,7 @@ class AsyncBackend(StepwiseBackend):
             core_name=spec.core_name,
         )
         for worker in pool.workers:
-            worker.connection.send(("attach", order))
+            worker.connection.send(("attach", replace(order, column_offset=worker.start)))
         _raise_startup_errors([_startup_reply(worker, "ready") for worker in pool.workers])
 
     # -- one rollout -----------------------------------------------------------------------
