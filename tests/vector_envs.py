@@ -66,3 +66,31 @@ class MisdeclaredVectorEnv(gym.vector.VectorEnv):
 
 def misdeclared(num_envs: int = 3, declared_rows: int = 2, returned_rows: int | None = None) -> MisdeclaredVectorEnv:
     return MisdeclaredVectorEnv(num_envs, declared_rows, returned_rows)
+
+
+def frozen_lake() -> gym.Env:
+    """Discrete observations and a non-empty info ({"prob": ...}) on every reset and step."""
+    return gym.make("FrozenLake-v1")
+
+
+def pendulum() -> gym.Env:
+    """Box actions; every episode is truncated after 200 steps."""
+    return gym.make("Pendulum-v1")
+
+
+def cartpole() -> gym.Env:
+    return gym.make("CartPole-v1")
+
+
+ADAPTER_ENVS = {"cartpole": cartpole, "pendulum": pendulum, "frozen_lake": frozen_lake, "dict": dict_env}
+
+
+class StepFails(gym.Wrapper):
+    """CartPole whose ``step`` raises: a broken env behind a vector env."""
+
+    def step(self, action):
+        raise ValueError("the simulator diverged")
+
+
+def step_fails() -> gym.Env:
+    return StepFails(gym.make("CartPole-v1"))

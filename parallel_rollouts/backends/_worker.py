@@ -20,8 +20,14 @@ Rollouts (the per-step fast path: 9-byte requests, 1-byte replies, no pickling):
     b"f" 0   finish                   -> reply b"f" + pickled CompletedEpisodes
     b"a" t   abandon after t steps
     b"c" 0   close the envs and exit
+    b"x" 0   + pickled request: ``group.handle(request)`` -> reply b"f" + pickled result
+             (the VectorEnv adapter's reset, call and set_attr; never on the per-step path)
 
     reply    = b"k" (done) | b"f" + payload | b"e" + pickled exception
+
+A step replies ``b"f"`` + pickled result instead of ``b"k"`` when the group's
+``step`` returns something (the VectorEnv adapter's infos); rollout groups return
+``None``.
 
 The worker ignores SIGINT: Ctrl-C is the main process's to handle, so the user
 sees one exception rather than a traceback per worker. When the main process
@@ -51,7 +57,7 @@ from .waiting import SpinThenBlock, spin_budget_seconds
 __all__ = ["AttachOrder", "REQUEST", "worker_main"]
 
 REQUEST = struct.Struct("<cq")
-BEGIN, STEP, FINISH, ABANDON, CLOSE = b"b", b"s", b"f", b"a", b"c"
+BEGIN, STEP, FINISH, ABANDON, CLOSE, HANDLE = b"b", b"s", b"f", b"a", b"c", b"x"
 DONE, FINISHED, FAILED = b"k", b"f", b"e"
 
 
@@ -69,6 +75,9 @@ class AttachOrder:
     core_name: str
     #: This worker's first env column (a factory returning a vector env spans several).
     column_offset: int = 0
+    #: ``builder(envs, env_offset, observation_layout, action_layout, core)`` -> the group to
+    #: host instead of the rollout groups (the VectorEnv adapter's); picklable.
+    group_builder: object = None
 
 
 def _picklable(error: BaseException, env_offset: int) -> BaseException:
@@ -107,9 +116,13 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
 
             shared = SharedStorage.attach(order.segment_name, allocate)
             env_offset = order.column_offset
-            groups = build_groups(
+            if order.group_builder is not None:
+                group = order.group_builder(envs, env_offset, observation_layout, action_layout, core)
+                groups = [(0, len(envs), group)]
+            else:
+                groups = build_groups(
                 envs, env_offset, [(0, len(envs))], order.root_seed, observation_layout, action_layout, order.info_keys, core
-            )
+                )
             columns = shared.storage.columns(env_offset, env_offset + groups[-1][1])
             group = groups[0][2] if len(groups) == 1 else GroupChain(groups)
             group.reset_all()
@@ -150,11 +163,12 @@ def _receiver(connection):
 def _serve(connection, group: EnvGroup | GroupChain, columns, env_offset: int) -> None:
     receive, send = _receiver(connection), connection.send_bytes
     while True:
-        command, argument = REQUEST.unpack(receive())
+        message = receive()
+        command, argument = REQUEST.unpack_from(message)
         try:
             if command == STEP:
-                group.step(argument)
-                send(DONE)
+                result = group.step(argument)
+                send(DONE if result is None else FINISHED + pickle.dumps(result))
             elif command == BEGIN:
                 group.begin(columns)
                 send(DONE)
@@ -163,6 +177,8 @@ def _serve(connection, group: EnvGroup | GroupChain, columns, env_offset: int) -
             elif command == ABANDON:
                 group.abandon(argument)
                 send(DONE)
+            elif command == HANDLE:
+                send(FINISHED + pickle.dumps(group.handle(pickle.loads(message[REQUEST.size :]))))
             elif command == CLOSE:
                 errors = group.close()
                 send(DONE if not errors else FAILED + pickle.dumps(_close_error(errors)))

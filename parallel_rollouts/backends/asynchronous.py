@@ -202,6 +202,7 @@ class AsyncBackend(StepwiseBackend):
             num_envs=spec.num_envs,
             info_keys=spec.info_keys,
             core_name=spec.core_name,
+            group_builder=spec.group_builder,
         )
         for worker in pool.workers:
             worker.connection.send(("attach", replace(order, column_offset=worker.start)))
@@ -211,6 +212,11 @@ class AsyncBackend(StepwiseBackend):
 
     @property
     def _storage(self) -> RolloutStorage:
+        return self._pool.shared.storage
+
+    @property
+    def storage(self) -> RolloutStorage:
+        """The shared-memory storage the workers write into (views; valid until close)."""
         return self._pool.shared.storage
 
     def start_rollout(self, reuse_storage: bool) -> RolloutStorage:
@@ -237,14 +243,18 @@ class AsyncBackend(StepwiseBackend):
         shared.copy_to(target)  # the one copy per rollout
         return target, episodes
 
-    def _request_all(self, command: bytes, argument: int) -> list[bytes]:
-        request = _worker.REQUEST.pack(command, argument)
+    def request(self, command: bytes, argument: int = 0, payload: bytes = b"") -> list[bytes | None]:
+        """Send one request to every worker; return each one's reply payload (``None`` for a bare "done")."""
+        return self._request_all(command, argument, payload)
+
+    def _request_all(self, command: bytes, argument: int, payload: bytes = b"") -> list[bytes | None]:
+        request = _worker.REQUEST.pack(command, argument) + payload
         for worker in self._workers:
             try:
                 worker.connection.send_bytes(request)
             except OSError:
                 self._raise_died(worker)
-        payloads: list[bytes] = []
+        payloads: list[bytes | None] = []
         errors: list[BaseException] = []
         deadline = None if self._step_timeout is None else time.monotonic() + self._step_timeout
         for worker in self._workers:
@@ -252,8 +262,8 @@ class AsyncBackend(StepwiseBackend):
             status = reply[:1]
             if status == _worker.FAILED:
                 errors.append(pickle.loads(reply[1:]))
-            elif status == _worker.FINISHED:
-                payloads.append(reply[1:])
+            else:
+                payloads.append(reply[1:] if status == _worker.FINISHED else None)
         if errors:
             worker_errors = [error for error in errors if isinstance(error, WorkerError)]
             if len(worker_errors) == len(errors) and len(errors) > 1:

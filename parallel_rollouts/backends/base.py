@@ -44,6 +44,9 @@ class BackendSpec:
         #: Env columns of the batch: one per factory until the envs are made, when a
         #: factory returning a vector env turns out to stand for its ``num_envs``.
         self.num_envs = len(self.env_fns)
+        #: Async workers host ``group_builder(envs, env_offset, observation_layout, action_layout,
+        #: core)`` instead of the rollout groups when set (the VectorEnv adapter does).
+        self.group_builder = None
 
     def adopt_spaces(self, observation_space: Space, action_space: Space, num_envs: int | None = None) -> None:
         """Take env 0's spaces as the reference every env must match, and the final env count."""
