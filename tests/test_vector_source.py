@@ -13,7 +13,7 @@ from parallel_rollouts.errors import ConfigurationError, ObservationError, Space
 from parallel_rollouts.seeding import episode_seed
 from tests.batch_compare import assert_batches_identical
 from tests.envs import counting
-from tests.vector_envs import MODES, SINGLE_ENVS, cartpole_vector, misdeclared, sync_vector, sync_vector_fn
+from tests.vector_envs import MODES, SINGLE_ENVS, cartpole_vector, failing_vector, misdeclared, sync_vector, sync_vector_fn
 
 HORIZON = 40
 
@@ -268,3 +268,20 @@ def test_an_info_key_missing_on_a_counted_step_is_named():
     ) as collector:
         with pytest.raises(WorkerError, match="info has no key 'missing'"):
             collector.collect()
+
+
+def test_a_vector_env_declaring_its_single_spaces_as_batched_ones_is_accepted():
+    # EnvPool's Gymnasium envs declare observation_space == single_observation_space.
+    vector_env = cartpole_vector(3)
+    vector_env.observation_space = vector_env.single_observation_space
+    with ParallelRolloutCollector(vector_env, None, backend="sync", horizon=5, seed=0) as collector:
+        assert collector.collect().observations.shape == (5, 3, 4)
+
+
+def test_a_vector_env_that_raises_names_its_envs_with_the_traceback():
+    factories = [partial(cartpole_vector, 2), partial(failing_vector, 3)]
+    with ParallelRolloutCollector(factories, None, backend="sync", horizon=5, seed=0) as collector:
+        with pytest.raises(WorkerError, match=r"hosting envs 2..4 raised ValueError in `step`: the batch simulator diverged") as caught:
+            collector.collect()
+    assert caught.value.env_indices == (2, 3, 4)
+    assert caught.value.remote_traceback.count("failing_step") == 2  # one traceback: the call and the frame

@@ -94,3 +94,18 @@ class StepFails(gym.Wrapper):
 
 def step_fails() -> gym.Env:
     return StepFails(gym.make("CartPole-v1"))
+
+
+class FailingVectorEnv(gym.vector.VectorWrapper):
+    """A CartPoleVectorEnv whose ``step`` raises."""
+
+    def step(self, actions):
+        return failing_step()
+
+
+def failing_step():
+    raise ValueError("the batch simulator diverged")
+
+
+def failing_vector(num_envs: int) -> FailingVectorEnv:
+    return FailingVectorEnv(cartpole_vector(num_envs))

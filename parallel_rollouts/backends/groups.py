@@ -132,6 +132,8 @@ class GroupChain:
                 group.step(t)
             except WorkerError as error:
                 errors.append(error)
+        if len(errors) == 1:
+            raise errors[0]
         if errors:
             failures = [failure for error in errors for failure in error.failures]
             raise WorkerError.from_failures(failures) from errors[0].__cause__

@@ -40,6 +40,7 @@ the batch is still reproducible from the collector's seed.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from types import ModuleType
 from typing import Any
 
@@ -103,7 +104,8 @@ def check_vector_env(vector_env: Any, where: str) -> int:
     for role in ("observation", "action"):
         single = getattr(vector_env, f"single_{role}_space")
         batched = getattr(vector_env, f"{role}_space", None)
-        if batched is None:
+        if batched is None or batched is single or _same(batched, single):
+            # EnvPool declares its single spaces as the batched ones too.
             continue
         single_leaves = SpaceLayout(single, role).leaves
         try:
@@ -120,6 +122,13 @@ def check_vector_env(vector_env: Any, where: str) -> int:
                 "the spaces agree."
             )
     return num_envs
+
+
+def _same(first: Space, second: Space) -> bool:
+    try:
+        return bool(first == second)
+    except ValueError:
+        return False
 
 
 class VectorEnvGroup:
@@ -220,9 +229,7 @@ class VectorEnvGroup:
         except (ObservationError, SpaceError):
             raise
         except Exception as error:
-            phase = "reset" if mask is None else "autoreset"
-            failures = [describe_failure(self.env_offset + int(c), phase, error) for c in columns[:1]]
-            raise WorkerError.from_failures(failures) from error
+            raise self._failure("reset" if mask is None else "autoreset", error) from error
 
     def reset_all(self) -> None:
         """First reset of every sub-env."""
@@ -251,7 +258,7 @@ class VectorEnvGroup:
         try:
             observations, rewards, terminations, truncations, info = self.vector_env.step(actions)
         except Exception as error:
-            raise WorkerError.from_failures([describe_failure(self.env_offset, "step", error)]) from error
+            raise self._failure("step", error) from error
         n = self.num_envs
         rewards = self._per_env_array(rewards, np.float64, "rewards")
         terminated = self._per_env_array(terminations, np.bool_, "terminations")
@@ -356,6 +363,20 @@ class VectorEnvGroup:
         return []
 
     # -- conversions and checks ------------------------------------------------------------
+
+    def _failure(self, phase: str, error: BaseException) -> WorkerError:
+        """The vector env raised: every one of its sub-envs is affected, so each is listed."""
+        failure = describe_failure(self.env_offset, phase, error)
+        last = self.env_offset + self.num_envs - 1
+        message = (
+            f"{_describe(self.vector_env)} hosting envs {self.env_offset}..{last} raised "
+            f"{failure.exception_type} in `{phase}`: {failure.message}"
+        )
+        # One traceback (the first entry's) for the one exception.
+        failures = (failure,) + tuple(
+            replace(failure, env_index=self.env_offset + column, traceback="") for column in range(1, self.num_envs)
+        )
+        return WorkerError(message, failures)
 
     def _per_env_array(self, values: Any, dtype: type, name: str) -> np.ndarray:
         try:
