@@ -17,6 +17,7 @@ from .errors import (
     WorkerError,
 )
 from .policy import PolicyOutput
+from .vector_env import ParallelVectorEnv
 
 __version__ = "0.1.0"
 
@@ -29,6 +30,7 @@ __all__ = [
     "ObservationError",
     "ParallelRolloutCollector",
     "ParallelRolloutsError",
+    "ParallelVectorEnv",
     "PolicyOutput",
     "RolloutBatch",
     "SpaceError",

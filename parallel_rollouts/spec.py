@@ -34,15 +34,19 @@ class RolloutSpec:
         self.core = core
         self.observation_layout: SpaceLayout | None = None
         self.action_layout: SpaceLayout | None = None
+        #: Env columns of the batch: one per factory until the envs are made, when a
+        #: factory returning a vector env turns out to stand for its ``num_envs``.
+        self.num_envs = len(self.env_fns)
+        #: Async workers host ``group_builder(envs, env_offset, observation_layout, action_layout,
+        #: core)`` instead of the rollout groups when set (the VectorEnv adapter does).
+        self.group_builder = None
 
-    def adopt_spaces(self, observation_space: Space, action_space: Space) -> None:
-        """Take env 0's spaces as the reference every env must match."""
+    def adopt_spaces(self, observation_space: Space, action_space: Space, num_envs: int | None = None) -> None:
+        """Take env 0's spaces as the reference every env must match, and the final env count."""
         self.observation_layout = SpaceLayout(observation_space, "observation")
         self.action_layout = SpaceLayout(action_space, "action")
-
-    @property
-    def num_envs(self) -> int:
-        return len(self.env_fns)
+        if num_envs is not None:
+            self.num_envs = num_envs
 
     def allocate_storage(self, allocator=np.empty, zeroed=np.zeros) -> RolloutStorage:
         return RolloutStorage.allocate(

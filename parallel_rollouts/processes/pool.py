@@ -20,7 +20,7 @@ import pickle
 import signal
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 
 
@@ -201,8 +201,9 @@ class WorkerPool:
 
     # -- requests --------------------------------------------------------------------------
 
-    def send(self, command: bytes, argument: int, workers: list[_Worker] | None = None) -> None:
-        request = protocol.REQUEST.pack(command, argument)
+    def send(self, command: bytes, argument: int, workers: list[_Worker] | None = None, payload: bytes = b"") -> None:
+        """Send one request (a payload may follow the 9-byte header) to each of ``workers``."""
+        request = protocol.REQUEST.pack(command, argument) + payload
         for worker in self.workers if workers is None else workers:
             try:
                 worker.connection.send_bytes(request)
@@ -215,16 +216,19 @@ class WorkerPool:
         return [self._receive(worker, deadline) for worker in (self.workers if workers is None else workers)]
 
     def exchange(
-        self, command: bytes, argument: int, workers: list[_Worker] | None = None, steps: int = 1
+        self, command: bytes, argument: int, workers: list[_Worker] | None = None, steps: int = 1, payload: bytes = b""
     ) -> list[bytes]:
-        self.send(command, argument, workers)
+        self.send(command, argument, workers, payload)
         return self.receive(workers, steps)
 
-    def request(self, command: bytes, argument: int, workers: list[_Worker] | None = None) -> list[bytes]:
-        """``exchange``, raising what the workers reported; returns the payloads of ``FINISHED`` replies."""
-        replies = self.exchange(command, argument, workers)
+    def request(
+        self, command: bytes, argument: int = 0, workers: list[_Worker] | None = None, payload: bytes = b""
+    ) -> list[bytes | None]:
+        """``exchange``, raising what the workers reported; each worker's reply payload in
+        order (``None`` for a bare "done")."""
+        replies = self.exchange(command, argument, workers, payload=payload)
         self.raise_failures(replies)
-        return [reply[1:] for reply in replies if reply[:1] == protocol.FINISHED]
+        return [reply[1:] if reply[:1] == protocol.FINISHED else None for reply in replies]
 
     @staticmethod
     def raise_failures(replies: list[bytes]) -> None:
@@ -278,11 +282,16 @@ class WorkerPool:
 def _attach(spec: RolloutSpec, resources: _Resources, policy, policy_state: PolicyState | None) -> None:
     replies = [_startup_reply(worker, "spaces") for worker in resources.workers]
     _raise_startup_errors(replies)
+    # A worker's columns are known once its envs exist: a vector env spans its num_envs.
+    column = 0
+    for worker, reply in zip(resources.workers, replies):
+        worker.start, worker.stop = column, column + len(reply)
+        column = worker.stop
     env_spaces = [pair for reply in replies for pair in reply]
     observation_space, action_space = env_spaces[0]
     for index, (observation, action) in enumerate(env_spaces):
         check_env_spaces(index, observation, action, observation_space, action_space)
-    spec.adopt_spaces(observation_space, action_space)
+    spec.adopt_spaces(observation_space, action_space, num_envs=len(env_spaces))
     resources.shared = SharedStorage.create(spec.allocate_storage)
     order = protocol.AttachOrder(
         segment_name=resources.shared.name,
@@ -293,11 +302,12 @@ def _attach(spec: RolloutSpec, resources: _Resources, policy, policy_state: Poli
         num_envs=spec.num_envs,
         info_keys=spec.info_keys,
         core_name=spec.core_name,
+        group_builder=spec.group_builder,
         policy=policy,
         policy_state=None if policy_state is None else policy_state.layout,
     )
     for worker in resources.workers:
-        worker.connection.send(("attach", order))
+        worker.connection.send(("attach", replace(order, column_offset=worker.start)))
     _raise_startup_errors([_startup_reply(worker, "ready") for worker in resources.workers])
 
 

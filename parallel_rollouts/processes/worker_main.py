@@ -29,8 +29,14 @@ Rollouts (the per-step fast path: 9-byte requests, 1-byte replies, no pickling):
                               -> reply b"f" + pickled SliceResult, or
                                  b"p" + pickled (exception, steps done) if the policy failed
     b"c" 0   close the envs and exit
+    b"x" 0   + pickled request: ``group.handle(request)`` -> reply b"f" + pickled result
+             (the VectorEnv adapter's reset, call and set_attr; never on the per-step path)
 
     reply    = b"k" (done) | b"f" + payload | b"p" + payload | b"e" + pickled exception
+
+A step replies ``b"f"`` + pickled result instead of ``b"k"`` when the group's
+``step`` returns something (the VectorEnv adapter's infos); rollout groups return
+``None``.
 
 The worker ignores SIGINT: Ctrl-C is the main process's to handle, so the user
 sees one exception rather than a traceback per worker. When the main process
@@ -51,8 +57,9 @@ import cloudpickle
 from multiprocessing.connection import wait
 
 from ..core import load_core
-from ..env_group import EnvGroup, describe_failure, make_env
+from ..env_group import EnvGroup, describe_failure
 from ..errors import ObservationError, WorkerError
+from ..groups import GroupChain, build_groups, close_made, make_all, spaces_per_env
 from ..runners.slice_rollout import PolicyFailed, SliceRollout
 from ..spaces import SpaceLayout
 from ..storage import RolloutStorage
@@ -63,7 +70,7 @@ from .waiting import SpinThenBlock, spin_budget_seconds
 __all__ = ["AttachOrder", "REQUEST", "ShippedPolicy", "worker_main"]
 
 REQUEST = struct.Struct("<cq")
-BEGIN, STEP, FINISH, ABANDON, ROLLOUT, CLOSE = b"b", b"s", b"f", b"a", b"r", b"c"
+BEGIN, STEP, FINISH, ABANDON, ROLLOUT, CLOSE, HANDLE = b"b", b"s", b"f", b"a", b"r", b"c", b"x"
 DONE, FINISHED, POLICY_FAILED, FAILED = b"k", b"f", b"p", b"e"
 
 
@@ -86,6 +93,11 @@ class AttachOrder:
     num_envs: int
     info_keys: tuple[str, ...]
     core_name: str
+    #: This worker's first env column (a factory returning a vector env spans several).
+    column_offset: int = 0
+    #: ``builder(envs, env_offset, observation_layout, action_layout, core)`` -> the group to
+    #: host instead of the rollout groups (the VectorEnv adapter's); picklable.
+    group_builder: object = None
     policy: ShippedPolicy | None = None
     policy_state: StateLayout | None = None
 
@@ -105,15 +117,14 @@ def _reply_error(connection, error: BaseException, env_offset: int) -> None:
 
 def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    group: EnvGroup | None = None
+    group = None
     shared: SharedStorage | None = None
     state_reader: StateReader | None = None
     envs = []
     try:
         try:
-            for column, pickled in enumerate(pickled_env_fns):
-                envs.append(make_env(cloudpickle.loads(pickled), env_offset + column))
-            connection.send(("spaces", [(env.observation_space, env.action_space) for env in envs]))
+            envs = make_all([cloudpickle.loads(pickled) for pickled in pickled_env_fns], env_offset)
+            connection.send(("spaces", spaces_per_env(envs)))
             kind, order = pickle.loads(_receiver(connection)())
             if kind != "attach":
                 return
@@ -127,8 +138,16 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
                 )
 
             shared = SharedStorage.attach(order.segment_name, allocate)
-            columns = shared.storage.columns(env_offset, env_offset + len(envs))
-            group = EnvGroup(envs, env_offset, order.root_seed, observation_layout, action_layout, order.info_keys, core)
+            env_offset = order.column_offset
+            if order.group_builder is not None:
+                group = order.group_builder(envs, env_offset, observation_layout, action_layout, core)
+                groups = [(0, len(envs), group)]
+            else:
+                groups = build_groups(
+                envs, env_offset, [(0, len(envs))], order.root_seed, observation_layout, action_layout, order.info_keys, core
+                )
+            columns = shared.storage.columns(env_offset, env_offset + groups[-1][1])
+            group = groups[0][2] if len(groups) == 1 else GroupChain(groups)
             group.reset_all()
             rollout = None
             if order.policy is not None:
@@ -138,7 +157,9 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
                     # Each worker is one of as many processes as cores: one thread each,
                     # not a full-machine thread pool per worker.
                     sys.modules["torch"].set_num_threads(1)
-                rollout = SliceRollout(group, observation_layout, action_layout, core, policy, order.root_seed)
+                rollout = SliceRollout(
+                    group, env_offset, groups[-1][1], observation_layout, action_layout, core, policy, order.root_seed
+                )
                 if order.policy_state is not None:
                     state_reader = StateReader(order.policy_state)
         except Exception as error:
@@ -150,11 +171,7 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
         pass  # the main process is gone: nothing left to report to
     finally:
         if group is None:
-            for env in envs:
-                try:
-                    env.close()
-                except Exception:
-                    pass
+            close_made(envs)
         if shared is not None:
             shared.release()
         if state_reader is not None:
@@ -181,16 +198,17 @@ def _receiver(connection):
     return receive
 
 
-def _serve(connection, group: EnvGroup, columns, env_offset: int, rollout, state_reader) -> None:
+def _serve(connection, group: EnvGroup | GroupChain, columns, env_offset: int, rollout, state_reader) -> None:
     receive, send = _receiver(connection), connection.send_bytes
     while True:
-        command, argument = REQUEST.unpack(receive())
+        message = receive()
+        command, argument = REQUEST.unpack_from(message)
         try:
-            if command == ROLLOUT:
+            if command == STEP:
+                result = group.step(argument)
+                send(DONE if result is None else FINISHED + pickle.dumps(result))
+            elif command == ROLLOUT:
                 send(_run_rollout(rollout, state_reader, argument, columns, env_offset))
-            elif command == STEP:
-                group.step(argument)
-                send(DONE)
             elif command == BEGIN:
                 group.begin(columns)
                 send(DONE)
@@ -199,6 +217,8 @@ def _serve(connection, group: EnvGroup, columns, env_offset: int, rollout, state
             elif command == ABANDON:
                 group.abandon(argument)
                 send(DONE)
+            elif command == HANDLE:
+                send(FINISHED + pickle.dumps(group.handle(pickle.loads(message[REQUEST.size :]))))
             elif command == CLOSE:
                 errors = group.close()
                 send(DONE if not errors else FAILED + pickle.dumps(_close_error(errors)))

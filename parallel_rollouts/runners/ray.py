@@ -134,6 +134,8 @@ class SliceActor:
         self._replica = None if policy is None else PolicyReplica(policy)
         self._rollout = SliceRollout(
             self._group,
+            self._env_offset,
+            len(self._envs),
             self._observation_layout,
             self._action_layout,
             core,

@@ -41,11 +41,17 @@ class PolicyFailed(Exception):
 
 
 class SliceRollout:
-    """Runs the envs of ``group`` for whole rollouts with ``policy`` (``None``: random actions)."""
+    """Runs the envs of ``group`` for whole rollouts with ``policy`` (``None``: random actions).
+
+    ``group`` covers env columns ``env_offset .. env_offset + num_envs - 1`` (an
+    :class:`EnvGroup`, or a chain of groups when factories return vector envs).
+    """
 
     def __init__(
         self,
         group: EnvGroup,
+        env_offset: int,
+        num_envs: int,
         observation_layout: SpaceLayout,
         action_layout: SpaceLayout,
         core: ModuleType,
@@ -53,11 +59,9 @@ class SliceRollout:
         root_seed: int,
     ) -> None:
         self.group = group
-        n = group.num_envs
         if policy is None:
-            offset = group.env_offset
-            policy = RandomActionSampler(action_layout, root_seed, range(offset, offset + n))
-        self.loop = RolloutLoop(observation_layout, PolicyOutputWriter(action_layout, n, core), policy)
+            policy = RandomActionSampler(action_layout, root_seed, range(env_offset, env_offset + num_envs))
+        self.loop = RolloutLoop(observation_layout, PolicyOutputWriter(action_layout, num_envs, core), policy)
         self._env_failed = False
 
     @property

@@ -1,5 +1,8 @@
 """The ``serial`` and ``sync`` steppers: every env in this process.
 
+Groups of envs (``EnvGroup``, or one ``VectorEnvGroup`` per vector env a factory
+returned) are stepped through one :class:`~parallel_rollouts.groups.GroupChain`.
+
 ``sync`` steps all envs as one :class:`~parallel_rollouts.env_group.EnvGroup`, so the
 compiled core handles the whole ``[num_envs]`` row of each step in one call: the fast path
 for cheap envs. ``serial`` is the readable reference: every env is its own group of one,
@@ -14,8 +17,7 @@ from collections.abc import Sequence
 
 from gymnasium import Env
 
-from ..env_group import EnvGroup, make_env
-from ..errors import WorkerError
+from ..groups import GroupChain, build_groups, make_all, spaces_per_env
 from ..spec import RolloutSpec
 from ..storage import CompletedEpisodes, RolloutStorage
 from .base import EnvStepper
@@ -32,66 +34,52 @@ GROUPINGS = {
 
 
 class InProcessStepper(EnvStepper):
-    """Envs in this process, split into :class:`EnvGroup` s by ``group_bounds``."""
+    """Envs in this process, split into groups by ``group_bounds`` (a vector env is one group)."""
 
     def __init__(self, spec: RolloutSpec, envs: Sequence[Env], group_bounds: Sequence[tuple[int, int]]) -> None:
         self._envs = list(envs)
-        self._bounds = list(group_bounds)
-        self._groups = [
-            EnvGroup(
-                self._envs[start:stop],
-                start,
+        self._num_envs = spec.num_envs
+        self._groups = GroupChain(
+            build_groups(
+                self._envs,
+                0,
+                group_bounds,
                 spec.root_seed,
                 spec.observation_layout,
                 spec.action_layout,
                 spec.info_keys,
                 spec.core,
             )
-            for start, stop in group_bounds
-        ]
-        for group in self._groups:
-            group.reset_all()
+        )
+        self._groups.reset_all()
 
     @classmethod
     def build(cls, spec: RolloutSpec, grouping: str) -> InProcessStepper:
         """Make every env, adopt env 0's spaces, and reset every env."""
-        envs: list[Env] = []
+        envs = make_all(spec.env_fns, 0)
         try:
-            for index in range(spec.num_envs):
-                envs.append(make_env(spec.env_fns[index], index))
-            spec.adopt_spaces(envs[0].observation_space, envs[0].action_space)
-            return cls(spec, envs, GROUPINGS[grouping](spec.num_envs))
+            spaces = spaces_per_env(envs)
+            spec.adopt_spaces(*spaces[0], num_envs=len(spaces))
+            return cls(spec, envs, GROUPINGS[grouping](len(envs)))
         except BaseException:
             close_envs(envs)
             raise
 
     @property
     def num_envs(self) -> int:
-        return len(self._envs)
+        return self._num_envs
 
     def begin(self, storage: RolloutStorage) -> None:
-        for group, (start, stop) in zip(self._groups, self._bounds):
-            group.begin(storage.columns(start, stop))
+        self._groups.begin(storage)
 
     def step(self, t: int) -> None:
-        # Every group steps even after one fails, so that all envs failing in
-        # the same step are reported together, as one WorkerError.
-        errors: list[WorkerError] = []
-        for group in self._groups:
-            try:
-                group.step(t)
-            except WorkerError as error:
-                errors.append(error)
-        if errors:
-            failures = [failure for error in errors for failure in error.failures]
-            raise WorkerError.from_failures(failures) from errors[0].__cause__
+        self._groups.step(t)
 
     def abandon(self, t: int) -> None:
-        for group in self._groups:
-            group.abandon(t)
+        self._groups.abandon(t)
 
     def finish(self) -> CompletedEpisodes:
-        return CompletedEpisodes.merge([group.finish() for group in self._groups])
+        return self._groups.finish()
 
     def close(self) -> None:
         close_envs(self._envs)
