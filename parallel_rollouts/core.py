@@ -100,7 +100,10 @@ def _why_missing() -> str:
 def _import_compiled() -> tuple[ModuleType | None, CoreUnavailableError | None]:
     # Look before importing: a plain `from . import _core` of a missing module, run while
     # the package is still initialising, reports a misleading "circular import".
-    if importlib.util.find_spec(_EXTENSION) is None:
+    spec = importlib.util.find_spec(_EXTENSION)
+    # Only an extension next to this module counts: an editable install's finder would
+    # otherwise serve a checkout's extension to a different copy of the Python code.
+    if spec is None or spec.origin is None or Path(spec.origin).resolve().parent != _PACKAGE_DIR:
         return None, CoreUnavailableError(_why_missing())
     try:
         return importlib.import_module(_EXTENSION), None
