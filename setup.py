@@ -16,7 +16,7 @@ sdist); the generated C lives under ``build/``, one copy per kind of build.
 
 import os
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 
@@ -46,7 +46,30 @@ NO_COMPILER_HINT = (
 
 
 class BuildExtWithHint(build_ext):
-    """``build_ext`` whose failure says how to install without a compiler."""
+    """``build_ext`` that generates the C when it runs, and whose failure says what to do.
+
+    Generating the C here rather than when ``setup.py`` is read keeps ``sdist`` and
+    metadata builds free of Cython and NumPy work.
+    """
+
+    def run(self):
+        # Imported here so that a build without the extension needs neither of them.
+        import numpy
+        from Cython.Build import cythonize
+
+        generated = cythonize(
+            self.extensions,
+            compiler_directives=COMPILER_DIRECTIVES,
+            compile_time_env={"DEBUG_BUILD": DEBUG_BUILD},
+            # The generated C depends on DEBUG_BUILD, which Cython's timestamp check cannot
+            # see: each kind of build keeps its own generated C.
+            build_dir=os.path.join("build", "cython-debug" if DEBUG_BUILD else "cython-release"),
+        )
+        # Keep the extension objects setuptools has already prepared; take only the C sources.
+        for extension, cythonized in zip(self.extensions, generated):
+            extension.sources = cythonized.sources
+            extension.include_dirs.append(numpy.get_include())
+        super().run()
 
     def build_extension(self, ext):
         try:
@@ -55,28 +78,12 @@ class BuildExtWithHint(build_ext):
             raise RuntimeError(f"{NO_COMPILER_HINT}\nThe compiler said: {error}") from error
 
 
-def _extensions() -> list:
-    if NO_EXTENSION:
-        return []
-    # Imported here so that a build without the extension needs neither of them.
-    import numpy
-    from Cython.Build import cythonize
-    from setuptools import Extension
-
-    extension = Extension(
+EXTENSIONS = [
+    Extension(
         "parallel_rollouts._core",
         sources=["_core/_core.pyx"],
-        include_dirs=[numpy.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     )
-    return cythonize(
-        [extension],
-        compiler_directives=COMPILER_DIRECTIVES,
-        compile_time_env={"DEBUG_BUILD": DEBUG_BUILD},
-        # The generated C depends on DEBUG_BUILD, which Cython's timestamp check cannot
-        # see: each kind of build keeps its own generated C.
-        build_dir=os.path.join("build", "cython-debug" if DEBUG_BUILD else "cython-release"),
-    )
+]
 
-
-setup(ext_modules=_extensions(), cmdclass={"build_ext": BuildExtWithHint})
+setup(ext_modules=[] if NO_EXTENSION else EXTENSIONS, cmdclass={"build_ext": BuildExtWithHint})
