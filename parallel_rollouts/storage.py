@@ -33,6 +33,10 @@ class RolloutStorage:
     values: np.ndarray
     log_probs: np.ndarray
     infos: dict[str, np.ndarray]
+    #: ``[horizon, num_envs]`` bool, true on the reset steps of vector envs with
+    #: next-step autoreset (see ``backends.vector_source``). Allocated zeroed and
+    #: written only by those groups, whose columns it covers in full every step.
+    reset_steps: np.ndarray
 
     @classmethod
     def allocate(
@@ -58,6 +62,7 @@ class RolloutStorage:
             values=allocator(steps, dtype=np.float32),
             log_probs=allocator(steps, dtype=np.float32),
             infos={key: allocator(steps, dtype=np.float64) for key in info_keys},
+            reset_steps=zeroed(steps, dtype=np.bool_),
         )
 
     @property

@@ -23,7 +23,7 @@ import pickle
 import signal
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 
 
@@ -180,11 +180,16 @@ class AsyncBackend(StepwiseBackend):
     def _start(spec: BackendSpec, pool: _WorkerPool) -> None:
         replies = [_startup_reply(worker, "spaces") for worker in pool.workers]
         _raise_startup_errors(replies)
+        # A worker's columns are known once its envs exist: a vector env spans its num_envs.
+        column = 0
+        for worker, reply in zip(pool.workers, replies):
+            worker.start, worker.stop = column, column + len(reply)
+            column = worker.stop
         env_spaces = [pair for reply in replies for pair in reply]
         observation_space, action_space = env_spaces[0]
         for index, (observation, action) in enumerate(env_spaces):
             check_env_spaces(index, observation, action, observation_space, action_space)
-        spec.adopt_spaces(observation_space, action_space)
+        spec.adopt_spaces(observation_space, action_space, num_envs=len(env_spaces))
         pool.shared = SharedStorage.create(spec.allocate_storage)
         order = _worker.AttachOrder(
             segment_name=pool.shared.name,
@@ -195,15 +200,21 @@ class AsyncBackend(StepwiseBackend):
             num_envs=spec.num_envs,
             info_keys=spec.info_keys,
             core_name=spec.core_name,
+            group_builder=spec.group_builder,
         )
         for worker in pool.workers:
-            worker.connection.send(("attach", order))
+            worker.connection.send(("attach", replace(order, column_offset=worker.start)))
         _raise_startup_errors([_startup_reply(worker, "ready") for worker in pool.workers])
 
     # -- one rollout -----------------------------------------------------------------------
 
     @property
     def _storage(self) -> RolloutStorage:
+        return self._pool.shared.storage
+
+    @property
+    def storage(self) -> RolloutStorage:
+        """The shared-memory storage the workers write into (views; valid until close)."""
         return self._pool.shared.storage
 
     def start_rollout(self, reuse_storage: bool) -> RolloutStorage:
@@ -230,14 +241,18 @@ class AsyncBackend(StepwiseBackend):
         shared.copy_to(target)  # the one copy per rollout
         return target, episodes
 
-    def _request_all(self, command: bytes, argument: int) -> list[bytes]:
-        request = _worker.REQUEST.pack(command, argument)
+    def request(self, command: bytes, argument: int = 0, payload: bytes = b"") -> list[bytes | None]:
+        """Send one request to every worker; return each one's reply payload (``None`` for a bare "done")."""
+        return self._request_all(command, argument, payload)
+
+    def _request_all(self, command: bytes, argument: int, payload: bytes = b"") -> list[bytes | None]:
+        request = _worker.REQUEST.pack(command, argument) + payload
         for worker in self._workers:
             try:
                 worker.connection.send_bytes(request)
             except OSError:
                 self._raise_died(worker)
-        payloads: list[bytes] = []
+        payloads: list[bytes | None] = []
         errors: list[BaseException] = []
         deadline = None if self._step_timeout is None else time.monotonic() + self._step_timeout
         for worker in self._workers:
@@ -245,8 +260,8 @@ class AsyncBackend(StepwiseBackend):
             status = reply[:1]
             if status == _worker.FAILED:
                 errors.append(pickle.loads(reply[1:]))
-            elif status == _worker.FINISHED:
-                payloads.append(reply[1:])
+            else:
+                payloads.append(reply[1:] if status == _worker.FINISHED else None)
         if errors:
             worker_errors = [error for error in errors if isinstance(error, WorkerError)]
             if len(worker_errors) == len(errors) and len(errors) > 1:
