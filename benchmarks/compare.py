@@ -136,6 +136,9 @@ def _summarize_group(
         }
         if REFERENCE_CONTENDER in rates:
             entry["ratio_vs_reference"] = summarize_ratios(rates[name], rates[REFERENCE_CONTENDER])
+        if name.startswith("async") and "sync" in rates:
+            # What the worker processes buy (or cost) against stepping in this process.
+            entry["ratio_vs_sync"] = summarize_ratios(rates[name], rates["sync"])
         if name.startswith("async/") and "async" in rates:
             # What a mode buys against the async backend's default per-step mode.
             entry["ratio_vs_async"] = summarize_ratios(rates[name], rates["async"])

@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["comparison_markdown", "format_group_table", "plot_throughput", "write_json"]
+from .summary import summarize_ratios
+
+__all__ = ["TARGETS", "comparison_markdown", "format_group_table", "plot_throughput", "target_rows", "write_json"]
 
 _HEADERS = (
     "contender",
@@ -91,6 +93,7 @@ def comparison_markdown(result: dict) -> str:
     lines += [f"- {key}: {value}" for key, value in result["machine"].items()]
     lines += ["", "## Settings", ""]
     lines += [f"- {key}: {value}" for key, value in result["settings"].items()]
+    lines += targets_markdown(result)
     for group in result["groups"]:
         lines += ["", f"## {group['env']}, {group['num_envs']} envs", "", _group_title(group), ""]
         lines.append("| " + " | ".join(_HEADERS) + " |")
@@ -140,3 +143,44 @@ def plot_throughput(result: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+#: The speed targets the comparison reports: (label, workload, num_envs, contender, reference, at least).
+TARGETS = (
+    ("sync with default settings vs a bare loop, CartPole", "cartpole", 16, "sync", "bare-loop", 0.95),
+    ("sync with default settings vs a bare loop, 84x84x4 frames", "image", 16, "sync", "bare-loop", 0.90),
+    ("rollout workers (2) vs a bare loop, CartPole", "cartpole", 16, "async/workers", "bare-loop", 1.50),
+    ("rollout workers (2) vs a bare loop, ~0.5 ms env", "half_ms", 16, "async/workers", "bare-loop", 1.60),
+    ("pipelined vs default async, policy costing one env step per row", "costly_policy", 16, "async/pipelined", "async", 1.40),
+)
+
+
+def target_rows(result: dict) -> list[dict]:
+    """Each target's per-round ratio (median, min, max) from the groups that measured it."""
+    groups = {(group["env"], group["num_envs"]): group for group in result["groups"]}
+    rows = []
+    for label, env, num_envs, contender, reference, threshold in TARGETS:
+        group = groups.get((env, num_envs))
+        if group is None or contender not in group["contenders"] or reference not in group["contenders"]:
+            continue
+        ours = group["contenders"][contender]["transitions_per_s"]["samples"]
+        theirs = group["contenders"][reference]["transitions_per_s"]["samples"]
+        ratio = summarize_ratios(ours, theirs)
+        rows.append({
+            "label": label, "contender": contender, "reference": reference, "target": threshold,
+            "median": ratio["median"], "min": ratio["min"], "max": ratio["max"], "met": ratio["median"] >= threshold,
+        })
+    return rows
+
+
+def targets_markdown(result: dict) -> list[str]:
+    rows = target_rows(result)
+    if not rows:
+        return []
+    lines = ["", "## Targets", "", "| target | ratio (median [min, max] over rounds) | at least | met |", "|---|---:|---:|---|"]
+    for row in rows:
+        lines.append(
+            f"| {row['label']} (`{row['contender']}` / `{row['reference']}`) | {row['median']:.2f}x "
+            f"[{row['min']:.2f}, {row['max']:.2f}] | {row['target']:.2f}x | {'yes' if row['met'] else 'no'} |"
+        )
+    return lines

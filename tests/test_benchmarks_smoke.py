@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from benchmarks import core_microbench, run_rollout_benchmark, soak
+from benchmarks import core_microbench, report, run_rollout_benchmark, soak
 from benchmarks.contenders import COLLECTOR_CONTENDERS, PEER_CONTENDERS, unavailable_reason
 from benchmarks.workloads import WORKLOADS
 
@@ -147,3 +147,23 @@ def test_compare_mode_by_default_writes_to_the_working_directory_and_says_where(
     assert sorted(path.name for path in out.iterdir()) == ["comparison.json", "comparison.md"]
     printed = capsys.readouterr().out
     assert f"wrote {out / 'comparison.json'}, {out / 'comparison.md'}" in printed
+
+
+def test_targets_are_per_round_ratios_judged_against_their_threshold():
+    def group(env, rates):
+        return {"env": env, "num_envs": 16, "contenders": {
+            name: {"transitions_per_s": {"samples": samples}} for name, samples in rates.items()}}
+
+    result = {"groups": [
+        group("cartpole", {"sync": [90.0, 100.0, 50.0], "bare-loop": [100.0, 100.0, 100.0], "async/workers": [200.0, 100.0, 160.0]}),
+        group("costly_policy", {"async": [10.0, 10.0, 10.0], "async/pipelined": [15.0, 13.0, 14.0]}),
+    ]}
+    rows = {row["label"]: row for row in report.target_rows(result)}
+    sync_row = rows["sync with default settings vs a bare loop, CartPole"]
+    assert (sync_row["median"], sync_row["min"], sync_row["max"], sync_row["met"]) == (0.9, 0.5, 1.0, False)
+    workers_row = rows["rollout workers (2) vs a bare loop, CartPole"]
+    assert (workers_row["median"], workers_row["met"]) == (1.6, True)
+    assert rows["pipelined vs default async, policy costing one env step per row"]["met"] is True
+    # Workloads that were not run report no target.
+    assert not any("frames" in label or "0.5 ms" in label for label in rows)
+    assert "| rollout workers (2) vs a bare loop, CartPole" in "\n".join(report.targets_markdown(result))
