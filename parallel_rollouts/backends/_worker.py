@@ -66,6 +66,7 @@ class AttachOrder:
     num_envs: int
     info_keys: tuple[str, ...]
     core_name: str
+    observation_check: str
 
 
 def _picklable(error: BaseException, env_offset: int) -> BaseException:
@@ -105,7 +106,10 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
 
             shared = SharedStorage.attach(order.segment_name, allocate)
             columns = shared.storage.columns(env_offset, env_offset + len(envs))
-            group = EnvGroup(envs, env_offset, order.root_seed, observation_layout, action_layout, order.info_keys, core)
+            group = EnvGroup(
+                envs, env_offset, order.root_seed, observation_layout, action_layout, order.info_keys, core,
+                observation_check=order.observation_check,
+            )
             group.reset_all()
         except Exception as error:
             connection.send(("error", _picklable(error, env_offset)))
