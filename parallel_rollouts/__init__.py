@@ -18,6 +18,7 @@ from .errors import (
     WorkerError,
 )
 from .policy import PolicyOutput
+from .vector_env import ParallelVectorEnv
 
 __version__ = "0.1.0"
 
@@ -31,6 +32,7 @@ __all__ = [
     "ObservationWarning",
     "ParallelRolloutCollector",
     "ParallelRolloutsError",
+    "ParallelVectorEnv",
     "PolicyOutput",
     "RolloutBatch",
     "SpaceError",

@@ -10,6 +10,7 @@ from typing import Any
 from gymnasium import Env, Space
 
 from .backends.base import Backend, BackendSpec
+from .backends.vector_source import check_vector_env, is_vector_env
 from .batch import RolloutBatch
 from .core import load_core
 from .errors import CollectorClosedError, ConfigurationError
@@ -32,7 +33,12 @@ class ParallelRolloutCollector:
     ----------
     env_fns:
         One zero-argument callable per env, each returning a ``gymnasium.Env``.
-        Every env must declare the same observation and action spaces.
+        Every env must declare the same observation and action spaces. Or
+        Gymnasium vector envs: a ``gymnasium.vector.VectorEnv`` instance
+        (``serial``/``sync``; the collector closes it), or callables each
+        returning one (every backend but ``ray``; with ``async`` each worker
+        hosts a contiguous share of them, e.g. one each). The batch then has one
+        env column per sub-env; see ``docs/vector-envs.md`` for each autoreset mode.
     policy:
         ``policy(observations) -> actions`` or ``-> PolicyOutput(actions, values,
         log_probs)``, called once per step with the batched observations
@@ -116,7 +122,7 @@ class ParallelRolloutCollector:
         self._backend: Backend | None = None
         self._closed = False
         self._broken: BaseException | None = None
-        env_fns = _check_env_fns(env_fns)
+        env_fns = _check_env_fns(env_fns, backend)
         if policy is not None and not callable(policy):
             raise ConfigurationError(f"`policy` must be callable or None; got {policy!r}.")
         if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
@@ -263,7 +269,16 @@ class ParallelRolloutCollector:
         )
 
 
-def _check_env_fns(env_fns: Any) -> list:
+def _check_env_fns(env_fns: Any, backend: str) -> list:
+    if is_vector_env(env_fns):
+        if backend not in ("serial", "sync"):
+            raise ConfigurationError(
+                f"backend={backend!r} makes its envs in other processes, so it takes factories, not a "
+                f"vector env instance ({type(env_fns).__name__}); pass e.g. "
+                "`[partial(gymnasium.make_vec, 'CartPole-v1', num_envs=512)] * num_workers`."
+            )
+        check_vector_env(env_fns, "the vector env")
+        return [_GivenVectorEnv(env_fns)]
     if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Sequence):
         raise ConfigurationError(
             f"`env_fns` must be a sequence of zero-argument callables returning envs; got {type(env_fns).__name__}."
@@ -279,6 +294,16 @@ def _check_env_fns(env_fns: Any) -> list:
         if not callable(env_fn):
             raise ConfigurationError(f"env_fns[{index}] is not callable; got {env_fn!r}.")
     return list(env_fns)
+
+
+class _GivenVectorEnv:
+    """The factory of a vector env passed as an instance: the collector now owns (and closes) it."""
+
+    def __init__(self, vector_env: Any) -> None:
+        self.vector_env = vector_env
+
+    def __call__(self) -> Any:
+        return self.vector_env
 
 
 def _make_backend(name: str, spec: BackendSpec, policy, num_workers, context, step_timeout, ray_options) -> Backend:

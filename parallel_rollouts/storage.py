@@ -33,6 +33,10 @@ class RolloutStorage:
     values: np.ndarray
     log_probs: np.ndarray
     infos: dict[str, np.ndarray]
+    #: ``[horizon, num_envs]`` bool, true on the reset steps of vector envs with
+    #: next-step autoreset (see ``backends.vector_source``). Allocated zeroed and
+    #: written only by those groups, whose columns it covers in full every step.
+    reset_steps: np.ndarray
 
     def __post_init__(self) -> None:
         # The one place every array's shape and dtype is checked, whoever made it
@@ -48,6 +52,7 @@ class RolloutStorage:
             "step_episode_seeds": (self.step_episode_seeds, steps, np.int64),
             "values": (self.values, steps, np.float32),
             "log_probs": (self.log_probs, steps, np.float32),
+            "reset_steps": (self.reset_steps, steps, np.bool_),
         }
         expected.update({f"infos[{key!r}]": (array, steps, np.float64) for key, array in self.infos.items()})
         if len(self.observations) != len(self.final_observations) or not self.observations:
@@ -87,6 +92,7 @@ class RolloutStorage:
             values=allocator(steps, dtype=np.float32),
             log_probs=allocator(steps, dtype=np.float32),
             infos={key: allocator(steps, dtype=np.float64) for key in info_keys},
+            reset_steps=zeroed(steps, dtype=np.bool_),
         )
 
     @property

@@ -23,7 +23,7 @@ import pickle
 import signal
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 
 
@@ -188,11 +188,16 @@ class AsyncBackend(StepwiseBackend):
     def _start(spec: BackendSpec, pool: _WorkerPool) -> None:
         replies = [_startup_reply(worker, "spaces") for worker in pool.workers]
         _raise_startup_errors(replies)
+        # A worker's columns are known once its envs exist: a vector env spans its num_envs.
+        column = 0
+        for worker, reply in zip(pool.workers, replies):
+            worker.start, worker.stop = column, column + len(reply)
+            column = worker.stop
         env_spaces = [pair for reply in replies for pair in reply]
         observation_space, action_space = env_spaces[0]
         for index, (observation, action) in enumerate(env_spaces):
             check_env_spaces(index, observation, action, observation_space, action_space)
-        spec.adopt_spaces(observation_space, action_space)
+        spec.adopt_spaces(observation_space, action_space, num_envs=len(env_spaces))
         pool.shared = SharedStorage.create(spec.allocate_storage)
         order = _worker.AttachOrder(
             segment_name=pool.shared.name,
@@ -204,15 +209,21 @@ class AsyncBackend(StepwiseBackend):
             info_keys=spec.info_keys,
             core_name=spec.core_name,
             observation_check=spec.observation_check,
+            group_builder=spec.group_builder,
         )
         for worker in pool.workers:
-            worker.connection.send(("attach", order))
+            worker.connection.send(("attach", replace(order, column_offset=worker.start)))
         _raise_startup_errors([_startup_reply(worker, "ready") for worker in pool.workers])
 
     # -- one rollout -----------------------------------------------------------------------
 
     @property
     def _storage(self) -> RolloutStorage:
+        return self._pool.shared.storage
+
+    @property
+    def storage(self) -> RolloutStorage:
+        """The shared-memory storage the workers write into (views; valid until close)."""
         return self._pool.shared.storage
 
     def start_rollout(self, reuse_storage: bool) -> RolloutStorage:
@@ -254,7 +265,11 @@ class AsyncBackend(StepwiseBackend):
         shared.copy_to(target, observation_rows_copied=shared.horizon)  # the rest of the one copy
         return target, episodes
 
-    def _request_all(self, command: bytes, argument: int) -> list[bytes]:
+    def request(self, command: bytes, argument: int = 0, payload: bytes = b"") -> list[bytes | None]:
+        """Send one request to every worker; return each one's reply payload (``None`` for a bare "done")."""
+        return self._request_all(command, argument, payload)
+
+    def _request_all(self, command: bytes, argument: int, payload: bytes = b"") -> list[bytes | None]:
         if self._in_flight:
             # An interruption fell between a request and its replies: the replies
             # still queued would answer the wrong request.
@@ -263,13 +278,13 @@ class AsyncBackend(StepwiseBackend):
                 "their state is unknown. Close this collector and create a new one."
             )
         self._in_flight = True
-        request = _worker.REQUEST.pack(command, argument)
+        request = _worker.REQUEST.pack(command, argument) + payload
         for worker in self._workers:
             try:
                 worker.connection.send_bytes(request)
             except OSError:
                 self._raise_died(worker)
-        payloads: list[bytes] = []
+        payloads: list[bytes | None] = []
         errors: list[BaseException] = []
         deadline = None if self._step_timeout is None else time.monotonic() + self._step_timeout
         for worker in self._workers:
@@ -277,8 +292,8 @@ class AsyncBackend(StepwiseBackend):
             status = reply[:1]
             if status == _worker.FAILED:
                 errors.append(pickle.loads(reply[1:]))
-            elif status == _worker.FINISHED:
-                payloads.append(reply[1:])
+            else:
+                payloads.append(reply[1:] if status == _worker.FINISHED else None)
         self._in_flight = False
         if errors:
             worker_errors = [error for error in errors if isinstance(error, WorkerError)]
