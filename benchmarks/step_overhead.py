@@ -1,8 +1,8 @@
 """Per-step cost of the collector against a bare loop, measured in interleaved rounds.
 
 Each measurement runs in a fresh process (so contenders never share a warm heap)
-and reports transitions per second over a few ``collect()`` calls after one
-warm-up. Contenders, on each workload:
+and reports transitions per second of that process's CPU time over a few
+``collect()`` calls after one warm-up (``STEP_OVERHEAD_CLOCK=wall`` for wall time). Contenders, on each workload:
 
 ``raw-loop``
     The bare Python loop of :class:`benchmarks.contenders.RawLoop`: steps the envs
@@ -70,9 +70,11 @@ def _measure(code_root: str, contender: str, workload_name: str, num_envs: int, 
             return horizon * num_envs
 
     collect()
-    start = time.perf_counter()
+    # CPU time of this process: on a shared machine, time other processes take is not ours.
+    clock = time.process_time if os.environ.get("STEP_OVERHEAD_CLOCK", "process") == "process" else time.perf_counter
+    start = clock()
     transitions = sum(collect() for _ in range(collects))
-    return transitions / (time.perf_counter() - start)
+    return transitions / (clock() - start)
 
 
 def _run_one(code_root: str, contender: str, args: argparse.Namespace, workload: str) -> float:
