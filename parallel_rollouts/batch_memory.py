@@ -5,13 +5,19 @@ Every runner asks this object, and only this object, for storage:
 - ``begin()`` gives the storage the rollout is written into: a fresh allocation, the
   same arrays again (``reuse_buffers=True``), or a shared-memory working copy that
   worker processes write into;
-- ``finish()`` gives the storage the batch is built from: the same arrays, or a private
-  copy of the working storage;
+- ``policy_rows(t, start, stop)`` gives the observation rows the policy is called with:
+  rows of the batch the caller gets, so that a policy may keep them (copied out of the
+  working copy first when there is one);
+- ``finish()`` gives the storage the batch is built from: the same arrays, or the
+  caller's private copy of the working storage;
 - ``abandon(rows_done)`` records a dropped rollout.
 
-Reused arrays keep terminal observations of earlier rollouts (finished or dropped);
-this object remembers where they were written and clears exactly those entries before
-the arrays are handed out again, so a batch never shows a stale terminal observation.
+``final_observations`` is the one field that is not rewritten in full by every
+rollout: only rows where an episode ended get a value, and every other row must
+read as zero. Fresh storage comes from ``np.zeros``, whose pages the kernel maps
+lazily, so rows no episode ends in cost nothing. Storage written again has only
+the rows the earlier rollout wrote cleared, so the cost follows the number of
+episode ends, never the size of the array.
 """
 
 from __future__ import annotations
@@ -31,8 +37,8 @@ class BatchMemory:
     Parameters
     ----------
     allocate:
-        ``allocate(allocator=np.empty, zeroed=np.zeros) -> RolloutStorage`` with the
-        collector's layout (``final_observations`` come from ``zeroed``).
+        ``allocate() -> RolloutStorage`` with the collector's layout, whose
+        ``final_observations`` are zero.
     reuse_buffers:
         Hand out the same arrays on every collect instead of new ones.
     working:
@@ -43,70 +49,119 @@ class BatchMemory:
 
     def __init__(
         self,
-        allocate: Callable[..., RolloutStorage],
+        allocate: Callable[[], RolloutStorage],
         reuse_buffers: bool,
         working: RolloutStorage | None = None,
     ) -> None:
         self._allocate = allocate
         self._reuse = bool(reuse_buffers)
         self._working = working
-        self._current: RolloutStorage | None = None
-        # [T, N] entries of the reused arrays where a terminal observation was written.
-        self._stale_final_rows: np.ndarray | None = None
+        #: The storage the current rollout writes into.
+        self._written: RolloutStorage | None = None
+        #: The caller's batch when the rollout is written into a working copy.
+        self._target: RolloutStorage | None = None
+        #: Per row of the target: how many env columns the policy feed already copied.
+        self._fed_columns: np.ndarray | None = None
+        #: Storage handed out again and again (``reuse_buffers=True``).
+        self._reused: RolloutStorage | None = None
+        # [T, N] rows of the reused storage's final_observations that may hold values;
+        # None while a rollout is writing into it and has not yet said which.
+        self._written_rows: np.ndarray | None = None
 
-    @property
-    def _hands_out_written_arrays(self) -> bool:
-        """Whether the batch's arrays are the arrays the rollout was written into."""
-        return self._working is None or self._reuse
+    # -- one rollout -------------------------------------------------------------------
 
     def begin(self) -> RolloutStorage:
-        """The storage to write this rollout into (terminal observations of earlier ones cleared)."""
-        if self._working is not None:
+        """The storage to write this rollout into, ready (terminal observations of earlier ones cleared)."""
+        self._target = self._fed_columns = None
+        if self._reuse:
+            storage = self._prepare_reused(self._working if self._working is not None else self._reused)
+        elif self._working is not None:
             storage = self._working
-        elif self._reuse and self._current is not None:
-            storage = self._current
+            # The working copy's stale terminal rows never reach the caller: finish() copies
+            # only the rows where an episode ended in this rollout into fresh zeroed arrays.
+            self._target = self._allocate()
+            self._fed_columns = np.zeros(storage.horizon + 1, dtype=np.int64)
         else:
             storage = self._allocate()
-        if self._hands_out_written_arrays and self._stale_final_rows is not None:
-            for leaf in storage.final_observations:
-                leaf[self._stale_final_rows] = 0
-            self._stale_final_rows = None
-        self._current = storage
+        self._written = storage
         return storage
+
+    def policy_rows(self, t: int, start: int = 0, stop: int | None = None) -> list[np.ndarray]:
+        """Row ``t`` of every observation leaf for env columns ``start:stop``, as the policy gets it.
+
+        The rows are the batch's own (views of what the caller gets), so a policy that
+        keeps them keeps the batch's data, on every backend.
+        """
+        if self._target is None:
+            return [leaf[t, start:stop] for leaf in self._written.observations]
+        stop = self._written.rewards.shape[1] if stop is None else stop
+        rows = []
+        for source, destination in zip(self._written.observations, self._target.observations):
+            np.copyto(destination[t, start:stop], source[t, start:stop])
+            rows.append(destination[t, start:stop])
+        self._fed_columns[t] += stop - start
+        return rows
 
     def finish(self) -> RolloutStorage:
         """The storage the batch is built from; every row of ``begin()``'s storage is written."""
-        storage = self._current
-        if self._hands_out_written_arrays:
-            if self._reuse:
-                self._remember_final_rows(storage, storage.horizon)
+        storage = self._written
+        self.record_final_rows(storage.horizon)
+        if self._target is None:
             return storage
-        target = self._allocate()
-        storage.copy_to(target)  # the one copy per rollout
+        target, self._target = self._target, None
+        num_envs = storage.rewards.shape[1]
+        fed = self._fed_columns[: storage.horizon] == num_envs
+        rows_copied = int(np.argmin(fed)) if not fed.all() else storage.horizon
+        storage.copy_to(target, observation_rows_copied=rows_copied)  # the rest of the one copy
         return target
 
     def abandon(self, rows_done: int) -> None:
         """The rollout was dropped after ``rows_done`` rows; remember what it left behind."""
-        if self._hands_out_written_arrays and self._reuse and self._current is not None:
-            self._remember_final_rows(self._current, rows_done)
+        self.record_final_rows(rows_done)
+        self._target = None
 
     def lose_columns(self, start: int, stop: int) -> None:
         """Columns ``start:stop`` of this rollout hold no valid data: zero them."""
-        for array in _arrays(self._current.columns(start, stop)):
-            array.fill(0)
+        columns = self._written.columns(start, stop)
+        columns.map(lambda array: array.fill(0) or array)
+
+    def record_final_rows(self, steps: int) -> None:
+        """Note the rows of reused storage the rollout wrote, after ``steps`` steps.
+
+        One row more than ``steps`` is counted when it exists: a step that ran after the
+        caller last counted (an interruption) may have written it.
+        """
+        storage = self._written
+        if storage is None or storage is not self._reused:
+            return
+        rows = min(steps + 1, storage.horizon)
+        written = np.zeros_like(storage.terminations)
+        np.logical_or(storage.terminations[:rows], storage.truncations[:rows], out=written[:rows])
+        self._written_rows = written
 
     def release(self) -> None:
         """Forget every array (on close: shared working storage must not outlive its pool)."""
-        self._working = self._current = self._stale_final_rows = None
+        self._working = self._written = self._target = self._reused = None
+        self._fed_columns = self._written_rows = None
 
-    def _remember_final_rows(self, storage: RolloutStorage, rows: int) -> None:
-        ended = storage.terminations[:rows] | storage.truncations[:rows]
-        if self._stale_final_rows is None:
-            self._stale_final_rows = np.zeros_like(storage.terminations)
-        self._stale_final_rows[:rows] |= ended
+    # -- helpers ------------------------------------------------------------------------
 
+    def _prepare_reused(self, storage: RolloutStorage | None) -> RolloutStorage:
+        """The storage every rollout writes into (``storage``, else a new one), made ready.
 
-def _arrays(storage: RolloutStorage) -> list[np.ndarray]:
-    found: list[np.ndarray] = []
-    storage.map(lambda array: found.append(array) or array)
-    return found
+        Rows of ``final_observations`` an earlier rollout wrote are zeroed; if that rollout
+        was cut off before recording them, the whole field is.
+        """
+        if storage is None:
+            storage = self._allocate()
+        if storage is not self._reused:
+            # Never written by a rollout: zero from its allocator.
+            self._reused = storage
+        elif self._written_rows is None:
+            for leaf in storage.final_observations:
+                leaf.fill(0)
+        elif self._written_rows.any():
+            for leaf in storage.final_observations:
+                leaf[self._written_rows] = 0
+        self._written_rows = None
+        return storage

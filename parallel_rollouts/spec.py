@@ -25,8 +25,11 @@ class RolloutSpec:
         info_keys: Sequence[str],
         core_name: str,
         core: ModuleType,
+        observation_check: str = "warn",
     ) -> None:
         self.env_fns = list(env_fns)
+        #: What an observation value outside its space does (see the collector's docstring).
+        self.observation_check = observation_check
         self.root_seed = root_seed
         self.horizon = horizon
         self.info_keys = tuple(info_keys)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 
 
-from ..errors import ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError, WorkerError
+from ..errors import CollectorClosedError, ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError, WorkerError
 from ..spaces import check_env_spaces
 from ..spec import RolloutSpec
 from . import worker_main as protocol
@@ -52,6 +52,8 @@ class _Worker:
     connection: Connection
     alive: bool = True
     waiter: SpinThenBlock | None = None
+    #: A request was sent and its reply not read yet (an interruption can leave it so).
+    awaiting_reply: bool = False
 
     def describe(self) -> str:
         envs = f"env {self.start}" if self.stop - self.start == 1 else f"envs {self.start}..{self.stop - 1}"
@@ -204,11 +206,20 @@ class WorkerPool:
     def send(self, command: bytes, argument: int, workers: list[_Worker] | None = None, payload: bytes = b"") -> None:
         """Send one request (a payload may follow the 9-byte header) to each of ``workers``."""
         request = protocol.REQUEST.pack(command, argument) + payload
-        for worker in self.workers if workers is None else workers:
+        workers = self.workers if workers is None else workers
+        if any(worker.awaiting_reply for worker in workers):
+            # An interruption fell between a request and its reply: the reply still
+            # queued would answer the wrong request.
+            raise CollectorClosedError(
+                "an earlier request to the workers was interrupted before all of them replied; "
+                "their state is unknown. Close this collector and create a new one."
+            )
+        for worker in workers:
             try:
                 worker.connection.send_bytes(request)
             except OSError:
                 self._raise_died(worker)
+            worker.awaiting_reply = True
 
     def receive(self, workers: list[_Worker] | None = None, steps: int = 1) -> list[bytes]:
         """One reply from each of ``workers`` (all by default), in order, within ``steps`` step timeouts."""
@@ -259,9 +270,11 @@ class WorkerPool:
                             for index in range(worker.start, worker.stop)
                         ),
                     )
-            return connection.recv_bytes()
+            reply = connection.recv_bytes()
         except (EOFError, ConnectionError):
             self._raise_died(worker)
+        worker.awaiting_reply = False
+        return reply
 
     def _raise_died(self, worker: _Worker) -> None:
         worker.alive = False
@@ -302,6 +315,7 @@ def _attach(spec: RolloutSpec, resources: _Resources, policy, policy_state: Poli
         num_envs=spec.num_envs,
         info_keys=spec.info_keys,
         core_name=spec.core_name,
+        observation_check=spec.observation_check,
         group_builder=spec.group_builder,
         policy=policy,
         policy_state=None if policy_state is None else policy_state.layout,

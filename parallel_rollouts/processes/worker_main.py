@@ -79,6 +79,8 @@ class ShippedPolicy:
     """What makes a worker a rollout worker: its copy of the policy (``None``: random actions)."""
 
     pickled_policy: bytes | None
+    #: Hand the policy copies of its rows (the shared rows are rewritten by the next collect).
+    private_policy_rows: bool = True
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ class AttachOrder:
     num_envs: int
     info_keys: tuple[str, ...]
     core_name: str
+    observation_check: str = "warn"
     #: This worker's first env column (a factory returning a vector env spans several).
     column_offset: int = 0
     #: ``builder(envs, env_offset, observation_layout, action_layout, core)`` -> the group to
@@ -144,7 +147,8 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
                 groups = [(0, len(envs), group)]
             else:
                 groups = build_groups(
-                envs, env_offset, [(0, len(envs))], order.root_seed, observation_layout, action_layout, order.info_keys, core
+                    envs, env_offset, [(0, len(envs))], order.root_seed, observation_layout, action_layout,
+                    order.info_keys, core, observation_check=order.observation_check,
                 )
             columns = shared.storage.columns(env_offset, env_offset + groups[-1][1])
             group = groups[0][2] if len(groups) == 1 else GroupChain(groups)
@@ -158,7 +162,8 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
                     # not a full-machine thread pool per worker.
                     sys.modules["torch"].set_num_threads(1)
                 rollout = SliceRollout(
-                    group, env_offset, groups[-1][1], observation_layout, action_layout, core, policy, order.root_seed
+                    group, env_offset, groups[-1][1], observation_layout, action_layout, core, policy, order.root_seed,
+                    private_policy_rows=order.policy.private_policy_rows,
                 )
                 if order.policy_state is not None:
                     state_reader = StateReader(order.policy_state)

@@ -23,7 +23,7 @@ class LocalRunner(RolloutRunner):
         storage = memory.begin()
         self._guarded(self.stepper.begin, storage)
         try:
-            loop.run(storage, self._guarded_step)
+            loop.run(storage, self._guarded_step, self._policy_rows)
         except BaseException:
             if self.broken is None:
                 # The policy (or its output) failed before step `steps_done` ran:
@@ -39,6 +39,9 @@ class LocalRunner(RolloutRunner):
         episodes = self._guarded(self.stepper.finish)
         writer = loop.output_writer
         return RolloutResult(memory.finish(), episodes, bool(writer.has_values), bool(writer.has_log_probs))
+
+    def _policy_rows(self, storage, t: int) -> list:
+        return self._memory.policy_rows(t)
 
     def _guarded_step(self, t: int) -> None:
         self._guarded(self.stepper.step, t)

@@ -83,7 +83,7 @@ class PipelinedRunner(RolloutRunner):
             for t in range(storage.horizon):
                 for part in parts:
                     self._wait(part)
-                    part.loop.act(t, part.columns)
+                    part.loop.act(t, part.columns, memory.policy_rows(t, part.start, part.stop))
                     self._guarded(stepper.step_begin, t, part.workers)
                     part.pending = True
             for part in parts:

@@ -101,7 +101,9 @@ class SliceActor:
         info_keys: tuple[str, ...],
         core_name: str,
         first_episode_numbers: list[int] | None,
+        observation_check: str = "warn",
     ) -> None:
+        self._observation_check = observation_check
         self._env_offset = env_offset
         self._root_seed = root_seed
         self._horizon = horizon
@@ -128,6 +130,7 @@ class SliceActor:
             self._info_keys,
             core,
             first_episode_numbers=self._first_episode_numbers,
+            observation_check=self._observation_check,
         )
         self._group.reset_all()
         # No policy: SliceRollout samples random actions per env.
@@ -263,6 +266,7 @@ class RayRunner(RolloutRunner):
             self._spec.info_keys,
             self._spec.core_name,
             first_episode,
+            self._spec.observation_check,
         )
 
     def _wait_for_placement(self, references: list) -> None:

@@ -56,7 +56,12 @@ class RolloutWorkersRunner(RolloutRunner):
         state = PolicyState.create(policy) if has_state(policy) else None
         try:
             pool = WorkerPool.start(
-                spec, num_workers, context, step_timeout, policy=protocol.ShippedPolicy(pickled), policy_state=state
+                spec,
+                num_workers,
+                context,
+                step_timeout,
+                policy=protocol.ShippedPolicy(pickled, private_policy_rows=not reuse_buffers),
+                policy_state=state,
             )
         except BaseException:
             if state is not None:

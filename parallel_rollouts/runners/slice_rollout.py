@@ -57,8 +57,12 @@ class SliceRollout:
         core: ModuleType,
         policy: Any,
         root_seed: int,
+        private_policy_rows: bool = False,
     ) -> None:
         self.group = group
+        # Storage that the next rollout overwrites (a worker's shared columns) hands the
+        # policy copies, so that a policy keeping its inputs keeps what it was given.
+        self._policy_rows = _copied_rows if private_policy_rows else None
         if policy is None:
             policy = RandomActionSampler(action_layout, root_seed, range(env_offset, env_offset + num_envs))
         self.loop = RolloutLoop(observation_layout, PolicyOutputWriter(action_layout, num_envs, core), policy)
@@ -79,7 +83,7 @@ class SliceRollout:
         group.begin(storage)
         self._env_failed = False
         try:
-            loop.run(storage, self._step)
+            loop.run(storage, self._step, self._policy_rows)
         except Exception as error:
             if self._env_failed:
                 raise
@@ -95,3 +99,7 @@ class SliceRollout:
         except BaseException:
             self._env_failed = True
             raise
+
+
+def _copied_rows(storage: RolloutStorage, t: int) -> list:
+    return [leaf[t].copy() for leaf in storage.observations]

@@ -49,6 +49,7 @@ class InProcessStepper(EnvStepper):
                 spec.action_layout,
                 spec.info_keys,
                 spec.core,
+                observation_check=spec.observation_check,
             )
         )
         self._groups.reset_all()
