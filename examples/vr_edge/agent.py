@@ -72,7 +72,13 @@ class ActorCritic(nn.Module):
     """
 
     def __init__(
-        self, num_users: int, per_user_features: int, shared_features: int, num_levels: int, hidden_size: int = 64
+        self,
+        num_users: int,
+        per_user_features: int,
+        shared_features: int,
+        num_levels: int,
+        hidden_size: int = 64,
+        last_level_feature: int | None = None,
     ) -> None:
         super().__init__()
         for name, value, minimum in (
@@ -84,18 +90,29 @@ class ActorCritic(nn.Module):
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ValueError(f"`{name}` must be an int >= {minimum}; got {value!r}.")
+        if last_level_feature is not None and not 0 <= last_level_feature < per_user_features:
+            raise ValueError(
+                f"`last_level_feature` must index a per-user feature (0..{per_user_features - 1}); "
+                f"got {last_level_feature!r}."
+            )
         self.constructor_args = {
             "num_users": num_users,
             "per_user_features": per_user_features,
             "shared_features": shared_features,
             "num_levels": num_levels,
             "hidden_size": hidden_size,
+            "last_level_feature": last_level_feature,
         }
+        self.last_level_feature = last_level_feature
         self.num_users = num_users
         self.per_user_features = per_user_features
         self.num_levels = num_levels
         self.observation_size = num_users * per_user_features + shared_features
-        self.actor = _mlp(3 * per_user_features + shared_features, hidden_size, num_levels, output_gain=0.01)
+        # The level a user streamed at last is also fed one-hot: holding it or stepping to a
+        # neighbour is then a simple function of the input, as it is for a feedback rule.
+        one_hot_size = 0 if last_level_feature is None else num_levels
+        actor_inputs = 3 * per_user_features + shared_features + one_hot_size
+        self.actor = _mlp(actor_inputs, hidden_size, num_levels, output_gain=0.01)
         self.critic = _mlp(self.observation_size, hidden_size, 1, output_gain=1.0)
 
     @classmethod
@@ -108,6 +125,7 @@ class ActorCritic(nn.Module):
             shared_features=layout.shared_features,
             num_levels=layout.num_levels,
             hidden_size=hidden_size,
+            last_level_feature=layout.feature("last_level"),
         )
 
     def value(self, observations: torch.Tensor) -> torch.Tensor:
@@ -133,7 +151,11 @@ class ActorCritic(nn.Module):
         mean_users = users.mean(dim=1, keepdim=True).expand(-1, self.num_users, -1)
         max_users = users.max(dim=1, keepdim=True).values.expand(-1, self.num_users, -1)
         shared = observations[:, split:].unsqueeze(1).expand(-1, self.num_users, -1)
-        logits = self.actor(torch.cat([users, mean_users, max_users, shared], dim=-1))
+        inputs = [users, mean_users, max_users, shared]
+        if self.last_level_feature is not None:
+            last_level = (users[..., self.last_level_feature] * (self.num_levels - 1)).round().long()
+            inputs.append(torch.nn.functional.one_hot(last_level.clamp(0, self.num_levels - 1), self.num_levels).float())
+        logits = self.actor(torch.cat(inputs, dim=-1))
         return Categorical(logits=logits), present
 
     def act(

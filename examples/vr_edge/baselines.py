@@ -4,8 +4,8 @@ Each controller maps observations `[num_envs, observation_size]` to levels `[num
 num_users]` int64 using nothing but the observation and the env's published stream model
 (`StreamModel`: what a level costs a user in bitrate and render time, and what it is worth), so
 it can drive a rollout collector directly. Their parameters are chosen by
-`examples.vr_edge.tune_baselines` on seeds disjoint from the evaluation seeds; `TUNED` holds the
-values it found, and `tuned_baselines` builds every controller with them.
+`examples.vr_edge.tune_baselines` on seeds disjoint from the evaluation seeds; `tuned_baselines.json` holds
+the values it found, and `tuned_baselines` builds every controller with them.
 
 - `ConstantLevel`: every user at one level.
 - `ThroughputRule`: per user, the highest level whose frames are predicted to reach the headset
@@ -45,12 +45,12 @@ from examples.vr_edge.synthetic_env import (
 )
 
 __all__ = [
-    "TUNED",
     "ConstantLevel",
     "DeadlineRule",
     "JointGreedyAllocator",
     "LookaheadController",
     "ThroughputRule",
+    "load_tuned",
     "tuned_baselines",
 ]
 
@@ -342,9 +342,14 @@ BASELINES: dict[str, type[_Controller]] = {
 
 # Written by `python -m examples.vr_edge.tune_baselines` (docs/vr-edge-results.md says how).
 TUNED_PATH = Path(__file__).with_name("tuned_baselines.json")
-TUNED: dict[str, dict[str, Any]] = json.loads(TUNED_PATH.read_text())
+
+
+def load_tuned() -> dict[str, dict[str, Any]]:
+    """The tuned parameters of every baseline, read from `TUNED_PATH` on each call."""
+    return json.loads(TUNED_PATH.read_text())
 
 
 def tuned_baselines(layout: ObservationLayout) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
     """Every baseline with its tuned parameters, by name."""
-    return {name: BASELINES[name](layout, **TUNED[name]) for name in BASELINES}
+    tuned = load_tuned()
+    return {name: BASELINES[name](layout, **tuned[name]) for name in BASELINES}

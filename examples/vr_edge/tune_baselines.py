@@ -28,9 +28,12 @@ from examples.vr_edge.synthetic_env import ObservationLayout
 
 GRIDS: dict[str, dict[str, list[Any]]] = {
     "constant level": {"level": [0, 1, 2, 3, 4, 5]},
-    "throughput rule": {"safety": [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0], "window": [1, 2, 3]},
+    "throughput rule": {"safety": [0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0], "window": [1, 2, 3]},
     "deadline rule": {"late_threshold": [0.02, 0.05, 0.1, 0.2, 0.3], "headroom": [0.5, 0.6, 0.7, 0.8, 0.9]},
-    "lookahead (MPC)": {"horizon": [1, 3, 5, 10, 20], "frame_time_std": [0.2, 0.3, 0.4, 0.5, 0.7]},
+    "lookahead (MPC)": {
+        "horizon": [1, 2, 3, 5, 10, 20],
+        "frame_time_std": [0.2, 0.3, 0.4, 0.5, 0.7, 0.85, 1.0, 1.2, 1.5],
+    },
     "joint greedy": {
         "airtime_budget": [0.3, 0.4, 0.5, 0.6, 0.8, 1.0],
         "gpu_budget": [0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
@@ -38,14 +41,15 @@ GRIDS: dict[str, dict[str, list[Any]]] = {
 }
 
 
-def tune(episodes: int, first_seed: int, num_users: int = 8) -> dict[str, Any]:
-    """Score every grid point of every baseline; return the winners and all scores."""
+def tune(episodes: int, first_seed: int, names: list[str], num_users: int = 8) -> dict[str, Any]:
+    """Score every grid point of the named baselines; return the winners and all scores."""
     layout = ObservationLayout(num_users)
     seeds = range(first_seed, first_seed + episodes)
     env_kwargs = {"num_users": num_users, "traces": "train"}
     best: dict[str, dict[str, Any]] = {}
     scores: dict[str, list[dict[str, Any]]] = {}
-    for name, grid in GRIDS.items():
+    for name in names:
+        grid = GRIDS[name]
         scores[name] = []
         for values in itertools.product(*grid.values()):
             params = dict(zip(grid, values))
@@ -66,12 +70,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--first-seed", type=int, default=0, help="reset seed of the first tuning episode")
     parser.add_argument("--report", default="docs/vr-edge-tuning.json", help="where every grid point's score goes")
     parser.add_argument("--tuned", default=str(TUNED_PATH), help="where the winning parameters go")
+    parser.add_argument(
+        "--baselines", nargs="+", default=list(GRIDS), choices=list(GRIDS), metavar="NAME",
+        help="tune only these (the others keep their entries in --tuned and --report)",
+    )
     args = parser.parse_args(argv)
     if args.episodes < 1:
         parser.error(f"--episodes must be >= 1; got {args.episodes}.")
     started = time.perf_counter()
-    result = tune(args.episodes, args.first_seed)
+    result = tune(args.episodes, args.first_seed, args.baselines)
     result["wall_seconds"] = time.perf_counter() - started
+    # Baselines not tuned in this run keep what an earlier run (same seeds) recorded.
+    for path, key in ((args.report, "scores"), (args.tuned, None)):
+        if Path(path).is_file() and set(args.baselines) != set(GRIDS):
+            previous = json.loads(Path(path).read_text())
+            kept = previous if key is None else previous[key]
+            target = result["tuned"] if key is None else result[key]
+            for name in GRIDS:
+                if name not in args.baselines:
+                    target[name] = kept[name]
+    if set(args.baselines) != set(GRIDS):
+        result["tuned"] = {name: result["tuned"][name] for name in GRIDS}
+        result["scores"] = {name: result["scores"][name] for name in GRIDS}
     for path, content in ((args.report, result), (args.tuned, result["tuned"])):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(content, indent=2) + "\n")

@@ -10,7 +10,7 @@ import pytest
 from gymnasium import spaces
 from gymnasium.utils.env_checker import check_env
 
-from examples.vr_edge.baselines import BASELINES, TUNED, ConstantLevel, DeadlineRule, ThroughputRule, tuned_baselines
+from examples.vr_edge.baselines import BASELINES, ConstantLevel, DeadlineRule, ThroughputRule, load_tuned, tuned_baselines
 from examples.vr_edge.episodes import QOE_METRICS, play_episodes
 from examples.vr_edge.synthetic_env import (
     FEATURES,
@@ -288,7 +288,7 @@ def test_airtime_is_shared_max_min_fairly():
 
 def test_every_baseline_has_tuned_parameters_and_returns_valid_levels_for_a_batch():
     env = SyntheticVREdgeEnv()
-    assert set(TUNED) == set(BASELINES)
+    assert set(load_tuned()) == set(BASELINES)
     observations = np.stack([env.reset(seed=seed)[0] for seed in range(3)])
     for _ in range(3):
         for policy in tuned_baselines(env.observation_layout).values():
