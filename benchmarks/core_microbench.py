@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         settings = {"num_envs_list": list(env_counts), "repeats": repeats, "done_fraction": DONE_FRACTION}
         write_json({"machine": machine, "settings": settings, "cases": results}, args.json)
-        print(f"wrote {args.json}")
+        print(f"wrote {args.json.resolve()}")
     return 0
 
 

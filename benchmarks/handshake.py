@@ -226,6 +226,7 @@ def main(argv=None) -> dict:
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(result, handle, indent=2)
+        print(f"wrote {os.path.abspath(args.json)}")
     return result
 
 

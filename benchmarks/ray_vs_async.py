@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import statistics
 import time
 
@@ -112,6 +113,7 @@ def main(argv=None) -> dict:
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(result, handle, indent=2, default=float)
+        print(f"wrote {os.path.abspath(args.json)}")
     return result
 
 

@@ -28,7 +28,9 @@ from .report import comparison_markdown, format_group_table, plot_throughput, wr
 from .summary import summarize_throughputs
 from .workloads import WORKLOADS, get_workload
 
-DEFAULT_RESULTS_DIR = Path(__file__).resolve().parent / "results"
+# Relative to the working directory and untracked, so that a run never overwrites the
+# results committed in benchmarks/results/; pass `--out benchmarks/results` to refresh those.
+DEFAULT_RESULTS_DIR = Path("benchmark-results")
 
 # Settings left unset on the command line take these values; --quick swaps in the second
 # set, sized for a CI smoke run of seconds.
@@ -71,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=",".join(COLLECTOR_CONTENDERS + PEER_CONTENDERS),
         help="contenders, comma-separated (default: all of them)",
     )
-    compare.add_argument("--out", type=Path, default=DEFAULT_RESULTS_DIR, help="directory for comparison.{json,md,png}")
+    compare.add_argument("--out", type=Path, default=DEFAULT_RESULTS_DIR, help="directory for comparison.{json,md,png} (default ./benchmark-results)")
     compare.add_argument("--plot", action="store_true", help="also draw throughput against number of envs")
     return parser
 
@@ -177,7 +179,7 @@ def run_compare(args: argparse.Namespace, machine: dict) -> dict:
         plot_path = args.out / "comparison.png"
         plot_throughput(result, plot_path)
         written.append(plot_path)
-    print("\nwrote " + ", ".join(str(path) for path in written))
+    print("\nwrote " + ", ".join(str(path.resolve()) for path in written))
     return result
 
 
@@ -194,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     print(_format_single(report))
     if args.json:
         write_json(report, args.json)
-        print(f"wrote {args.json}")
+        print(f"wrote {args.json.resolve()}")
     return 0
 
 

@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         settings = {key: value for key, value in vars(args).items() if key != "json"}
         write_json({"machine": machine, "settings": settings, "samples": samples, "verdict": verdict}, args.json)
-        print(f"wrote {args.json}")
+        print(f"wrote {args.json.resolve()}")
     return 0 if verdict["passed"] else 1
 
 

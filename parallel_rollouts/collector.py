@@ -60,10 +60,14 @@ class ParallelRolloutCollector:
     num_workers:
         Async and Ray backends: worker processes / actors, each owning a
         contiguous slice of the envs (default ``min(cpu_count, num_envs)``).
-    context, step_timeout:
+    context:
         Async backend only: multiprocessing start method (default ``"spawn"``
-        everywhere), and seconds to wait for one step before raising
-        :class:`StepTimeoutError`.
+        everywhere).
+    step_timeout:
+        Async and Ray backends: seconds to wait for one step before raising
+        :class:`StepTimeoutError` (``None``, the default, waits as a plain call
+        into the env would). Ray actors run whole rollouts, so there the bound
+        is ``horizon * step_timeout`` per rollout.
     ray_options:
         Ray backend only: ``{"address", "num_cpus", "num_gpus", "max_restarts"}``
         (see :class:`~parallel_rollouts.backends.distributed.RayOptions`). The
@@ -113,13 +117,17 @@ class ParallelRolloutCollector:
         for name, value, applies_to in (
             ("num_workers", num_workers, ("async", "ray")),
             ("context", context, ("async",)),
-            ("step_timeout", step_timeout, ("async",)),
+            ("step_timeout", step_timeout, ("async", "ray")),
             ("ray_options", ray_options, ("ray",)),
         ):
             if value is not None and backend not in applies_to:
                 raise ConfigurationError(
                     f"`{name}` applies to backend {' or '.join(map(repr, applies_to))} only; got backend={backend!r}."
                 )
+        if step_timeout is not None and (
+            isinstance(step_timeout, bool) or not isinstance(step_timeout, (int, float)) or not step_timeout > 0
+        ):
+            raise ConfigurationError(f"`step_timeout` must be a positive number of seconds or None; got {step_timeout!r}.")
         self._seed = draw_root_seed() if seed is None else validate_seed(seed)
         self._core_name, core_module = load_core(core)
         self._backend_name = backend
@@ -271,5 +279,5 @@ def _make_backend(name: str, spec: BackendSpec, policy, num_workers, context, st
         return AsyncBackend.build(spec, num_workers=num_workers, context=context, step_timeout=step_timeout)
     from .backends.distributed import RayBackend, RayOptions
 
-    return RayBackend(spec, policy, num_workers, RayOptions.parse(ray_options))
+    return RayBackend(spec, policy, num_workers, RayOptions.parse(ray_options), step_timeout)
 

@@ -20,11 +20,25 @@ SHM_DIR = Path("/dev/shm")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def our_segments() -> set[str]:
-    """Names of this library's shared-memory segments currently present (any process)."""
+def segments_of(pid: int) -> set[str]:
+    """Names of the shared-memory segments that process ``pid`` created and that still exist.
+
+    The library names each segment after the process that creates it, so that
+    counting this process's own never counts another program's collectors.
+    """
     if not SHM_DIR.exists():
         return set()
-    return {path.name for path in SHM_DIR.iterdir() if path.name.startswith(SEGMENT_PREFIX)}
+    prefix = f"{SEGMENT_PREFIX}{pid}_"
+    return {path.name for path in SHM_DIR.iterdir() if path.name.startswith(prefix)}
+
+
+def our_segments() -> set[str]:
+    """This test process's own segments."""
+    return segments_of(os.getpid())
+
+
+def segment_exists(name: str) -> bool:
+    return (SHM_DIR / name).exists()
 
 
 def _children() -> set[int]:

@@ -41,7 +41,7 @@ def counting_fns(n, **kwargs):
         ({"info_keys": ("a", "b", "a")}, r"`info_keys` names 'a' twice"),
         ({"policy": 3}, r"`policy` must be callable or None; got 3"),
         ({"num_workers": 2}, r"`num_workers` applies to backend 'async' or 'ray' only; got backend='sync'"),
-        ({"step_timeout": 1.0}, r"`step_timeout` applies to backend 'async' only"),
+        ({"step_timeout": 1.0}, r"`step_timeout` applies to backend 'async' or 'ray' only"),
         ({"ray_options": {}}, r"`ray_options` applies to backend 'ray' only"),
     ],
 )

@@ -126,3 +126,14 @@ def test_soak_samples_the_process_tree_and_keeps_descriptors_flat(tmp_path):
     verdict = report["verdict"]
     assert exit_code == (0 if verdict["passed"] else 1)
     assert verdict["fds_ok"], f"the async backend's process tree gained {verdict['fd_growth']} descriptors"
+
+
+def test_compare_mode_by_default_writes_to_the_working_directory_and_says_where(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    run_rollout_benchmark.main(
+        ["--compare", "--quick", "--envs", "cartpole", "--contenders", "sync/compiled,gym-sync-loop", "--horizon", "4"]
+    )
+    out = tmp_path / "benchmark-results"
+    assert sorted(path.name for path in out.iterdir()) == ["comparison.json", "comparison.md"]
+    printed = capsys.readouterr().out
+    assert f"wrote {out / 'comparison.json'}, {out / 'comparison.md'}" in printed

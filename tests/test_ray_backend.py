@@ -13,6 +13,7 @@ from parallel_rollouts import (
     ConfigurationError,
     ParallelRolloutCollector,
     PolicyOutput,
+    StepTimeoutError,
     WorkerDiedError,
     WorkerError,
 )
@@ -179,6 +180,168 @@ def test_an_unpicklable_policy_is_rejected_at_construction():
 
     with pytest.raises(ConfigurationError, match=r"backend='ray' ships the policy to every actor, but it cannot be serialised"):
         ParallelRolloutCollector([CountingEnv], policy, "ray")
+
+
+class DropoutValues:
+    """A torch module whose values go through dropout: its mode changes what it returns."""
+
+    def __new__(cls):
+        import torch
+
+        class Module(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                torch.manual_seed(0)
+                self.layer = torch.nn.Linear(4, 1)
+                self.dropout = torch.nn.Dropout(0.5)
+
+            def forward(self, observations):
+                with torch.no_grad():
+                    hidden = self.dropout(torch.tensor(observations) + 1.0)
+                    values = self.layer(hidden)[:, 0]
+                return PolicyOutput(np.ones(observations.shape[0], dtype=np.int64), values=values)
+
+        return Module()
+
+
+def test_a_module_switched_to_eval_after_construction_runs_in_eval_mode_on_the_actors():
+    module = DropoutValues()
+    fns = [partial(CountingEnv, env_id=i, episode_length=50, num_actions=2) for i in range(2)]
+    with ParallelRolloutCollector(fns, module, "ray", horizon=5, seed=0, num_workers=1) as collector:
+        module.eval()
+        batch = collector.collect()
+    module.eval()
+    (expected,) = collect("sync", fns, module, collects=1, horizon=5, seed=0)
+    # In training mode, dropout would zero about half the inputs at random.
+    assert_batches_identical(expected, batch)
+
+
+class Threshold:
+    """Acts 1 where the step count exceeds ``threshold``: an attribute that changes behaviour.
+
+    It has a ``state_dict`` (as a policy wrapping a network does), which must not
+    be all that reaches the actors.
+    """
+
+    def __init__(self, threshold):
+        self.threshold = threshold
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+    def __call__(self, observations):
+        return (observations[:, 1] > self.threshold).astype(np.int64)
+
+
+def test_an_attribute_changed_after_construction_reaches_the_actors():
+    policy = Threshold(100.0)
+    fns = [partial(CountingEnv, env_id=i, episode_length=50, num_actions=2) for i in range(3)]
+    with ParallelRolloutCollector(fns, policy, "ray", horizon=4, seed=0, num_workers=2) as collector:
+        assert (collector.collect().actions == 0).all()
+        policy.threshold = -1.0
+        assert (collector.collect().actions == 1).all()
+
+
+class CountingPolicy:
+    """Keeps state of its own: the number of calls so far, taken as the action."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, observations):
+        self.calls += 1
+        return np.full(observations.shape[0], self.calls % 3, dtype=np.int64)
+
+
+def test_state_a_policy_keeps_in_itself_carries_on_across_collects():
+    # The driver's copy never changes, so each actor's copy keeps its own count,
+    # as the one policy object of the sync backend does.
+    fns = [partial(CountingEnv, env_id=i, episode_length=4, num_actions=3) for i in range(2)]
+    expected = collect("sync", fns, CountingPolicy(), horizon=5, seed=2)
+    got = collect("ray", fns, CountingPolicy(), horizon=5, seed=2, num_workers=1)
+    for first, second in zip(expected, got):
+        assert_batches_identical(first, second)
+
+
+def test_a_policy_that_becomes_unpicklable_is_refused_and_the_collector_stays_usable():
+    import threading
+
+    policy = Threshold(100.0)
+    with ParallelRolloutCollector([CountingEnv] * 2, policy, "ray", horizon=2, seed=0, num_workers=1) as collector:
+        policy.lock = threading.Lock()
+        with pytest.raises(ConfigurationError, match=r"ships the policy to every actor, but it cannot be serialised \(TypeError"):
+            collector.collect()
+        del policy.lock
+        assert collector.collect().actions.shape == (2, 2)
+
+
+def test_tied_weights_stay_tied_and_follow_the_driver():
+    import torch
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first = torch.nn.Linear(4, 1, bias=False)
+            self.second = torch.nn.Linear(4, 1, bias=False)
+            self.second.weight = self.first.weight
+
+        def forward(self, observations):
+            with torch.no_grad():
+                first = self.first(torch.tensor(observations))[:, 0]
+                second = self.second(torch.tensor(observations))[:, 0]
+            return ((first > 0) & (second > 0)).long()
+
+    module = Tied()
+    fns = [partial(CountingEnv, env_id=i + 1, episode_length=50, num_actions=2) for i in range(2)]
+    with ParallelRolloutCollector(fns, module, "ray", horizon=2, seed=0, num_workers=2) as collector:
+        for sign, action in ((1.0, 1), (-1.0, 0)):
+            with torch.no_grad():
+                module.first.weight.fill_(sign)  # env ids are positive: the first input decides
+            assert (collector.collect().actions == action).all()
+
+
+def test_a_hung_env_in_an_actor_raises_step_timeout_instead_of_hanging():
+    fns = [partial(CountingEnv, env_id=i) for i in range(4)]
+    fns[3] = partial(FaultyEnv, env_id=3, phase="step", at=2, how="hang")
+    collector = ParallelRolloutCollector(fns, ConstantPolicy(2), "ray", horizon=4, seed=0, num_workers=2, step_timeout=0.5)
+    with pytest.raises(
+        StepTimeoutError, match=r"Ray actor 1 \(envs 2..3\) did not finish a rollout of horizon=4 within horizon \* step_timeout = 2 s"
+    ) as info:
+        collector.collect()
+    assert info.value.env_indices == (2, 3)
+    with pytest.raises(CollectorClosedError):
+        collector.collect()
+    collector.close()  # bounded: the hung actor was killed (the module's timeout guards this)
+
+
+def test_with_one_actor_a_float_policy_is_bit_identical_to_sync_and_with_several_close():
+    """Pins the documented rule for when Ray's batch equals sync's bit for bit.
+
+    The policy sees the same rows in the same call as in sync only when one actor
+    holds every env; with several, each actor calls it on its slice, and a
+    PyTorch MLP's float outputs may then differ in the last bits.
+    """
+    import torch
+
+    torch.manual_seed(3)
+    network = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+
+    def policy(observations, network=network):
+        with torch.no_grad():
+            values = network(torch.tensor(observations))[:, 0]
+        # Actions do not depend on the float output, so every other field must match exactly.
+        return PolicyOutput((observations[:, 2] > 0).astype(np.int64), values=values)
+
+    expected = collect("sync", [cartpole] * 5, policy, horizon=20, seed=4)
+    for first, second in zip(expected, collect("ray", [cartpole] * 5, policy, horizon=20, seed=4, num_workers=1)):
+        assert_batches_identical(first, second)
+    for first, second in zip(expected, collect("ray", [cartpole] * 5, policy, horizon=20, seed=4, num_workers=2)):
+        np.testing.assert_allclose(second.values, first.values, rtol=1e-5, atol=1e-6)
+        second.values[...] = first.values
+        assert_batches_identical(first, second)
 
 
 def test_bad_ray_options_are_named():

@@ -153,8 +153,6 @@ class AsyncBackend(StepwiseBackend):
         step_timeout: float | None = None,
     ) -> AsyncBackend:
         num_workers = resolve_num_workers(num_workers, spec.num_envs)
-        if step_timeout is not None and not (isinstance(step_timeout, (int, float)) and step_timeout > 0):
-            raise ConfigurationError(f"`step_timeout` must be a positive number of seconds or None; got {step_timeout!r}.")
         mp_context = _resolve_context(context)
         pickled = pickle_env_fns(spec.env_fns, "a worker process")
 

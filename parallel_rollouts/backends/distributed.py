@@ -4,13 +4,20 @@ A per-step round trip through a cluster costs far more than an env step, so an
 actor runs a whole rollout: it owns a contiguous slice of the envs, holds a
 copy of the policy, and runs the same :class:`~parallel_rollouts.rollout_loop.RolloutLoop`
 over an :class:`~parallel_rollouts.backends.stepping.EnvGroup` that the
-``sync`` backend runs. The whole policy travels once, at start-up; each
-``collect()`` then sends its current state to every actor (its ``state_dict``
-when it has one, otherwise the re-pickled policy), gathers the slices and
+``sync`` backend runs. The whole policy travels at start-up; each
+``collect()`` then brings every actor's copy up to date with the driver's
+(:mod:`~parallel_rollouts.backends.policy_shipping`: the weights, plus the whole
+policy whenever anything else about it changed), gathers the slices and
 assembles them along the env axis.
 
-Seeds and random actions are per env, so with a policy that treats each env's
-row on its own the batch equals ``sync``'s bit for bit.
+Seeds and random actions are per env, so with a deterministic policy whose
+output for an env's row does not depend on the other rows it is called with
+(their number included) the batch equals ``sync``'s bit for bit; see
+docs/distributed-backend.md for when that holds.
+
+With ``step_timeout``, a rollout that takes an actor longer than
+``horizon * step_timeout`` seconds raises :class:`StepTimeoutError`: actors
+do not report single steps, so the bound is on the whole rollout.
 
 With ``max_restarts``, a dead actor is replaced by a new one whose envs start
 fresh episodes at the next unused episode seeds (deterministic), and the batch
@@ -28,12 +35,13 @@ import cloudpickle
 import numpy as np
 
 from ..core import load_core
-from ..errors import ConfigurationError, WorkerDiedError, WorkerError
+from ..errors import ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError, WorkerError
 from ..policy import PolicyOutputWriter, RandomActionSampler
 from ..rollout_loop import RolloutLoop
 from ..spaces import SpaceLayout, check_env_spaces
 from ..storage import CompletedEpisodes, RolloutStorage
 from .base import Backend, BackendSpec, RolloutResult
+from .policy_shipping import PolicyReplica, PolicyShipper, PolicySnapshot
 from .slicing import pickle_env_fns, resolve_num_workers, split_envs
 from .stepping import EnvGroup, describe_failure, make_env
 
@@ -104,7 +112,7 @@ class SliceActor:
     def spaces(self) -> list[tuple[Any, Any]]:
         return [(env.observation_space, env.action_space) for env in self._envs]
 
-    def start(self, observation_space, action_space, pickled_policy: bytes | None) -> None:
+    def start(self, observation_space, action_space, policy: PolicySnapshot | None) -> None:
         _, core = load_core(self._core_name)
         self._observation_layout = SpaceLayout(observation_space, "observation")
         self._action_layout = SpaceLayout(action_space, "action")
@@ -120,19 +128,18 @@ class SliceActor:
             first_episode_numbers=self._first_episode_numbers,
         )
         self._group.reset_all()
-        if pickled_policy is None:
-            policy = RandomActionSampler(self._action_layout, self._root_seed, range(self._env_offset, self._env_offset + n))
+        if policy is None:
+            self._replica = None
+            runner = RandomActionSampler(self._action_layout, self._root_seed, range(self._env_offset, self._env_offset + n))
         else:
-            policy = cloudpickle.loads(pickled_policy)
-        self._loop = RolloutLoop(self._observation_layout, PolicyOutputWriter(self._action_layout, n, core), policy)
+            self._replica = PolicyReplica(policy)
+            runner = self._replica.policy
+        self._loop = RolloutLoop(self._observation_layout, PolicyOutputWriter(self._action_layout, n, core), runner)
 
-    def collect(self, policy_update: tuple[str, Any] | None):
-        if policy_update is not None:
-            kind, payload = policy_update
-            if kind == "state_dict":
-                self._loop.policy.load_state_dict(payload)
-            else:
-                self._loop.policy = cloudpickle.loads(payload)
+    def collect(self, policy: PolicySnapshot | None):
+        if policy is not None:
+            self._replica.apply(policy)
+            self._loop.policy = self._replica.policy
         storage = RolloutStorage.allocate(
             self._observation_layout, self._action_layout, self._horizon, len(self._envs), self._info_keys
         )
@@ -160,15 +167,6 @@ def _import_ray():
             "`pip install \"parallel-rollouts[ray]\"` (or `pip install ray`)."
         ) from error
     return ray
-
-
-def _policy_payload(policy: Any) -> tuple[str, Any] | None:
-    """What travels to the actors for ``policy`` on each collect (the whole policy went at start-up)."""
-    if policy is None:
-        return None
-    if callable(getattr(policy, "state_dict", None)) and callable(getattr(policy, "load_state_dict", None)):
-        return ("state_dict", policy.state_dict())
-    return ("pickled", cloudpickle.dumps(policy))
 
 
 class _LocalRay:
@@ -200,25 +198,21 @@ class _LocalRay:
 
 
 class RayBackend(Backend):
-    def __init__(self, spec: BackendSpec, policy: Any, num_workers: int | None, options: RayOptions) -> None:
+    def __init__(
+        self, spec: BackendSpec, policy: Any, num_workers: int | None, options: RayOptions, step_timeout: float | None = None
+    ) -> None:
         self._ray = ray = _import_ray()
         self._spec = spec
-        self._policy = policy
         self._options = options
+        self._step_timeout = step_timeout
         self._closed = False
         self._uses_local_ray = False
         self._actors: list = []
         self._restarts_left = options.max_restarts
         self.broken = None
-        self._pickled_policy = None
-        if policy is not None:
-            try:
-                self._pickled_policy = cloudpickle.dumps(policy)
-            except Exception as error:
-                raise ConfigurationError(
-                    f"backend='ray' ships the policy to every actor, but it cannot be serialised "
-                    f"({type(error).__name__}: {error}). Make it picklable, e.g. a module or a top-level class."
-                ) from error
+        self._shipper = None if policy is None else PolicyShipper(policy, "backend='ray' ships the policy to every actor")
+        # Checked here, before any actor starts, so that an unpicklable policy fails fast.
+        initial_policy = None if self._shipper is None else self._shipper.full()
         self._pickled_env_fns = pickle_env_fns(spec.env_fns, "a Ray actor")
         self._slices = split_envs(spec.num_envs, resolve_num_workers(num_workers, spec.num_envs))
         # Episodes started so far per env, as the actors report after every rollout,
@@ -235,7 +229,8 @@ class RayBackend(Backend):
             for index, (observation, action) in enumerate(env_spaces):
                 check_env_spaces(index, observation, action, observation_space, action_space)
             spec.adopt_spaces(observation_space, action_space)
-            self._get_all([self._start(actor) for actor in self._actors])
+            policy_reference = None if initial_policy is None else ray.put(initial_policy)
+            self._get_all([self._start(actor, policy_reference) for actor in self._actors])
         except BaseException:
             self.close()
             raise
@@ -268,20 +263,28 @@ class RayBackend(Backend):
                 "`ray_options['num_cpus']`, or add nodes."
             )
 
-    def _start(self, actor):
-        return actor.start.remote(self._spec.observation_layout.space, self._spec.action_layout.space, self._pickled_policy)
+    def _start(self, actor, policy_reference):
+        return actor.start.remote(self._spec.observation_layout.space, self._spec.action_layout.space, policy_reference)
 
     def _describe(self, index: int) -> str:
         start, stop = self._slices[index]
         return f"Ray actor {index} (envs {start}..{stop - 1})"
 
-    def _wait(self, references: list) -> tuple[list, list, BaseException | None]:
+    def _wait(self, references: list, timeout: float | None = None) -> tuple[list, list, BaseException | None]:
         """``ray.get`` each reference: ``(results, [(index, death)], first other error)``.
 
         Ray's wrappers are unwrapped: an env's ``WorkerError`` or the policy's own
-        exception comes back as itself.
+        exception comes back as itself. References not ready within ``timeout``
+        seconds give a :class:`StepTimeoutError` (unless another error came first).
         """
         ray = self._ray
+        if timeout is not None:
+            _, pending = ray.wait(references, num_returns=len(references), timeout=timeout)
+            if pending:
+                timed_out = [index for index, reference in enumerate(references) if reference in pending]
+                finished = [reference for reference in references if reference not in pending]
+                _, _, failure = self._wait(finished)
+                return [], [], failure or self._timed_out(timed_out)
         results, dead, failure = [], [], None
         for index, reference in enumerate(references):
             try:
@@ -294,6 +297,22 @@ class RayBackend(Backend):
                 failure = failure or (cause if isinstance(cause, BaseException) else task_error)
             results.append(None)
         return results, dead, failure
+
+    def _timed_out(self, indices: list[int]) -> StepTimeoutError:
+        """The error for actors whose rollout overran; they are killed, since they may never return."""
+        for index in indices:
+            try:
+                self._ray.kill(self._actors[index])
+            except Exception:
+                logger.debug("killing a Ray actor failed", exc_info=True)
+        names = ", ".join(self._describe(index) for index in indices)
+        envs = [env for index in indices for env in range(*self._slices[index])]
+        return StepTimeoutError(
+            f"{names} did not finish a rollout of horizon={self._spec.horizon} within "
+            f"horizon * step_timeout = {self._spec.horizon * self._step_timeout:g} s; its envs (or the policy) may "
+            "hang. The actors were killed and the collector is now unusable.",
+            tuple(EnvFailure(env, "step", "StepTimeoutError", "timed out", "") for env in envs),
+        )
 
     def _died_error(self, dead: list, note: str) -> WorkerDiedError:
         failures = []
@@ -313,9 +332,11 @@ class RayBackend(Backend):
 
     def collect(self, loop: RolloutLoop, reuse_storage: bool) -> RolloutResult:
         # The driver's `loop` is not used: each actor runs its own copy of it.
-        payload = _policy_payload(self._policy)
+        # Serialised once (an unserialisable policy raises here, before anything ran).
+        policy = None if self._shipper is None else self._ray.put(self._shipper.snapshot())
+        timeout = None if self._step_timeout is None else self._spec.horizon * self._step_timeout
         try:
-            parts, dead, failure = self._wait([actor.collect.remote(payload) for actor in self._actors])
+            parts, dead, failure = self._wait([actor.collect.remote(policy) for actor in self._actors], timeout)
         except BaseException as interrupted:
             # Ctrl-C (or anything else) while the actors run: their rollouts finish
             # unseen, so the next batch would not follow this one.
@@ -345,7 +366,8 @@ class RayBackend(Backend):
             except Exception:
                 pass
             self._actors[index] = self._create_actor(index, first_episode=self._episodes_started[start:stop].tolist())
-            started = [self._start(self._actors[index])]
+            policy = None if self._shipper is None else self._ray.put(self._shipper.full())
+            started = [self._start(self._actors[index], policy)]
             self._wait_for_placement(started)
             self._get_all(started)
             self._episodes_started[start:stop] += 1
