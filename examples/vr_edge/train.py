@@ -61,12 +61,12 @@ class Args:
     backend: str = option("sync", "collector backend", choices=BACKENDS)
     num_envs: int = option(8, "environments stepped in parallel")
     horizon: int = option(128, "steps per environment in each rollout")
-    total_timesteps: int = option(409_600, "transitions to train on (rounded down to whole rollouts)")
+    total_timesteps: int = option(204_800, "transitions to train on (rounded down to whole rollouts)")
     seed: int = option(1, "root seed of the environments, the network and the minibatch order")
     num_users: int = option(8, "user slots sharing the edge GPU and the cell")
     episode_length: int = option(200, "steps after which an episode is truncated")
     simulation_substeps: int = option(1, "frame-sampling rounds simulated per environment step")
-    eval_every: int = option(25, "evaluate the deterministic policy on held-out seeds every this many updates")
+    eval_every: int = option(20, "evaluate the deterministic policy on held-out seeds every this many updates")
     eval_episodes: int = option(16, "held-out episodes (test traces) per periodic evaluation")
     eval_first_seed: int = option(
         2_000_000, "reset seed of the first periodic-evaluation episode (evaluate.py uses 1,000,000 on)"
