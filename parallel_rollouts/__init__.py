@@ -2,7 +2,7 @@
 
 from .batch import RolloutBatch
 from .collector import ParallelRolloutCollector
-from .core import active_core
+from .core import CoreFallbackWarning, active_core
 from .errors import (
     ActionError,
     CollectorClosedError,
@@ -10,13 +10,16 @@ from .errors import (
     CoreUnavailableError,
     EnvFailure,
     ObservationError,
+    ObservationWarning,
     ParallelRolloutsError,
     SpaceError,
     StepTimeoutError,
     WorkerDiedError,
     WorkerError,
 )
+from .make import make_collector
 from .policy import PolicyOutput
+from .vector_env import ParallelVectorEnv
 
 __version__ = "0.1.0"
 
@@ -24,11 +27,14 @@ __all__ = [
     "ActionError",
     "CollectorClosedError",
     "ConfigurationError",
+    "CoreFallbackWarning",
     "CoreUnavailableError",
     "EnvFailure",
     "ObservationError",
+    "ObservationWarning",
     "ParallelRolloutCollector",
     "ParallelRolloutsError",
+    "ParallelVectorEnv",
     "PolicyOutput",
     "RolloutBatch",
     "SpaceError",
@@ -37,4 +43,5 @@ __all__ = [
     "WorkerError",
     "__version__",
     "active_core",
+    "make_collector",
 ]

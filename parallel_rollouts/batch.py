@@ -61,6 +61,11 @@ class RolloutBatch:
         int64 env indices whose rows in this batch are not valid because the
         worker hosting them died and was restarted (``backend="ray"`` with
         ``max_restarts``); empty otherwise. Mask those columns out.
+    valid:
+        ``[T, N]`` bool: false only on the reset steps of a Gymnasium vector env
+        with next-step autoreset (the step after an episode's end, whose action
+        the env ignored; see ``docs/batch-contract.md``). All true for env
+        factories and for same-step or disabled autoreset. Mask the loss with it.
     """
 
     observations: Any
@@ -82,6 +87,7 @@ class RolloutBatch:
     infos: dict[str, np.ndarray]
     seed: int
     lost_env_indices: np.ndarray
+    valid: np.ndarray
 
     @property
     def dones(self) -> np.ndarray:
@@ -128,4 +134,5 @@ class RolloutBatch:
             infos=dict(storage.infos),
             seed=seed,
             lost_env_indices=result.lost_env_indices,
+            valid=~storage.reset_steps,
         )

@@ -10,9 +10,11 @@ from typing import Any
 from gymnasium import Env, Space
 
 from .backends.base import Backend, BackendSpec
+from .backends.vector_source import check_vector_env, is_vector_env
 from .batch import RolloutBatch
 from .core import load_core
 from .errors import CollectorClosedError, ConfigurationError
+from .observation_checks import check_observation_check
 from .policy import PolicyOutputWriter, RandomActionSampler
 from .rollout_loop import RolloutLoop
 from .seeding import draw_root_seed, validate_seed
@@ -31,12 +33,18 @@ class ParallelRolloutCollector:
     ----------
     env_fns:
         One zero-argument callable per env, each returning a ``gymnasium.Env``.
-        Every env must declare the same observation and action spaces.
+        Every env must declare the same observation and action spaces. Or
+        Gymnasium vector envs: a ``gymnasium.vector.VectorEnv`` instance
+        (``serial``/``sync``; the collector closes it), or callables each
+        returning one (every backend but ``ray``; with ``async`` each worker
+        hosts a contiguous share of them, e.g. one each). The batch then has one
+        env column per sub-env; see ``docs/vector-envs.md`` for each autoreset mode.
     policy:
         ``policy(observations) -> actions`` or ``-> PolicyOutput(actions, values,
         log_probs)``, called once per step with the batched observations
-        ``[num_envs, ...]`` (read-only NumPy views; a dict/tuple of them for
-        Dict/Tuple spaces). PyTorch tensors are accepted in what it returns.
+        ``[num_envs, ...]`` (read-only NumPy arrays, a dict/tuple of them for
+        Dict/Tuple spaces; with the default ``reuse_buffers=False`` they are the
+        returned batch's own rows, which the policy may keep). PyTorch tensors are accepted in what it returns.
         ``None`` samples each env's action from its own seeded copy of the action
         space.
     backend:
@@ -54,9 +62,20 @@ class ParallelRolloutCollector:
         Scalar ``info`` entries to store in ``batch.infos`` as ``[T, N]`` float64.
     reuse_buffers:
         If true, every ``collect()`` writes into the same arrays (for ``async``,
-        views of its shared memory: no copy at all), so a batch is overwritten by
-        the next one. Off by default: a returned batch is yours. ``ray`` always
-        returns new arrays.
+        views of its shared memory: no copy at all), so a batch, and the arrays
+        the policy was called with, are overwritten by the next ``collect()``.
+        Off by default: a returned batch, and every array handed to the policy,
+        are yours to keep. ``ray`` always returns new arrays.
+    observation_check:
+        What to do when an env returns an observation value outside its space,
+        checked at the step that writes it, before the policy sees it:
+        ``"warn"`` (default) warns once per env and leaf
+        (:class:`ObservationWarning`) for finite floats outside a float ``Box``'s
+        bounds, which real envs often overshoot, and raises
+        :class:`ObservationError` for NaN and for values outside integer spaces;
+        ``"raise"`` raises for every value outside; ``"off"`` skips the check.
+        Wrong shapes, non-numeric values and conversions that would change a
+        value always raise.
     num_workers:
         Async and Ray backends: worker processes / actors, each owning a
         contiguous slice of the envs (default ``min(cpu_count, num_envs)``).
@@ -92,6 +111,7 @@ class ParallelRolloutCollector:
         core: str = "auto",
         info_keys: Sequence[str] = (),
         reuse_buffers: bool = False,
+        observation_check: str = "warn",
         num_workers: int | None = None,
         context: str | None = None,
         step_timeout: float | None = None,
@@ -102,7 +122,7 @@ class ParallelRolloutCollector:
         self._backend: Backend | None = None
         self._closed = False
         self._broken: BaseException | None = None
-        env_fns = _check_env_fns(env_fns)
+        env_fns = _check_env_fns(env_fns, backend)
         if policy is not None and not callable(policy):
             raise ConfigurationError(f"`policy` must be callable or None; got {policy!r}.")
         if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
@@ -133,7 +153,10 @@ class ParallelRolloutCollector:
         self._backend_name = backend
         self._horizon = horizon
         self._reuse_buffers = bool(reuse_buffers)
-        spec = BackendSpec(env_fns, self._seed, horizon, tuple(info_keys), self._core_name, core_module)
+        spec = BackendSpec(
+            env_fns, self._seed, horizon, tuple(info_keys), self._core_name, core_module,
+            observation_check=check_observation_check(observation_check),
+        )
         self._spec = spec
         self._backend = _make_backend(backend, spec, policy, num_workers, context, step_timeout, ray_options)
         self._loop = RolloutLoop(
@@ -246,8 +269,29 @@ class ParallelRolloutCollector:
         )
 
 
-def _check_env_fns(env_fns: Any) -> list:
-    if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Sequence):
+def _env_id_hint(env_id: str) -> str:
+    return (
+        f"For a registered Gymnasium env id use "
+        f"`parallel_rollouts.make_collector({env_id!r}, num_envs=..., ...)`; ParallelRolloutCollector "
+        f"takes env factories, e.g. `[partial(gymnasium.make, {env_id!r})] * num_envs`."
+    )
+
+
+def _check_env_fns(env_fns: Any, backend: str) -> list:
+    if is_vector_env(env_fns):
+        if backend not in ("serial", "sync"):
+            raise ConfigurationError(
+                f"backend={backend!r} makes its envs in other processes, so it takes factories, not a "
+                f"vector env instance ({type(env_fns).__name__}); pass e.g. "
+                "`[partial(gymnasium.make_vec, 'CartPole-v1', num_envs=512)] * num_workers`."
+            )
+        check_vector_env(env_fns, "the vector env")
+        return [_GivenVectorEnv(env_fns)]
+    if isinstance(env_fns, str):
+        raise ConfigurationError(
+            f"`env_fns` is the string {env_fns!r}, not a list of env factories. {_env_id_hint(env_fns)}"
+        )
+    if isinstance(env_fns, bytes) or not isinstance(env_fns, Sequence):
         raise ConfigurationError(
             f"`env_fns` must be a sequence of zero-argument callables returning envs; got {type(env_fns).__name__}."
         )
@@ -259,9 +303,23 @@ def _check_env_fns(env_fns: Any) -> list:
                 f"env_fns[{index}] is an env instance ({type(env_fn).__name__}), not a factory; "
                 "pass a callable that creates it, e.g. `lambda: gymnasium.make(...)`."
             )
+        if isinstance(env_fn, str):
+            raise ConfigurationError(
+                f"env_fns[{index}] is the string {env_fn!r}, not an env factory. {_env_id_hint(env_fn)}"
+            )
         if not callable(env_fn):
             raise ConfigurationError(f"env_fns[{index}] is not callable; got {env_fn!r}.")
     return list(env_fns)
+
+
+class _GivenVectorEnv:
+    """The factory of a vector env passed as an instance: the collector now owns (and closes) it."""
+
+    def __init__(self, vector_env: Any) -> None:
+        self.vector_env = vector_env
+
+    def __call__(self) -> Any:
+        return self.vector_env
 
 
 def _make_backend(name: str, spec: BackendSpec, policy, num_workers, context, step_timeout, ray_options) -> Backend:

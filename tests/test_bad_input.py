@@ -60,7 +60,7 @@ def test_bad_seeds_are_rejected():
 def test_env_fns_must_be_a_non_empty_sequence_of_factories():
     with pytest.raises(ConfigurationError, match=r"`env_fns` is empty"):
         ParallelRolloutCollector([])
-    with pytest.raises(ConfigurationError, match=r"env_fns\[1\] is not callable; got 'CartPole-v1'"):
+    with pytest.raises(ConfigurationError, match=r"env_fns\[1\] is the string 'CartPole-v1', not an env factory\. .*make_collector\('CartPole-v1'"):
         ParallelRolloutCollector([cartpole, "CartPole-v1"])
     with pytest.raises(ConfigurationError, match=r"env_fns\[0\] is an env instance \(CountingEnv\), not a factory"):
         ParallelRolloutCollector([CountingEnv()])
@@ -99,7 +99,7 @@ def test_unsupported_spaces_are_rejected_at_construction(space, match):
 def test_compiled_core_missing_is_an_error_not_a_fallback(monkeypatch):
     monkeypatch.setattr(core_module, "_compiled_core", None)
     monkeypatch.setattr(core_module, "_COMPILED_IMPORT_ERROR", ImportError("no module named _core"))
-    with pytest.raises(CoreUnavailableError, match=r"core='compiled' was requested .*\(no module named _core\)"):
+    with pytest.raises(CoreUnavailableError, match=r"core='compiled' was requested but cannot be used\. no module named _core"):
         ParallelRolloutCollector(counting_fns(1), core="compiled")
 
 
@@ -192,7 +192,7 @@ def test_observation_of_the_wrong_shape_names_the_env_and_breaks_the_collector(b
     fns = counting_fns(3)
     fns[1] = partial(FaultyEnv, env_id=1, phase="step", at=2, how="bad_shape")
     collector = ParallelRolloutCollector(fns, ConstantPolicy(3), backend, horizon=4, seed=0, core=core)
-    with pytest.raises(ObservationError, match=r"env 1 returned an observation of shape \(7,\) \(dtype float32\); .* expects shape \(4,\)"):
+    with pytest.raises(ObservationError, match=r"env 1 returned an observation at step t=1 \(observations row t=2\) that its observation space .* cannot store: got shape \(7,\) \(dtype float32\); expected shape \(4,\)"):
         collector.collect()
     with pytest.raises(CollectorClosedError, match=r"broken by an earlier failure \(ObservationError"):
         collector.collect()
@@ -205,8 +205,10 @@ def test_observation_of_the_wrong_shape_names_the_env_and_breaks_the_collector(b
 def test_observation_outside_its_space_names_the_env(backend, core):
     fns = counting_fns(2)
     fns[1] = partial(FaultyEnv, env_id=1, phase="step", at=2, how="out_of_space")
-    with ParallelRolloutCollector(fns, ConstantPolicy(2), backend, horizon=4, seed=0, core=core) as collector:
-        with pytest.raises(ObservationError, match=r"env 1 returned a (terminal )?observation .*outside its observation space"):
+    with ParallelRolloutCollector(
+        fns, ConstantPolicy(2), backend, horizon=4, seed=0, core=core, observation_check="raise"
+    ) as collector:
+        with pytest.raises(ObservationError, match=r"env 1 returned an? (terminal )?observation at step t=1 .*outside its observation space"):
             collector.collect()
 
 

@@ -20,8 +20,14 @@ Rollouts (the per-step fast path: 9-byte requests, 1-byte replies, no pickling):
     b"f" 0   finish                   -> reply b"f" + pickled CompletedEpisodes
     b"a" t   abandon after t steps
     b"c" 0   close the envs and exit
+    b"x" 0   + pickled request: ``group.handle(request)`` -> reply b"f" + pickled result
+             (the VectorEnv adapter's reset, call and set_attr; never on the per-step path)
 
     reply    = b"k" (done) | b"f" + payload | b"e" + pickled exception
+
+A step replies ``b"f"`` + pickled result instead of ``b"k"`` when the group's
+``step`` returns something (the VectorEnv adapter's infos); rollout groups return
+``None``.
 
 The worker ignores SIGINT: Ctrl-C is the main process's to handle, so the user
 sees one exception rather than a traceback per worker. When the main process
@@ -44,13 +50,14 @@ from ..errors import ObservationError, WorkerError
 from ..spaces import SpaceLayout
 from ..storage import RolloutStorage
 from .shared_memory import SharedStorage
-from .stepping import EnvGroup, describe_failure, make_env
+from .groups import GroupChain, build_groups, close_made, make_all, spaces_per_env
+from .stepping import EnvGroup, describe_failure
 from .waiting import SpinThenBlock, spin_budget_seconds
 
 __all__ = ["AttachOrder", "REQUEST", "worker_main"]
 
 REQUEST = struct.Struct("<cq")
-BEGIN, STEP, FINISH, ABANDON, CLOSE = b"b", b"s", b"f", b"a", b"c"
+BEGIN, STEP, FINISH, ABANDON, CLOSE, HANDLE = b"b", b"s", b"f", b"a", b"c", b"x"
 DONE, FINISHED, FAILED = b"k", b"f", b"e"
 
 
@@ -66,6 +73,12 @@ class AttachOrder:
     num_envs: int
     info_keys: tuple[str, ...]
     core_name: str
+    observation_check: str = "warn"
+    #: This worker's first env column (a factory returning a vector env spans several).
+    column_offset: int = 0
+    #: ``builder(envs, env_offset, observation_layout, action_layout, core)`` -> the group to
+    #: host instead of the rollout groups (the VectorEnv adapter's); picklable.
+    group_builder: object = None
 
 
 def _picklable(error: BaseException, env_offset: int) -> BaseException:
@@ -83,14 +96,13 @@ def _reply_error(connection, error: BaseException, env_offset: int) -> None:
 
 def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    group: EnvGroup | None = None
+    group = None
     shared: SharedStorage | None = None
     envs = []
     try:
         try:
-            for column, pickled in enumerate(pickled_env_fns):
-                envs.append(make_env(cloudpickle.loads(pickled), env_offset + column))
-            connection.send(("spaces", [(env.observation_space, env.action_space) for env in envs]))
+            envs = make_all([cloudpickle.loads(pickled) for pickled in pickled_env_fns], env_offset)
+            connection.send(("spaces", spaces_per_env(envs)))
             kind, order = pickle.loads(_receiver(connection)())
             if kind != "attach":
                 return
@@ -104,8 +116,17 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
                 )
 
             shared = SharedStorage.attach(order.segment_name, allocate)
-            columns = shared.storage.columns(env_offset, env_offset + len(envs))
-            group = EnvGroup(envs, env_offset, order.root_seed, observation_layout, action_layout, order.info_keys, core)
+            env_offset = order.column_offset
+            if order.group_builder is not None:
+                group = order.group_builder(envs, env_offset, observation_layout, action_layout, core)
+                groups = [(0, len(envs), group)]
+            else:
+                groups = build_groups(
+                    envs, env_offset, [(0, len(envs))], order.root_seed, observation_layout, action_layout,
+                    order.info_keys, core, observation_check=order.observation_check,
+                )
+            columns = shared.storage.columns(env_offset, env_offset + groups[-1][1])
+            group = groups[0][2] if len(groups) == 1 else GroupChain(groups)
             group.reset_all()
         except Exception as error:
             connection.send(("error", _picklable(error, env_offset)))
@@ -116,11 +137,7 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
         pass  # the main process is gone: nothing left to report to
     finally:
         if group is None:
-            for env in envs:
-                try:
-                    env.close()
-                except Exception:
-                    pass
+            close_made(envs)
         if shared is not None:
             shared.release()
 
@@ -145,14 +162,15 @@ def _receiver(connection):
     return receive
 
 
-def _serve(connection, group: EnvGroup, columns, env_offset: int) -> None:
+def _serve(connection, group: EnvGroup | GroupChain, columns, env_offset: int) -> None:
     receive, send = _receiver(connection), connection.send_bytes
     while True:
-        command, argument = REQUEST.unpack(receive())
+        message = receive()
+        command, argument = REQUEST.unpack_from(message)
         try:
             if command == STEP:
-                group.step(argument)
-                send(DONE)
+                result = group.step(argument)
+                send(DONE if result is None else FINISHED + pickle.dumps(result))
             elif command == BEGIN:
                 group.begin(columns)
                 send(DONE)
@@ -161,6 +179,8 @@ def _serve(connection, group: EnvGroup, columns, env_offset: int) -> None:
             elif command == ABANDON:
                 group.abandon(argument)
                 send(DONE)
+            elif command == HANDLE:
+                send(FINISHED + pickle.dumps(group.handle(pickle.loads(message[REQUEST.size :]))))
             elif command == CLOSE:
                 errors = group.close()
                 send(DONE if not errors else FAILED + pickle.dumps(_close_error(errors)))

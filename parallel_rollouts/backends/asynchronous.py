@@ -23,11 +23,14 @@ import pickle
 import signal
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 
 
-from ..errors import ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError, WorkerError
+import numpy as np
+
+from ..batch_memory import BatchMemory
+from ..errors import CollectorClosedError, ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError, WorkerError
 from ..spaces import check_env_spaces
 from ..storage import CompletedEpisodes, RolloutStorage
 from . import _worker
@@ -138,6 +141,11 @@ class AsyncBackend(StepwiseBackend):
         self._workers = pool.workers
         self._step_timeout = step_timeout
         self._reuse_storage = False
+        self._in_flight = False
+        self._memory = BatchMemory(spec.allocate_storage)
+        # Without reuse: the caller's batch, filled row by row as the policy reads
+        # (so the policy's inputs are the batch's own arrays) and completed at the end.
+        self._target: RolloutStorage | None = None
         # Runs on garbage collection or at interpreter exit if close() was never called,
         # but only in the process that created the pool (not in a forked child).
         self._finalizer = weakref.finalize(self, _shutdown_in_owner, pool, os.getpid())
@@ -180,11 +188,16 @@ class AsyncBackend(StepwiseBackend):
     def _start(spec: BackendSpec, pool: _WorkerPool) -> None:
         replies = [_startup_reply(worker, "spaces") for worker in pool.workers]
         _raise_startup_errors(replies)
+        # A worker's columns are known once its envs exist: a vector env spans its num_envs.
+        column = 0
+        for worker, reply in zip(pool.workers, replies):
+            worker.start, worker.stop = column, column + len(reply)
+            column = worker.stop
         env_spaces = [pair for reply in replies for pair in reply]
         observation_space, action_space = env_spaces[0]
         for index, (observation, action) in enumerate(env_spaces):
             check_env_spaces(index, observation, action, observation_space, action_space)
-        spec.adopt_spaces(observation_space, action_space)
+        spec.adopt_spaces(observation_space, action_space, num_envs=len(env_spaces))
         pool.shared = SharedStorage.create(spec.allocate_storage)
         order = _worker.AttachOrder(
             segment_name=pool.shared.name,
@@ -195,9 +208,11 @@ class AsyncBackend(StepwiseBackend):
             num_envs=spec.num_envs,
             info_keys=spec.info_keys,
             core_name=spec.core_name,
+            observation_check=spec.observation_check,
+            group_builder=spec.group_builder,
         )
         for worker in pool.workers:
-            worker.connection.send(("attach", order))
+            worker.connection.send(("attach", replace(order, column_offset=worker.start)))
         _raise_startup_errors([_startup_reply(worker, "ready") for worker in pool.workers])
 
     # -- one rollout -----------------------------------------------------------------------
@@ -206,10 +221,30 @@ class AsyncBackend(StepwiseBackend):
     def _storage(self) -> RolloutStorage:
         return self._pool.shared.storage
 
+    @property
+    def storage(self) -> RolloutStorage:
+        """The shared-memory storage the workers write into (views; valid until close)."""
+        return self._pool.shared.storage
+
     def start_rollout(self, reuse_storage: bool) -> RolloutStorage:
         self._reuse_storage = reuse_storage
+        if reuse_storage:
+            self._memory.reused(self._storage)
+            self._target = None
+        else:
+            self._target = self._memory.fresh()
         self._request_all(_worker.BEGIN, 0)
         return self._storage
+
+    def policy_observations(self, storage: RolloutStorage, t: int) -> list:
+        if self._target is None:
+            # Reused: views of shared memory, valid until the next collect() as documented.
+            return super().policy_observations(storage, t)
+        rows = []
+        for shared_leaf, target_leaf in zip(storage.observations, self._target.observations):
+            np.copyto(target_leaf[t], shared_leaf[t])
+            rows.append(target_leaf[t])
+        return rows
 
     def step(self, t: int) -> None:
         self._request_all(_worker.STEP, t)
@@ -226,18 +261,30 @@ class AsyncBackend(StepwiseBackend):
             # next collect overwrites. They stay valid after close() (the mapping lives
             # until the last view is gone).
             return shared, episodes
-        target = self._spec.allocate_storage()
-        shared.copy_to(target)  # the one copy per rollout
+        target, self._target = self._target, None
+        shared.copy_to(target, observation_rows_copied=shared.horizon)  # the rest of the one copy
         return target, episodes
 
-    def _request_all(self, command: bytes, argument: int) -> list[bytes]:
-        request = _worker.REQUEST.pack(command, argument)
+    def request(self, command: bytes, argument: int = 0, payload: bytes = b"") -> list[bytes | None]:
+        """Send one request to every worker; return each one's reply payload (``None`` for a bare "done")."""
+        return self._request_all(command, argument, payload)
+
+    def _request_all(self, command: bytes, argument: int, payload: bytes = b"") -> list[bytes | None]:
+        if self._in_flight:
+            # An interruption fell between a request and its replies: the replies
+            # still queued would answer the wrong request.
+            raise CollectorClosedError(
+                "an earlier request to the workers was interrupted before all of them replied; "
+                "their state is unknown. Close this collector and create a new one."
+            )
+        self._in_flight = True
+        request = _worker.REQUEST.pack(command, argument) + payload
         for worker in self._workers:
             try:
                 worker.connection.send_bytes(request)
             except OSError:
                 self._raise_died(worker)
-        payloads: list[bytes] = []
+        payloads: list[bytes | None] = []
         errors: list[BaseException] = []
         deadline = None if self._step_timeout is None else time.monotonic() + self._step_timeout
         for worker in self._workers:
@@ -245,8 +292,9 @@ class AsyncBackend(StepwiseBackend):
             status = reply[:1]
             if status == _worker.FAILED:
                 errors.append(pickle.loads(reply[1:]))
-            elif status == _worker.FINISHED:
-                payloads.append(reply[1:])
+            else:
+                payloads.append(reply[1:] if status == _worker.FINISHED else None)
+        self._in_flight = False
         if errors:
             worker_errors = [error for error in errors if isinstance(error, WorkerError)]
             if len(worker_errors) == len(errors) and len(errors) > 1:
@@ -285,6 +333,9 @@ class AsyncBackend(StepwiseBackend):
         )
 
     def close(self) -> None:
+        # Arrays kept for reuse are views of the segment: drop them so it can be unmapped.
+        self._memory.release()
+        self._target = None
         errors = self._pool.shutdown(graceful=True)
         self._finalizer.detach()
         for error in errors:

@@ -11,11 +11,11 @@ from types import ModuleType
 import numpy as np
 from gymnasium import Env, Space
 
-from ..errors import WorkerError
 from ..spaces import SpaceLayout
+from ..batch_memory import BatchMemory
 from ..rollout_loop import RolloutLoop
 from ..storage import CompletedEpisodes, RolloutStorage
-from .stepping import EnvGroup, make_env
+from .groups import GroupChain, build_groups, make_all, spaces_per_env
 
 __all__ = ["Backend", "BackendSpec", "InProcessBackend", "RolloutResult", "StepwiseBackend"]
 
@@ -33,8 +33,10 @@ class BackendSpec:
         info_keys: Sequence[str],
         core_name: str,
         core: ModuleType,
+        observation_check: str = "warn",
     ) -> None:
         self.env_fns = list(env_fns)
+        self.observation_check = observation_check
         self.root_seed = root_seed
         self.horizon = horizon
         self.info_keys = tuple(info_keys)
@@ -42,15 +44,19 @@ class BackendSpec:
         self.core = core
         self.observation_layout: SpaceLayout | None = None
         self.action_layout: SpaceLayout | None = None
+        #: Env columns of the batch: one per factory until the envs are made, when a
+        #: factory returning a vector env turns out to stand for its ``num_envs``.
+        self.num_envs = len(self.env_fns)
+        #: Async workers host ``group_builder(envs, env_offset, observation_layout, action_layout,
+        #: core)`` instead of the rollout groups when set (the VectorEnv adapter does).
+        self.group_builder = None
 
-    def adopt_spaces(self, observation_space: Space, action_space: Space) -> None:
-        """Take env 0's spaces as the reference every env must match."""
+    def adopt_spaces(self, observation_space: Space, action_space: Space, num_envs: int | None = None) -> None:
+        """Take env 0's spaces as the reference every env must match, and the final env count."""
         self.observation_layout = SpaceLayout(observation_space, "observation")
         self.action_layout = SpaceLayout(action_space, "action")
-
-    @property
-    def num_envs(self) -> int:
-        return len(self.env_fns)
+        if num_envs is not None:
+            self.num_envs = num_envs
 
     def allocate_storage(self, allocator=np.empty, zeroed=np.zeros) -> RolloutStorage:
         return RolloutStorage.allocate(
@@ -102,24 +108,18 @@ class StepwiseBackend(Backend):
     the storage to build the batch from (which may be a copy) and the episodes.
     """
 
-    #: With reused storage: the ``[t, env]`` entries where earlier rollouts (finished or
-    #: dropped) wrote terminal observations, cleared before the storage is reused.
-    _stale_final_rows: np.ndarray | None = None
+    #: Owner of the storage rollouts are written into (allocation, reuse, clearing).
+    _memory: BatchMemory
 
     def collect(self, loop: RolloutLoop, reuse_storage: bool) -> RolloutResult:
         storage = self._guarded(self.start_rollout, reuse_storage)
-        if reuse_storage and self._stale_final_rows is not None:
-            for leaf in storage.final_observations:
-                leaf[self._stale_final_rows] = 0
-            self._stale_final_rows = None
         try:
-            loop.run(storage, self._guarded_step)
+            loop.run(storage, self._guarded_step, self.policy_observations)
         except BaseException as error:
             if self.broken is None:
                 # The policy (or its output) failed before step `steps_done` ran:
                 # the envs are intact, so drop the rollout and stay usable.
-                if reuse_storage:
-                    self._remember_final_rows(storage, loop.steps_done)
+                self._memory.record_final_rows(storage, loop.steps_done)
                 try:
                     self.abandon_rollout(loop.steps_done)
                 except BaseException as abandon_error:
@@ -127,17 +127,18 @@ class StepwiseBackend(Backend):
                     # abandon failure is what later calls report.
                     self.broken = abandon_error
             raise
-        if reuse_storage:
-            self._remember_final_rows(storage, storage.horizon)
+        self._memory.record_final_rows(storage, storage.horizon)
         storage, episodes = self._guarded(self.finish_rollout)
         writer = loop.output_writer
         return RolloutResult(storage, episodes, bool(writer.has_values), bool(writer.has_log_probs))
 
-    def _remember_final_rows(self, storage: RolloutStorage, rows: int) -> None:
-        ended = storage.terminations[:rows] | storage.truncations[:rows]
-        if self._stale_final_rows is None:
-            self._stale_final_rows = np.zeros_like(storage.terminations)
-        self._stale_final_rows[:rows] |= ended
+    def policy_observations(self, storage: RolloutStorage, t: int) -> list[np.ndarray]:
+        """Row ``t`` of every observation leaf, for the policy: views of ``storage``.
+
+        In-process storage is the batch the caller gets (or, reused, the arrays
+        every batch shares), so the views live exactly as long as the batch's data.
+        """
+        return [leaf[t] for leaf in storage.observations]
 
     def _guarded(self, function, *args):
         try:
@@ -164,37 +165,36 @@ class StepwiseBackend(Backend):
 
 
 class InProcessBackend(StepwiseBackend):
-    """Envs live in this process, split into :class:`EnvGroup` s by ``group_bounds``."""
+    """Envs live in this process, split into groups by ``group_bounds`` (a vector env is one group)."""
 
     def __init__(self, spec: BackendSpec, envs: Sequence[Env], group_bounds: Sequence[tuple[int, int]]) -> None:
         self._spec = spec
         self._envs = list(envs)
-        self._groups = [
-            EnvGroup(
-                self._envs[start:stop],
-                start,
+        self._groups = GroupChain(
+            build_groups(
+                self._envs,
+                0,
+                group_bounds,
                 spec.root_seed,
                 spec.observation_layout,
                 spec.action_layout,
                 spec.info_keys,
                 spec.core,
+                observation_check=spec.observation_check,
             )
-            for start, stop in group_bounds
-        ]
-        self._bounds = list(group_bounds)
-        for group in self._groups:
-            group.reset_all()
+        )
+        self._groups.reset_all()
+        self._memory = BatchMemory(spec.allocate_storage)
         self._storage: RolloutStorage | None = None
 
     @classmethod
     def build(cls, spec: BackendSpec) -> InProcessBackend:
         """Make every env, adopt env 0's spaces, and reset every env."""
-        envs: list[Env] = []
+        envs = make_all(spec.env_fns, 0)
         try:
-            for index in range(spec.num_envs):
-                envs.append(make_env(spec.env_fns[index], index))
-            spec.adopt_spaces(envs[0].observation_space, envs[0].action_space)
-            return cls(spec, envs, cls.group_bounds(spec.num_envs))
+            spaces = spaces_per_env(envs)
+            spec.adopt_spaces(*spaces[0], num_envs=len(spaces))
+            return cls(spec, envs, cls.group_bounds(len(envs)))
         except BaseException:
             _close_envs(envs)
             raise
@@ -204,34 +204,22 @@ class InProcessBackend(StepwiseBackend):
     def group_bounds(num_envs: int) -> list[tuple[int, int]]: ...
 
     def start_rollout(self, reuse_storage: bool) -> RolloutStorage:
-        if self._storage is None or not reuse_storage:
-            self._storage = self._spec.allocate_storage()
-        for group, (start, stop) in zip(self._groups, self._bounds):
-            group.begin(self._storage.columns(start, stop))
+        self._storage = self._memory.reused() if reuse_storage else self._memory.fresh()
+        self._groups.begin(self._storage)
         return self._storage
 
     def step(self, t: int) -> None:
-        # Every group steps even after one fails, so that all envs failing in
-        # the same step are reported together, as one WorkerError.
-        errors: list[WorkerError] = []
-        for group in self._groups:
-            try:
-                group.step(t)
-            except WorkerError as error:
-                errors.append(error)
-        if errors:
-            failures = [failure for error in errors for failure in error.failures]
-            raise WorkerError.from_failures(failures) from errors[0].__cause__
+        self._groups.step(t)
 
     def abandon_rollout(self, t: int) -> None:
-        for group in self._groups:
-            group.abandon(t)
+        self._groups.abandon(t)
 
     def finish_rollout(self) -> tuple[RolloutStorage, CompletedEpisodes]:
-        episodes = CompletedEpisodes.merge([group.finish() for group in self._groups])
-        return self._storage, episodes
+        return self._storage, self._groups.finish()
 
     def close(self) -> None:
+        self._memory.release()
+        self._storage = None
         _close_envs(self._envs)
 
 

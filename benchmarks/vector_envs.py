@@ -1,0 +1,231 @@
+"""Gymnasium vector envs in and out: interleaved throughput of each side against its baseline.
+
+Run: ``python -m benchmarks.vector_envs [--rounds 7] [--output benchmark-results/vector_envs.json]``
+
+Groups (every contender of a group is built first and stays alive; each round
+times one unit of each, in a fixed order, and ratios are taken within a round):
+
+``source_cartpole_1024``
+    ``CartPoleVectorEnv`` with N=1024 (Gymnasium's NumPy-vectorized CartPole):
+    a bare loop that calls the policy, steps the vector env and stores
+    observations, rewards and flags into arrays allocated once, against the
+    collector on the same vector env (``sync``; default settings and
+    ``reuse_buffers=True``). One unit = ``horizon`` steps.
+``source_async_scaling``
+    The collector with ``backend="async"``: 2 workers each owning a
+    ``CartPoleVectorEnv`` of N=512, against 1 worker owning N=1024.
+``adapter_cartpole_16`` / ``adapter_half_ms_16``
+    A loop stepping a vector env of 16 envs with precomputed random actions:
+    ``ParallelVectorEnv`` (async, 2 workers; and sync) against Gymnasium's
+    ``SyncVectorEnv(copy=False)`` and ``AsyncVectorEnv(shared_memory=True,
+    copy=False)`` (one process per env), on CartPole and on a 0.5 ms env.
+``envpool_*`` (only where EnvPool imports)
+    EnvPool's own CartPole as a collector source and as a bare vector env, N=16 and N=256.
+
+Every collector and loop uses the same cheap batched policy, so the numbers
+compare the stepping machinery, not the policy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+from parallel_rollouts import ParallelRolloutCollector, ParallelVectorEnv
+
+from .envs import HalfMillisecondEnv
+from .machine import machine_record
+from .summary import summarize_ratios, summarize_throughputs
+
+HORIZON = 128
+ADAPTER_STEPS = {"cartpole": 256, "half_ms": 24}
+
+
+def lean_policy(observations: np.ndarray) -> np.ndarray:
+    """Push the cart toward the pole's lean: one vectorized comparison."""
+    return (observations[:, 2] > 0).astype(np.int64)
+
+
+def cartpole_vector(num_envs: int):
+    return gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="vector_entry_point")
+
+
+def cartpole() -> gym.Env:
+    return gym.make("CartPole-v1")
+
+
+def half_ms() -> gym.Env:
+    return HalfMillisecondEnv()
+
+
+class Contender:
+    """Something timed in rounds: ``run()`` does one unit of ``transitions`` transitions."""
+
+    def __init__(self, name: str, run: Callable[[], None], transitions: int, close: Callable[[], None]) -> None:
+        self.name, self.run, self.transitions, self.close = name, run, transitions, close
+
+
+def bare_vector_loop(name: str, vector_env, horizon: int) -> Contender:
+    """The loop a user writes: policy, step, store into arrays allocated once."""
+    n = vector_env.num_envs
+    observations = np.zeros((horizon + 1, n) + vector_env.single_observation_space.shape, dtype=np.float32)
+    rewards = np.zeros((horizon, n), dtype=np.float64)
+    terminations = np.zeros((horizon, n), dtype=bool)
+    truncations = np.zeros((horizon, n), dtype=bool)
+    actions = np.zeros((horizon, n), dtype=np.int64)
+    observations[0], _ = vector_env.reset(seed=0)
+
+    def run() -> None:
+        for t in range(horizon):
+            actions[t] = lean_policy(observations[t])
+            observation, rewards[t], terminations[t], truncations[t], _ = vector_env.step(actions[t])
+            observations[t + 1] = observation
+        observations[0] = observations[horizon]
+
+    return Contender(name, run, horizon * n, vector_env.close)
+
+
+def collector(name: str, env_fns, horizon: int, **options) -> Contender:
+    instance = ParallelRolloutCollector(env_fns, lean_policy, horizon=horizon, seed=0, **options)
+    return Contender(name, instance.collect, horizon * instance.num_envs, instance.close)
+
+
+def stepping_loop(name: str, vector_env, steps: int, seed: int = 0) -> Contender:
+    """Step a vector env with precomputed random actions (the adapter benchmarks)."""
+    vector_env.reset(seed=seed)
+    actions = np.random.default_rng(seed).integers(0, 2, size=(steps, vector_env.num_envs))
+
+    def run() -> None:
+        step = vector_env.step
+        for t in range(steps):
+            step(actions[t])
+
+    return Contender(name, run, steps * vector_env.num_envs, vector_env.close)
+
+
+def build_groups(selected: set[str]) -> dict[str, Callable[[], list[Contender]]]:
+    groups: dict[str, Callable[[], list[Contender]]] = {
+        "source_cartpole_1024": lambda: [
+            bare_vector_loop("bare loop", cartpole_vector(1024), HORIZON),
+            collector("collector sync", cartpole_vector(1024), HORIZON, backend="sync"),
+            collector("collector sync reuse_buffers", cartpole_vector(1024), HORIZON, backend="sync", reuse_buffers=True),
+        ],
+        "source_async_scaling": lambda: [
+            collector("async 1 worker x N=1024", [partial(cartpole_vector, 1024)], HORIZON, backend="async", num_workers=1),
+            collector(
+                "async 2 workers x N=512", [partial(cartpole_vector, 512)] * 2, HORIZON, backend="async", num_workers=2
+            ),
+        ],
+    }
+    for env_name, env_fn in (("cartpole", cartpole), ("half_ms", half_ms)):
+        steps = ADAPTER_STEPS[env_name]
+        groups[f"adapter_{env_name}_16"] = partial(
+            lambda env_fn, steps: [
+                stepping_loop("ParallelVectorEnv async", ParallelVectorEnv([env_fn] * 16, num_workers=2, copy=False), steps),
+                stepping_loop("ParallelVectorEnv sync", ParallelVectorEnv([env_fn] * 16, backend="sync", copy=False), steps),
+                stepping_loop("SyncVectorEnv", gym.vector.SyncVectorEnv([env_fn] * 16, copy=False), steps),
+                stepping_loop(
+                    "AsyncVectorEnv", gym.vector.AsyncVectorEnv([env_fn] * 16, shared_memory=True, copy=False), steps
+                ),
+            ],
+            env_fn,
+            steps,
+        )
+    try:
+        import envpool  # noqa: F401  (optional contender)
+    except ImportError:
+        envpool = None
+    if envpool is not None:
+        for n in (16, 256):
+            groups[f"envpool_cartpole_{n}"] = partial(
+                lambda n: [
+                    bare_vector_loop("EnvPool bare loop", envpool.make_gymnasium("CartPole-v1", num_envs=n, seed=0), HORIZON),
+                    collector("collector sync on EnvPool", envpool.make_gymnasium("CartPole-v1", num_envs=n, seed=0), HORIZON, backend="sync"),
+                    bare_vector_loop("CartPoleVectorEnv bare loop", cartpole_vector(n), HORIZON),
+                    collector("collector sync on CartPoleVectorEnv", cartpole_vector(n), HORIZON, backend="sync"),
+                ],
+                n,
+            )
+    return {name: make for name, make in groups.items() if not selected or name in selected}
+
+
+def run_group(name: str, make: Callable[[], list[Contender]], rounds: int, warmup: int) -> dict:
+    contenders = make()
+    try:
+        for contender in contenders:
+            for _ in range(warmup):
+                contender.run()
+        rates: dict[str, list[float]] = {contender.name: [] for contender in contenders}
+        for _ in range(rounds):
+            for contender in contenders:
+                start = time.perf_counter()
+                contender.run()
+                rates[contender.name].append(contender.transitions / (time.perf_counter() - start))
+    finally:
+        for contender in contenders:
+            contender.close()
+    names = list(rates)
+    return {
+        "group": name,
+        "throughputs": {contender: summarize_throughputs(values) for contender, values in rates.items()},
+        "ratios": {
+            f"{first} / {second}": summarize_ratios(rates[first], rates[second])
+            for first in names
+            for second in names
+            if first != second
+        },
+    }
+
+
+TARGETS = (
+    ("source_cartpole_1024", "collector sync / bare loop", 0.8),
+    ("source_cartpole_1024", "collector sync reuse_buffers / bare loop", 0.8),
+    ("source_async_scaling", "async 2 workers x N=512 / async 1 worker x N=1024", 1.5),
+    ("adapter_cartpole_16", "ParallelVectorEnv async / AsyncVectorEnv", 3.0),
+    ("adapter_cartpole_16", "ParallelVectorEnv sync / SyncVectorEnv", 0.8),
+    ("adapter_cartpole_16", "ParallelVectorEnv async / SyncVectorEnv", 0.8),
+    ("adapter_half_ms_16", "ParallelVectorEnv async / AsyncVectorEnv", 1.5),
+)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--groups", nargs="*", default=[], help="run only these groups")
+    parser.add_argument("--output", type=Path, default=Path("benchmark-results/vector_envs.json"))
+    args = parser.parse_args(argv)
+    results = []
+    for name, make in build_groups(set(args.groups)).items():
+        print(f"running {name} ...", flush=True)
+        results.append(run_group(name, make, args.rounds, args.warmup))
+        for ratio_name, ratio in results[-1]["ratios"].items():
+            print(f"  {ratio_name}: median {ratio['median']:.2f}x", flush=True)
+    by_group = {result["group"]: result for result in results}
+    targets = []
+    for group, ratio_name, target in TARGETS:
+        if group in by_group:
+            median = by_group[group]["ratios"][ratio_name]["median"]
+            targets.append({"group": group, "ratio": ratio_name, "target": target, "median": median, "met": median >= target})
+    document = {
+        "machine": machine_record(),
+        "settings": {"rounds": args.rounds, "warmup": args.warmup, "horizon": HORIZON, "adapter_steps": ADAPTER_STEPS},
+        "targets": targets,
+        "groups": results,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(document, indent=2, default=str) + "\n")
+    for entry in targets:
+        print(f"{entry['group']}: {entry['ratio']} = {entry['median']:.2f}x (target {entry['target']}x)")
+    print(f"wrote {args.output.resolve()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""From env factories to the groups that step them, for every backend that hosts groups.
+
+A factory returns either a single ``gymnasium.Env`` or a Gymnasium vector env
+(``gymnasium.make_vec(...)``, ``CartPoleVectorEnv``, a user's ``VectorEnv``).
+All factories of a collector must return the same kind. Single envs are
+grouped as the backend chooses (one :class:`EnvGroup` per env for ``serial``,
+one for all of a process's envs otherwise); a vector env is always one
+:class:`VectorEnvGroup` covering its ``num_envs`` columns, placed after the
+columns of the factories before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+from gymnasium import Env, Space
+
+from ..errors import SpaceError, WorkerError
+from ..spaces import SpaceLayout
+from ..storage import CompletedEpisodes, RolloutStorage
+from .stepping import EnvGroup, describe_failure
+from .vector_source import VectorEnvGroup, check_vector_env, is_vector_env
+
+__all__ = ["GroupChain", "build_groups", "close_made", "make_all", "spaces_per_env"]
+
+
+def _make_one(env_fn: Callable[[], Any], index: int) -> Any:
+    try:
+        made = env_fn()
+    except Exception as error:
+        raise WorkerError.from_failures([describe_failure(index, "make", error)]) from error
+    if is_vector_env(made):
+        check_vector_env(made, f"env_fns[{index}]")
+    elif not isinstance(made, Env):
+        raise SpaceError(
+            f"env_fns[{index}] returned {type(made).__name__}, not a gymnasium.Env "
+            "(nor a gymnasium.vector.VectorEnv)."
+        )
+    return made
+
+
+def make_all(env_fns: Sequence[Callable[[], Any]], first_index: int) -> list:
+    """Call every factory (``env_fns[k]`` is factory ``first_index + k``); close what was made if one fails."""
+    made: list = []
+    try:
+        for k, env_fn in enumerate(env_fns):
+            made.append(_make_one(env_fn, first_index + k))
+            if is_vector_env(made[-1]) != is_vector_env(made[0]):
+                kinds = ("a vector env", "a single env")
+                first, this = (kinds[0], kinds[1]) if is_vector_env(made[0]) else (kinds[1], kinds[0])
+                raise SpaceError(
+                    f"env_fns[{first_index + k}] returned {this} but env_fns[{first_index}] returned {first}; "
+                    "every factory must return the same kind."
+                )
+    except BaseException:
+        close_made(made)
+        raise
+    return made
+
+
+def close_made(made: Sequence[Any]) -> list[tuple[int, BaseException]]:
+    """Close every env or vector env, returning ``(position, error)`` for those that raised."""
+    errors = []
+    for position, env in enumerate(made):
+        try:
+            env.close()
+        except Exception as error:
+            errors.append((position, error))
+    return errors
+
+
+def spaces_per_env(made: Sequence[Any]) -> list[tuple[Space, Space]]:
+    """``(observation_space, action_space)`` of every env column, a vector env's sub-envs included."""
+    pairs: list[tuple[Space, Space]] = []
+    for env in made:
+        if is_vector_env(env):
+            pairs.extend([(env.single_observation_space, env.single_action_space)] * int(env.num_envs))
+        else:
+            pairs.append((env.observation_space, env.action_space))
+    return pairs
+
+
+def build_groups(
+    made: Sequence[Any],
+    column_offset: int,
+    single_env_bounds: Sequence[tuple[int, int]],
+    root_seed: int,
+    observation_layout: SpaceLayout,
+    action_layout: SpaceLayout,
+    info_keys: Sequence[str],
+    core: ModuleType,
+    observation_check: str = "warn",
+    first_episode_numbers: Sequence[int] | None = None,
+) -> list[tuple[int, int, Any]]:
+    """The groups over ``made``, as ``(start, stop, group)`` with columns relative to ``column_offset``.
+
+    ``single_env_bounds`` groups single envs (ignored for vector envs, which are
+    one group each).
+    """
+    common = (root_seed, observation_layout, action_layout, info_keys, core)
+    if made and is_vector_env(made[0]):
+        groups, start = [], 0
+        for vector_env in made:
+            stop = start + int(vector_env.num_envs)
+            groups.append((start, stop, VectorEnvGroup(vector_env, column_offset + start, *common)))
+            start = stop
+        return groups
+    return [
+        (
+            start,
+            stop,
+            EnvGroup(
+                list(made[start:stop]),
+                column_offset + start,
+                *common,
+                first_episode_numbers=None if first_episode_numbers is None else first_episode_numbers[start:stop],
+                observation_check=observation_check,
+            ),
+        )
+        for start, stop in single_env_bounds
+    ]
+
+
+class GroupChain:
+    """Groups over consecutive columns, stepped one after another, seen as one group."""
+
+    def __init__(self, groups: Sequence[tuple[int, int, Any]]) -> None:
+        self._groups = list(groups)
+        self.num_envs = self._groups[-1][1] if self._groups else 0
+
+    def reset_all(self) -> None:
+        for _, _, group in self._groups:
+            group.reset_all()
+
+    def begin(self, storage: RolloutStorage) -> None:
+        for start, stop, group in self._groups:
+            group.begin(storage.columns(start, stop))
+
+    def step(self, t: int) -> None:
+        # Every group steps even after one fails, so that all failures of one
+        # step are reported together, as one WorkerError.
+        errors: list[WorkerError] = []
+        for _, _, group in self._groups:
+            try:
+                group.step(t)
+            except WorkerError as error:
+                errors.append(error)
+        if len(errors) == 1:
+            raise errors[0]
+        if errors:
+            failures = [failure for error in errors for failure in error.failures]
+            raise WorkerError.from_failures(failures) from errors[0].__cause__
+
+    def finish(self) -> CompletedEpisodes:
+        return CompletedEpisodes.merge([group.finish() for _, _, group in self._groups])
+
+    def abandon(self, t: int) -> None:
+        for _, _, group in self._groups:
+            group.abandon(t)
+
+    def close(self) -> list[tuple[int, BaseException]]:
+        return [error for _, _, group in self._groups for error in group.close()]

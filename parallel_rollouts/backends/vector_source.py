@@ -1,0 +1,512 @@
+"""A Gymnasium ``VectorEnv`` as a source of rollouts, stepped like an :class:`EnvGroup`.
+
+A :class:`VectorEnvGroup` owns one vector env of ``n`` sub-envs (global indices
+``env_offset .. env_offset + n - 1``) and has the interface of
+:class:`~parallel_rollouts.backends.stepping.EnvGroup`: ``reset_all``, then per
+rollout ``begin(storage)``, ``step(t)`` for each row, ``finish()`` (or
+``abandon(t)``), and ``close()``. Every backend that hosts groups (serial,
+sync, each async worker) therefore runs it unchanged. One call of the vector
+env's ``step`` steps all ``n`` sub-envs, and the books are kept with whole-row
+NumPy operations, so the cost per step does not grow with a Python loop over
+sub-envs.
+
+How each autoreset mode (``metadata["autoreset_mode"]``) maps onto the batch:
+
+``SAME_STEP``
+    The vector env resets an ended sub-env within the step and returns the
+    terminal observation in ``info["final_obs"]``; it goes to
+    ``final_observations[t]``. Row ``t + 1`` holds the new episode's first
+    observation, exactly as for env factories.
+``DISABLED``
+    Nothing resets on its own: after a step in which episodes ended, the group
+    calls ``reset(seed=[...], options={"reset_mask": ended})`` with each ended
+    sub-env's next episode seed, as :class:`EnvGroup` does for single envs.
+``NEXT_STEP``
+    The step after an episode's end resets that sub-env and ignores its action.
+    That row is kept in the batch and marked by ``reset_steps[t, env]`` (the
+    batch's ``valid`` is its negation): its observation is the terminal one, its
+    reward is the vector env's (zero), and it counts in no episode's return or
+    length.
+
+Seeds: the first reset passes one episode seed per sub-env
+(``reset(seed=[...])``). The sub-envs a vector env resets on its own draw from
+their own generators, so episodes begun by ``NEXT_STEP`` or ``SAME_STEP``
+autoresets are recorded with seed ``-1`` (unknown). A vector env whose
+``reset`` takes only one int seed (``CartPoleVectorEnv``) is reset with one
+seed derived from the root seed, and every episode is recorded with ``-1``;
+the batch is still reproducible from the collector's seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+from gymnasium import Env, Space
+from gymnasium import error as gymnasium_error
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from ..errors import ObservationError, SpaceError, WorkerError
+from ..seeding import EpisodeSeeds
+from ..spaces import SpaceLayout, check_env_spaces
+from ..storage import CompletedEpisodes, RolloutStorage
+from .stepping import describe_failure
+
+__all__ = ["UNKNOWN_SEED", "VectorEnvGroup", "autoreset_mode_of", "is_vector_env"]
+
+#: Recorded as an episode's seed when the vector env chose it (or no per-env seed exists).
+UNKNOWN_SEED = -1
+
+
+def is_vector_env(value: Any) -> bool:
+    """True for a Gymnasium ``VectorEnv`` (or a wrapper of one), not for a single ``Env``."""
+    return isinstance(value, VectorEnv) or (
+        not isinstance(value, Env)
+        and hasattr(value, "num_envs")
+        and hasattr(value, "single_observation_space")
+        and hasattr(value, "single_action_space")
+    )
+
+
+def autoreset_mode_of(vector_env: Any) -> AutoresetMode:
+    """The vector env's declared autoreset mode; Gymnasium's default ``NEXT_STEP`` when it declares none."""
+    mode = getattr(vector_env, "metadata", {}).get("autoreset_mode", AutoresetMode.NEXT_STEP)
+    if isinstance(mode, AutoresetMode):
+        return mode
+    try:
+        return AutoresetMode(mode)
+    except ValueError:
+        names = [member.value for member in AutoresetMode]
+        raise SpaceError(
+            f"{_describe(vector_env)} declares metadata['autoreset_mode']={mode!r}; expected a "
+            f"gymnasium.vector.AutoresetMode or one of {names!r}."
+        ) from None
+
+
+def _describe(vector_env: Any) -> str:
+    return f"the vector env {type(vector_env).__name__}"
+
+
+def check_vector_env(vector_env: Any, where: str) -> int:
+    """Check what can be checked before the first reset; return ``num_envs``.
+
+    ``where`` names the vector env in messages (e.g. ``"env_fns[1]"``).
+    """
+    if getattr(vector_env, "closed", False):
+        raise SpaceError(f"{where} ({type(vector_env).__name__}) is closed; pass an open vector env or a factory of one.")
+    num_envs = getattr(vector_env, "num_envs", None)
+    if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+        raise SpaceError(f"{where} ({type(vector_env).__name__}) has num_envs={num_envs!r}; expected an int >= 1.")
+    num_envs = int(num_envs)
+    for role in ("observation", "action"):
+        single = getattr(vector_env, f"single_{role}_space")
+        batched = getattr(vector_env, f"{role}_space", None)
+        if batched is None or batched is single or _same(batched, single):
+            # EnvPool declares its single spaces as the batched ones too.
+            continue
+        single_leaves = SpaceLayout(single, role).leaves
+        try:
+            batched_leaves = SpaceLayout(batched, role).leaves
+        except SpaceError:
+            batched_leaves = ()
+        expected = [((num_envs,) + leaf.shape, leaf.dtype) for leaf in single_leaves]
+        got = [(leaf.shape, leaf.dtype) for leaf in batched_leaves]
+        if got != expected:
+            raise SpaceError(
+                f"{where} ({type(vector_env).__name__}, num_envs={num_envs}) declares the {role}_space "
+                f"{batched!r}, which does not batch its single_{role}_space {single!r} {num_envs} times "
+                f"(expected leaf shapes and dtypes {expected!r}, got {got!r}). Check that num_envs and "
+                "the spaces agree."
+            )
+    return num_envs
+
+
+def _same(first: Space, second: Space) -> bool:
+    try:
+        return bool(first == second)
+    except ValueError:
+        return False
+
+
+class VectorEnvGroup:
+    """One vector env, stepped into a column slice of rollout storage.
+
+    Parameters are those of :class:`~parallel_rollouts.backends.stepping.EnvGroup`,
+    except that ``vector_env`` replaces the list of envs.
+    """
+
+    def __init__(
+        self,
+        vector_env: Any,
+        env_offset: int,
+        root_seed: int,
+        observation_layout: SpaceLayout,
+        action_layout: SpaceLayout,
+        info_keys: Sequence[str],
+        core: ModuleType,
+        first_episode_numbers: Sequence[int] | None = None,
+    ) -> None:
+        where = f"the vector env at env {env_offset}"
+        n = check_vector_env(vector_env, where)
+        for column in range(n):
+            check_env_spaces(
+                env_offset + column,
+                vector_env.single_observation_space,
+                vector_env.single_action_space,
+                observation_layout.space,
+                action_layout.space,
+            )
+        self.vector_env = vector_env
+        self.env_offset = env_offset
+        self.num_envs = n
+        self.autoreset_mode = autoreset_mode_of(vector_env)
+        self._root_seed = root_seed
+        self._observation_layout = observation_layout
+        self._action_layout = action_layout
+        self._info_keys = tuple(info_keys)
+        self._core = core
+        self._episode_seeds = [EpisodeSeeds(root_seed, env_offset + column) for column in range(n)]
+        self._episodes_started = np.array(
+            list(first_episode_numbers) if first_episode_numbers is not None else [0] * n, dtype=np.int64
+        )
+        # None until the first reset shows whether reset(seed=[...]) is accepted.
+        self._per_env_seeds: bool | None = None
+        self._running_returns = np.zeros(n, dtype=np.float64)
+        self._running_lengths = np.zeros(n, dtype=np.int64)
+        self._running_seeds = np.full(n, UNKNOWN_SEED, dtype=np.int64)
+        # NEXT_STEP: the sub-envs whose episode ended at the previous step, so that
+        # this step is their reset step. It outlives a rollout, like the observations.
+        self._resetting = np.zeros(n, dtype=bool)
+        self._current_observations = observation_layout.allocate((1, n), np.zeros)
+        self._storage: RolloutStorage | None = None
+        self._completed: CompletedEpisodes | None = None
+        self._completed_count = 0
+
+    @property
+    def episodes_started(self) -> list[int]:
+        """Episodes each sub-env has started with a seed of ours (its next seeded reset uses this number)."""
+        return self._episodes_started.tolist()
+
+    # -- resets ----------------------------------------------------------------------------
+
+    def _next_seeds(self, columns: np.ndarray) -> list[int]:
+        seeds = [self._episode_seeds[c].seed_of(int(self._episodes_started[c])) for c in columns.tolist()]
+        self._episodes_started[columns] += 1
+        return seeds
+
+    def _reset(self, mask: np.ndarray | None) -> Any:
+        """Reset every sub-env (``mask`` None) or those in ``mask``, seeding them when the env allows."""
+        columns = np.arange(self.num_envs) if mask is None else np.flatnonzero(mask)
+        options = None if mask is None else {"reset_mask": mask.copy()}
+        env = self.vector_env
+        try:
+            if self._per_env_seeds is not False:
+                seeds = self._next_seeds(columns)
+                full = [None] * self.num_envs
+                for column, seed in zip(columns.tolist(), seeds):
+                    full[column] = seed
+                try:
+                    observations, _info = env.reset(seed=full, options=options)
+                    self._per_env_seeds = True
+                    self._running_seeds[columns] = seeds
+                    return observations
+                except (TypeError, ValueError, gymnasium_error.Error):
+                    if self._per_env_seeds:
+                        raise
+                    # One int seed only (e.g. CartPoleVectorEnv): seed the whole vector
+                    # env once from the root seed; no sub-env has a seed of its own.
+                    self._per_env_seeds = False
+                    self._episodes_started[columns] -= 1
+                    observations, _info = env.reset(seed=seeds[0], options=options)
+                    self._running_seeds[columns] = UNKNOWN_SEED
+                    return observations
+            observations, _info = env.reset(options=options)
+            self._running_seeds[columns] = UNKNOWN_SEED
+            return observations
+        except (ObservationError, SpaceError):
+            raise
+        except Exception as error:
+            raise self._failure("reset" if mask is None else "autoreset", error) from error
+
+    def reset_all(self) -> None:
+        """First reset of every sub-env."""
+        observations = self._reset(None)
+        self._resetting[:] = False
+        leaves = self._leaves_of(observations, "reset observation")
+        for current, values in zip(self._current_observations, leaves):
+            current[0] = values
+        self._check_rows(self._current_observations, "reset observation")
+
+    # -- one rollout -----------------------------------------------------------------------
+
+    def begin(self, storage: RolloutStorage) -> None:
+        """Start a rollout into ``storage``, this group's column slice of the batch."""
+        self._storage = storage
+        self._completed = CompletedEpisodes.empty_buffers(storage.horizon * self.num_envs)
+        self._completed_count = 0
+        for leaf_storage, current in zip(storage.observations, self._current_observations):
+            leaf_storage[0] = current[0]
+
+    def step(self, t: int) -> None:
+        """Step the vector env once with the actions in ``storage.actions[t]``."""
+        storage = self._storage
+        # A copy: the env may keep what it is given, and the storage row is reused.
+        actions = self._action_layout.unflatten([leaf[t].copy() for leaf in storage.actions])
+        try:
+            observations, rewards, terminations, truncations, info = self.vector_env.step(actions)
+        except Exception as error:
+            raise self._failure("step", error) from error
+        n = self.num_envs
+        rewards = self._per_env_array(rewards, np.float64, "rewards")
+        terminated = self._per_env_array(terminations, np.bool_, "terminations")
+        truncated = self._per_env_array(truncations, np.bool_, "truncations")
+        for leaf_storage, values in zip(storage.observations, self._leaves_of(observations, "observation")):
+            leaf_storage[t + 1] = values
+        ended = terminated | truncated
+        mode = self.autoreset_mode
+        counted = ~self._resetting if mode is AutoresetMode.NEXT_STEP else np.ones(n, dtype=bool)
+        self._store_infos(t, info, ended, counted)
+
+        storage.rewards[t] = rewards
+        storage.terminations[t] = terminated
+        storage.truncations[t] = truncated
+        storage.step_episode_seeds[t] = self._running_seeds
+        storage.reset_steps[t] = ~counted
+        self._running_returns += np.where(counted, rewards, 0.0)
+        self._running_lengths += counted
+        columns = np.flatnonzero(ended)
+        if mode is AutoresetMode.NEXT_STEP:
+            self._resetting = ended
+        if columns.size:
+            self._end_episodes(t, columns, info, ended)
+
+    def _end_episodes(self, t: int, columns: np.ndarray, info: Any, ended: np.ndarray) -> None:
+        storage = self._storage
+        start, stop = self._completed_count, self._completed_count + columns.size
+        completed = self._completed
+        completed.returns[start:stop] = self._running_returns[columns]
+        completed.lengths[start:stop] = self._running_lengths[columns]
+        completed.env_indices[start:stop] = self.env_offset + columns
+        completed.end_steps[start:stop] = t
+        completed.seeds[start:stop] = self._running_seeds[columns]
+        self._completed_count = stop
+        self._running_returns[columns] = 0.0
+        self._running_lengths[columns] = 0
+
+        mode = self.autoreset_mode
+        if mode is AutoresetMode.SAME_STEP:
+            self._store_same_step_finals(t, columns, info)
+            self._running_seeds[columns] = UNKNOWN_SEED
+            return
+        for finals, observations in zip(storage.final_observations, storage.observations):
+            finals[t, columns] = observations[t + 1, columns]
+        if mode is AutoresetMode.NEXT_STEP:
+            # The vector env resets them at the next step, with seeds of its own choosing.
+            self._running_seeds[columns] = UNKNOWN_SEED
+            return
+        reset_observations = self._leaves_of(self._reset(ended), "reset observation")
+        for leaf_storage, values in zip(storage.observations, reset_observations):
+            leaf_storage[t + 1, columns] = values[columns]
+
+    def _store_same_step_finals(self, t: int, columns: np.ndarray, info: Any) -> None:
+        final = info.get("final_obs") if isinstance(info, dict) else None
+        if final is None:
+            raise ObservationError(
+                f"{_describe(self.vector_env)} (envs {self.env_offset}..{self.env_offset + self.num_envs - 1}) "
+                f"declares autoreset_mode SAME_STEP but its step info has no 'final_obs' for the ended "
+                f"env(s) {(self.env_offset + columns).tolist()!r}; a SAME_STEP vector env must return the "
+                "terminal observations there."
+            )
+        layout = self._observation_layout
+        for column in columns.tolist():
+            try:
+                values = layout.flatten(final[column])
+            except (SpaceError, IndexError, TypeError) as error:
+                raise ObservationError(
+                    f"env {self.env_offset + column} returned a terminal observation (info['final_obs']) "
+                    f"that does not match the observation space: {error}"
+                ) from None
+            for leaf_index, (finals, value) in enumerate(zip(self._storage.final_observations, values)):
+                value = np.asarray(value)
+                if value.shape != layout.leaves[leaf_index].shape:
+                    self._raise_shape(column, leaf_index, value, "terminal observation (info['final_obs'])")
+                finals[t, column] = value
+
+    def finish(self) -> CompletedEpisodes:
+        """End the rollout: check the observations, remember where each sub-env is, return the episodes."""
+        storage = self._storage
+        self._check_rows(storage.observations, "observation")
+        ended = storage.terminations | storage.truncations
+        if ended.any():
+            self._check_terminal_rows(storage.final_observations, ended)
+        for leaf_storage, current in zip(storage.observations, self._current_observations):
+            current[0] = leaf_storage[storage.horizon]
+        completed = self._completed.head(self._completed_count)
+        self._storage, self._completed = None, None
+        return completed
+
+    def abandon(self, t: int) -> None:
+        """Drop the rollout after ``t`` completed steps; the sub-envs stand where row ``t`` says."""
+        for leaf_storage, current in zip(self._storage.observations, self._current_observations):
+            current[0] = leaf_storage[t]
+        self._storage, self._completed = None, None
+
+    def close(self) -> list[tuple[int, BaseException]]:
+        """Close the vector env; return ``(env_index, error)`` if its ``close`` raised."""
+        try:
+            self.vector_env.close()
+        except Exception as error:
+            return [(self.env_offset, error)]
+        return []
+
+    # -- conversions and checks ------------------------------------------------------------
+
+    def _failure(self, phase: str, error: BaseException) -> WorkerError:
+        """The vector env raised: every one of its sub-envs is affected, so each is listed."""
+        failure = describe_failure(self.env_offset, phase, error)
+        last = self.env_offset + self.num_envs - 1
+        message = (
+            f"{_describe(self.vector_env)} hosting envs {self.env_offset}..{last} raised "
+            f"{failure.exception_type} in `{phase}`: {failure.message}"
+        )
+        # One traceback (the first entry's) for the one exception.
+        failures = (failure,) + tuple(
+            replace(failure, env_index=self.env_offset + column, traceback="") for column in range(1, self.num_envs)
+        )
+        return WorkerError(message, failures)
+
+    def _per_env_array(self, values: Any, dtype: type, name: str) -> np.ndarray:
+        try:
+            array = np.asarray(values, dtype=dtype)
+        except (TypeError, ValueError) as error:
+            raise WorkerError.from_failures(
+                [describe_failure(self.env_offset, "step", TypeError(f"{name} cannot be converted to {np.dtype(dtype)}: {error}"))]
+            ) from None
+        if array.shape != (self.num_envs,):
+            raise WorkerError.from_failures(
+                [
+                    describe_failure(
+                        self.env_offset,
+                        "step",
+                        ValueError(
+                            f"{_describe(self.vector_env)} returned {name} of shape {array.shape!r}; its "
+                            f"num_envs={self.num_envs} needs shape ({self.num_envs},)."
+                        ),
+                    )
+                ]
+            )
+        return array
+
+    def _leaves_of(self, observations: Any, what: str) -> list[np.ndarray]:
+        """The batched observation as one ``[n, *leaf_shape]`` array per leaf, shapes checked."""
+        layout = self._observation_layout
+        try:
+            values = layout.flatten(observations)
+        except SpaceError as error:
+            raise ObservationError(
+                f"{_describe(self.vector_env)} (envs {self.env_offset}..{self.env_offset + self.num_envs - 1}) "
+                f"returned a {what} that does not match: {error}"
+            ) from None
+        arrays = []
+        for leaf_index, value in enumerate(values):
+            array = np.asarray(value)
+            expected = (self.num_envs,) + layout.leaves[leaf_index].shape
+            if array.shape != expected:
+                leaf = layout.leaves[leaf_index]
+                where = f" at {leaf.name}" if layout.is_nested else ""
+                raise ObservationError(
+                    f"{_describe(self.vector_env)} (envs {self.env_offset}..{self.env_offset + self.num_envs - 1}) "
+                    f"returned a {what}{where} of shape {array.shape!r}; with num_envs={self.num_envs} and the "
+                    f"single observation space {leaf.space!r} it must have shape {expected!r}."
+                )
+            arrays.append(array)
+        return arrays
+
+    def _store_infos(self, t: int, info: Any, ended: np.ndarray, counted: np.ndarray) -> None:
+        """Fill ``infos[key][t]``; a reset step may lack a key (it stays NaN), a counted step may not."""
+        if not self._info_keys:
+            return
+        storage = self._storage
+        final_info = info.get("final_info") if isinstance(info, dict) else None
+        for key in self._info_keys:
+            row = storage.infos[key][t]
+            row[:] = np.nan
+            present = self._fill_info(row, info, key, np.ones(self.num_envs, dtype=bool))
+            if self.autoreset_mode is AutoresetMode.SAME_STEP and isinstance(final_info, dict):
+                # The ended step's own info moved into final_info when the sub-env reset.
+                present |= self._fill_info(row, final_info, key, ended)
+            missing = np.flatnonzero(counted & ~present)
+            if missing.size:
+                column = int(missing[0])
+                keys = sorted(k for k in info if not str(k).startswith("_")) if isinstance(info, dict) else info
+                raise WorkerError.from_failures(
+                    [
+                        describe_failure(
+                            self.env_offset + column,
+                            "info",
+                            KeyError(
+                                f"info has no key {key!r} for this env (keys: {keys!r}); info_keys must name "
+                                "scalar entries present on every step"
+                            ),
+                        )
+                    ]
+                )
+
+    def _fill_info(self, row: np.ndarray, info: Any, key: str, where: np.ndarray) -> np.ndarray:
+        if not isinstance(info, dict) or key not in info:
+            return np.zeros(self.num_envs, dtype=bool)
+        mask = np.asarray(info.get(f"_{key}", np.ones(self.num_envs, dtype=bool)), dtype=bool) & where
+        try:
+            values = np.asarray(info[key], dtype=np.float64)
+        except (TypeError, ValueError):
+            column = int(np.flatnonzero(mask)[0]) if mask.any() else 0
+            raise WorkerError.from_failures(
+                [describe_failure(self.env_offset + column, "info", TypeError(f"info[{key!r}] is not a scalar number per env: {info[key]!r}"))]
+            ) from None
+        if values.shape != (self.num_envs,):
+            raise WorkerError.from_failures(
+                [describe_failure(self.env_offset, "info", TypeError(f"info[{key!r}] has shape {values.shape!r}; expected ({self.num_envs},)"))]
+            )
+        row[mask] = values[mask]
+        return mask
+
+    def _check_rows(self, leaves: list[np.ndarray], what: str) -> None:
+        """Check ``[rows, env, ...]`` observation leaves against the space's bounds."""
+        layout = self._observation_layout
+        for leaf_index, (leaf, values) in enumerate(zip(layout.leaves, leaves)):
+            if layout.covers_whole_dtype(leaf_index):
+                continue
+            bad = self._core.find_out_of_bounds(values.reshape((-1,) + leaf.shape), *layout.bounds(leaf_index))
+            if bad >= 0:
+                row, column = divmod(bad, self.num_envs)
+                self._raise_out_of_space(leaf_index, row, column, values[row, column], what)
+
+    def _check_terminal_rows(self, final_observations: list[np.ndarray], ended: np.ndarray) -> None:
+        layout = self._observation_layout
+        positions = np.argwhere(ended)
+        for leaf_index, finals in enumerate(final_observations):
+            if layout.covers_whole_dtype(leaf_index):
+                continue
+            ended_rows = finals[ended]
+            bad = self._core.find_out_of_bounds(ended_rows, *layout.bounds(leaf_index))
+            if bad >= 0:
+                row, column = (int(i) for i in positions[bad])
+                self._raise_out_of_space(leaf_index, row, column, ended_rows[bad], "terminal observation")
+
+    def _raise_out_of_space(self, leaf_index: int, row: int, column: int, value: Any, what: str) -> None:
+        leaf = self._observation_layout.leaves[leaf_index]
+        where = f" at {leaf.name}" if self._observation_layout.is_nested else ""
+        raise ObservationError(
+            f"env {self.env_offset + column} returned a {what}{where} (row t={row}) outside its observation "
+            f"space {leaf.space!r}: got {np.asarray(value).tolist()!r}."
+        )
+
+    def _raise_shape(self, column: int, leaf_index: int, value: np.ndarray, what: str) -> None:
+        leaf = self._observation_layout.leaves[leaf_index]
+        raise ObservationError(
+            f"env {self.env_offset + column} returned a {what} of shape {value.shape!r} (dtype {value.dtype}); "
+            f"its observation space {leaf.space!r} expects shape {leaf.shape!r} (dtype {leaf.dtype})."
+        )

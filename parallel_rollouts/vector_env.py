@@ -1,0 +1,308 @@
+"""ParallelVectorEnv: the library's workers as a drop-in ``gymnasium.vector.VectorEnv``.
+
+For training loops that step a Gymnasium vector env themselves. With
+``backend="async"`` the envs run in the async backend's worker processes
+(the same processes, shared-memory storage and 9-byte step handshake that
+``ParallelRolloutCollector(backend="async")`` uses); with ``backend="sync"``
+they run in this process. Either way each env is stepped exactly as
+``gymnasium.vector.SyncVectorEnv`` steps it (see
+:mod:`~parallel_rollouts.backends.gymnasium_group`), so the two give the same
+observations, rewards, flags and infos for the same seeds and actions.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+import numpy as np
+from gymnasium import Env
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from .backends.base import BackendSpec
+from .backends.groups import close_made, make_all
+from .backends.gymnasium_group import GymnasiumGroup, build_gymnasium_group
+from .core import load_core
+from .errors import CollectorClosedError, ConfigurationError
+from .spaces import SpaceLayout, check_env_spaces
+from .storage import RolloutStorage
+
+__all__ = ["ParallelVectorEnv"]
+
+logger = logging.getLogger("parallel_rollouts")
+
+_BACKENDS = ("sync", "async")
+
+
+class ParallelVectorEnv(VectorEnv):
+    """A ``gymnasium.vector.VectorEnv`` over the library's sync or async workers.
+
+    Parameters
+    ----------
+    env_fns:
+        One zero-argument callable per env, each returning a ``gymnasium.Env``
+        with the same spaces (picklable for ``"async"``, as for the collector).
+    backend:
+        ``"async"`` (worker processes writing into shared memory, default) or
+        ``"sync"`` (every env in this process).
+    autoreset_mode:
+        ``AutoresetMode.NEXT_STEP`` (Gymnasium's default), ``SAME_STEP`` (the
+        terminal observation and info in ``info["final_obs"]`` / ``info["final_info"]``)
+        or ``DISABLED`` (reset ended envs with ``reset(options={"reset_mask": ...})``),
+        or their string values.
+    copy:
+        If true (default, as in Gymnasium), ``reset`` and ``step`` return new
+        observation arrays; if false, views of the env's buffers that the next
+        call overwrites (shared memory for ``"async"``).
+    num_workers, context, step_timeout:
+        As for :class:`~parallel_rollouts.ParallelRolloutCollector` with
+        ``backend="async"``.
+    core:
+        ``"auto"``, ``"compiled"`` or ``"python"``.
+
+    ``reset(seed=...)`` takes ``None``, an int ``s`` (env ``i`` gets ``s + i``)
+    or one seed per env, like Gymnasium's vector envs; autoresets use no seed.
+    ``call``, ``get_attr`` and ``set_attr`` reach every env (their arguments and
+    results are pickled for ``"async"``). Env failures raise
+    :class:`~parallel_rollouts.WorkerError` naming the env; the vector env is
+    then unusable, and ``close()`` still releases everything.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], Env]],
+        *,
+        backend: str = "async",
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        copy: bool = True,
+        num_workers: int | None = None,
+        context: str | None = None,
+        step_timeout: float | None = None,
+        core: str = "auto",
+    ) -> None:
+        self.closed = False
+        self._backend = None
+        self._group: GymnasiumGroup | None = None
+        self._broken: BaseException | None = None
+        if backend not in _BACKENDS:
+            raise ConfigurationError(f"`backend` must be one of {_BACKENDS!r}; got {backend!r}.")
+        if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Sequence) or not env_fns:
+            raise ConfigurationError(f"`env_fns` must be a non-empty sequence of env factories; got {env_fns!r}.")
+        for index, env_fn in enumerate(env_fns):
+            if not callable(env_fn) or isinstance(env_fn, Env):
+                raise ConfigurationError(f"env_fns[{index}] is not a factory (a callable returning an env); got {env_fn!r}.")
+        try:
+            self.autoreset_mode = autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
+        except ValueError:
+            raise ConfigurationError(
+                f"`autoreset_mode` must be a gymnasium.vector.AutoresetMode or one of "
+                f"{[mode.value for mode in AutoresetMode]!r}; got {autoreset_mode!r}."
+            ) from None
+        if backend == "sync":
+            for name, value in (("num_workers", num_workers), ("context", context), ("step_timeout", step_timeout)):
+                if value is not None:
+                    raise ConfigurationError(f"`{name}` applies to backend 'async' only; got backend='sync'.")
+        self.copy = bool(copy)
+        self.backend = backend
+        core_name, core_module = load_core(core)
+        self.num_envs = len(env_fns)
+        builder = partial(build_gymnasium_group, autoreset_mode=self.autoreset_mode)
+        if backend == "sync":
+            self._start_sync(list(env_fns), builder, core_module)
+        else:
+            self._start_async(list(env_fns), builder, core_name, core_module, num_workers, context, step_timeout)
+        self.single_observation_space = self._observation_layout.space
+        self.single_action_space = self._action_layout.space
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        metadata, render_mode = self.call("metadata")[0], self.get_attr("render_mode")[0]
+        self.metadata = {**dict(metadata or {}), "autoreset_mode": self.autoreset_mode}
+        self.render_mode = render_mode
+
+    # -- start-up --------------------------------------------------------------------------
+
+    def _start_sync(self, env_fns, builder, core_module) -> None:
+        envs = make_all(env_fns, 0)
+        try:
+            for index, env in enumerate(envs):
+                check_env_spaces(
+                    index, env.observation_space, env.action_space, envs[0].observation_space, envs[0].action_space
+                )
+            self._observation_layout = SpaceLayout(envs[0].observation_space, "observation")
+            self._action_layout = SpaceLayout(envs[0].action_space, "action")
+            self._group = builder(envs, 0, self._observation_layout, self._action_layout, core_module)
+        except BaseException:
+            close_made(envs)
+            raise
+        self._storage = RolloutStorage.allocate(self._observation_layout, self._action_layout, 1, self.num_envs)
+        self._group.begin(self._storage)
+
+    def _start_async(self, env_fns, builder, core_name, core_module, num_workers, context, step_timeout) -> None:
+        from .backends import _worker
+        from .backends.asynchronous import AsyncBackend
+
+        spec = BackendSpec(env_fns, 0, 1, (), core_name, core_module)
+        spec.group_builder = builder
+        self._backend = AsyncBackend.build(spec, num_workers=num_workers, context=context, step_timeout=step_timeout)
+        self._worker = _worker
+        self._observation_layout = spec.observation_layout
+        self._action_layout = spec.action_layout
+        self._storage = self._backend.storage
+        self._request(_worker.BEGIN)
+
+    # -- talking to the envs ---------------------------------------------------------------
+
+    def _request(self, command: bytes, argument: int = 0, payload: bytes = b"") -> list:
+        """Run one request on every worker; the unpickled results in worker order (``None`` where empty)."""
+        self._check_usable()
+        try:
+            replies = self._backend.request(command, argument, payload)
+        except BaseException as error:
+            self._broken = error
+            raise
+        return [None if reply is None else pickle.loads(reply) for reply in replies]
+
+    def _handle(self, request: tuple) -> list:
+        """``group.handle(request)`` on every group; the results in group order."""
+        if self._group is not None:
+            self._check_usable()
+            try:
+                return [self._group.handle(request)]
+            except BaseException as error:
+                self._broken = error
+                raise
+        return self._request(self._worker.HANDLE, 0, pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def _step_groups(self) -> list:
+        if self._group is not None:
+            self._check_usable()
+            try:
+                return [self._group.step(0)]
+            except BaseException as error:
+                self._broken = error
+                raise
+        return self._request(self._worker.STEP)
+
+    def _check_usable(self) -> None:
+        if self.closed:
+            raise CollectorClosedError("this ParallelVectorEnv is closed; create a new one.")
+        if self._broken is not None:
+            raise CollectorClosedError(
+                f"this ParallelVectorEnv is broken by an earlier failure ({type(self._broken).__name__}: "
+                f"{self._broken}); close it and create a new one."
+            ) from self._broken
+
+    def _merge_infos(self, parts: list) -> dict:
+        infos: dict = {}
+        for events in parts:
+            for index, info in events or ():
+                infos = self._add_info(infos, info, index)
+        return infos
+
+    def _observations(self) -> Any:
+        leaves = [leaf[0] for leaf in self._storage.observations]
+        if self.copy:
+            leaves = [leaf.copy() for leaf in leaves]
+        return self._observation_layout.unflatten(leaves)
+
+    # -- the VectorEnv API -----------------------------------------------------------------
+
+    def reset(self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None):
+        """Reset every env (or those in ``options["reset_mask"]``); return ``(observations, infos)``."""
+        super().reset(seed=seed if isinstance(seed, (int, np.integer)) else None)
+        if seed is None:
+            seeds = [None] * self.num_envs
+        elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            seeds = [int(seed) + index for index in range(self.num_envs)]
+        else:
+            seeds = list(seed)
+            if len(seeds) != self.num_envs:
+                raise ValueError(
+                    f"`seed` as a list must have one entry per env (num_envs={self.num_envs}); got {len(seeds)}."
+                )
+        options = dict(options) if options is not None else None
+        reset_mask = None
+        if options is not None and "reset_mask" in options:
+            reset_mask = options.pop("reset_mask")
+            if not isinstance(reset_mask, np.ndarray) or reset_mask.dtype != np.bool_ or reset_mask.shape != (self.num_envs,):
+                raise ValueError(
+                    f"`options['reset_mask']` must be a bool NumPy array of shape ({self.num_envs},); got {reset_mask!r}."
+                )
+            if not reset_mask.any():
+                raise ValueError("`options['reset_mask']` must select at least one env.")
+        parts = self._handle(("reset", seeds, options, reset_mask))
+        return self._observations(), self._merge_infos(parts)
+
+    def step(self, actions: Any):
+        """Step every env once; return ``(observations, rewards, terminations, truncations, infos)``."""
+        self._check_usable()
+        self._write_actions(actions)
+        parts = self._step_groups()
+        storage = self._storage
+        return (
+            self._observations(),
+            storage.rewards[0].copy(),
+            storage.terminations[0].copy(),
+            storage.truncations[0].copy(),
+            self._merge_infos(parts),
+        )
+
+    def _write_actions(self, actions: Any) -> None:
+        layout = self._action_layout
+        try:
+            values = layout.flatten(actions)
+        except Exception as error:
+            raise ValueError(f"the actions do not match the action space {self.action_space!r}: {error}") from None
+        for leaf, target, value in zip(layout.leaves, self._storage.actions, values):
+            array = np.asarray(value)
+            expected = (self.num_envs,) + leaf.shape
+            if array.shape != expected:
+                where = f" at {leaf.name}" if layout.is_nested else ""
+                raise ValueError(
+                    f"the actions{where} have shape {array.shape!r}; with num_envs={self.num_envs} and the single "
+                    f"action space {leaf.space!r} they must have shape {expected!r}."
+                )
+            target[0] = array
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
+        """Call method ``name`` of every env (or read the attribute); one result per env."""
+        return tuple(result for part in self._handle(("call", name, args, kwargs)) for result in part)
+
+    def get_attr(self, name: str) -> tuple:
+        """Attribute ``name`` of every env."""
+        return self.call(name)
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Set attribute ``name`` of every env: one value for all, or a list/tuple of one per env."""
+        if not isinstance(values, (list, tuple)):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise ValueError(f"`values` must have one entry per env (num_envs={self.num_envs}); got {len(values)}.")
+        self._handle(("set_attr", name, list(values)))
+
+    def render(self) -> tuple:
+        return self.call("render")
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Close every env and release the workers and shared memory."""
+        if self._backend is not None:
+            self._backend.close()
+            self._backend.broken = None
+        elif self._group is not None:
+            for index, error in self._group.close():
+                logger.warning("env %d raised while closing: %s", index, error)
+        self._broken = None
+
+    def __del__(self) -> None:
+        if not getattr(self, "closed", True):
+            try:
+                self.close()
+            except Exception:
+                logger.debug("closing a ParallelVectorEnv during garbage collection failed", exc_info=True)
+
+    def __repr__(self) -> str:
+        return f"ParallelVectorEnv(backend={self.backend!r}, num_envs={self.num_envs}, autoreset_mode={self.autoreset_mode.name})"
