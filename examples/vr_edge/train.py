@@ -10,10 +10,15 @@ its final observation instead of being scored as if the session had failed; see
 
 It writes to `--output-dir`:
 
-- `metrics.jsonl`: one JSON object per update (`null` for a mean over no episodes);
+- `metrics.jsonl`: one JSON object per update (`null` for a mean over no episodes, or for the
+  held-out evaluation of an update that ran none);
 - `policy.pt`: the trained weights with the arguments that rebuild the network and the env
   (`python -m examples.vr_edge.evaluate --policy .../policy.pt` compares it to the baselines);
-- `learning_curve.png` with `--plot`.
+- `learning_curve.png` with `--plot`: the deterministic policy's return on held-out seeds of
+  the test traces (every `--eval-every` updates) with the tuned baselines as horizontal lines.
+
+Training sees only the train traces. The run ends by printing a summary: the final held-out
+evaluation next to the baselines' scores on the same seeds, and every path it wrote.
 
 The same `--seed` gives the same learning curve on every backend: the collector hands out
 identical batches, and torch runs single-threaded with deterministic kernels.
