@@ -46,7 +46,6 @@ from typing import Any
 
 import numpy as np
 from gymnasium import Env, Space
-from gymnasium import error as gymnasium_error
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from ..errors import ObservationError, SpaceError, WorkerError
@@ -213,11 +212,15 @@ class VectorEnvGroup:
                     self._per_env_seeds = True
                     self._running_seeds[columns] = seeds
                     return observations
-                except (TypeError, ValueError, gymnasium_error.Error):
+                except Exception:
                     if self._per_env_seeds:
                         raise
-                    # One int seed only (e.g. CartPoleVectorEnv): seed the whole vector
-                    # env once from the root seed; no sub-env has a seed of its own.
+                    # The first reset refused a seed list. Vector envs signal that with
+                    # various exception types (Gymnasium's own Error, TypeError, errors from
+                    # C++ bindings), so any of them means: one int seed only (e.g.
+                    # CartPoleVectorEnv). Seed the whole vector env once from the root seed;
+                    # no sub-env has a seed of its own. A reset that fails for another reason
+                    # fails again below and is reported.
                     self._per_env_seeds = False
                     self._episodes_started[columns] -= 1
                     observations, _info = env.reset(seed=seeds[0], options=options)
