@@ -179,6 +179,7 @@ class VectorEnvGroup:
         # NEXT_STEP: the sub-envs whose episode ended at the previous step, so that
         # this step is their reset step. It outlives a rollout, like the observations.
         self._resetting = np.zeros(n, dtype=bool)
+        self._all_counted = np.ones(n, dtype=bool)
         self._current_observations = observation_layout.allocate((1, n), np.zeros)
         self._storage: RolloutStorage | None = None
         self._completed: CompletedEpisodes | None = None
@@ -262,24 +263,27 @@ class VectorEnvGroup:
             observations, rewards, terminations, truncations, info = self.vector_env.step(actions)
         except Exception as error:
             raise self._failure("step", error) from error
-        n = self.num_envs
-        rewards = self._per_env_array(rewards, np.float64, "rewards")
-        terminated = self._per_env_array(terminations, np.bool_, "terminations")
-        truncated = self._per_env_array(truncations, np.bool_, "truncations")
+        # Rewards and flags go straight into their rows (converted on the way), read back from there.
+        rewards = self._store_per_env(rewards, storage.rewards[t], "rewards")
+        terminated = self._store_per_env(terminations, storage.terminations[t], "terminations")
+        truncated = self._store_per_env(truncations, storage.truncations[t], "truncations")
         for leaf_storage, values in zip(storage.observations, self._leaves_of(observations, "observation")):
             leaf_storage[t + 1] = values
         ended = terminated | truncated
         mode = self.autoreset_mode
-        counted = ~self._resetting if mode is AutoresetMode.NEXT_STEP else np.ones(n, dtype=bool)
-        self._store_infos(t, info, ended, counted)
-
-        storage.rewards[t] = rewards
-        storage.terminations[t] = terminated
-        storage.truncations[t] = truncated
         storage.step_episode_seeds[t] = self._running_seeds
-        storage.reset_steps[t] = ~counted
-        self._running_returns += np.where(counted, rewards, 0.0)
-        self._running_lengths += counted
+        if mode is AutoresetMode.NEXT_STEP:
+            resetting = self._resetting
+            counted = ~resetting
+            storage.reset_steps[t] = resetting
+            self._running_returns += np.where(resetting, 0.0, rewards)
+            self._running_lengths += counted
+        else:
+            counted = self._all_counted
+            storage.reset_steps[t] = False
+            self._running_returns += rewards
+            self._running_lengths += 1
+        self._store_infos(t, info, ended, counted)
         columns = np.flatnonzero(ended)
         if mode is AutoresetMode.NEXT_STEP:
             self._resetting = ended
@@ -381,14 +385,17 @@ class VectorEnvGroup:
         )
         return WorkerError(message, failures)
 
-    def _per_env_array(self, values: Any, dtype: type, name: str) -> np.ndarray:
+    def _store_per_env(self, values: Any, row: np.ndarray, name: str) -> np.ndarray:
+        """Write one value per sub-env into ``row`` (converting to its dtype); return ``row``."""
         try:
-            array = np.asarray(values, dtype=dtype)
+            array = np.asarray(values)
+            if array.shape == row.shape:
+                row[...] = array
         except (TypeError, ValueError) as error:
             raise WorkerError.from_failures(
-                [describe_failure(self.env_offset, "step", TypeError(f"{name} cannot be converted to {np.dtype(dtype)}: {error}"))]
+                [describe_failure(self.env_offset, "step", TypeError(f"{name} cannot be converted to {row.dtype}: {error}"))]
             ) from None
-        if array.shape != (self.num_envs,):
+        if array.shape != row.shape:
             raise WorkerError.from_failures(
                 [
                     describe_failure(
@@ -401,7 +408,7 @@ class VectorEnvGroup:
                     )
                 ]
             )
-        return array
+        return row
 
     def _leaves_of(self, observations: Any, what: str) -> list[np.ndarray]:
         """The batched observation as one ``[n, *leaf_shape]`` array per leaf, shapes checked."""
