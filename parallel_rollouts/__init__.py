@@ -2,7 +2,7 @@
 
 from .batch import RolloutBatch
 from .collector import ParallelRolloutCollector
-from .core import active_core
+from .core import CoreFallbackWarning, active_core
 from .errors import (
     ActionError,
     CollectorClosedError,
@@ -16,6 +16,7 @@ from .errors import (
     WorkerDiedError,
     WorkerError,
 )
+from .make import make_collector
 from .policy import PolicyOutput
 from .vector_env import ParallelVectorEnv
 
@@ -25,6 +26,7 @@ __all__ = [
     "ActionError",
     "CollectorClosedError",
     "ConfigurationError",
+    "CoreFallbackWarning",
     "CoreUnavailableError",
     "EnvFailure",
     "ObservationError",
@@ -39,4 +41,5 @@ __all__ = [
     "WorkerError",
     "__version__",
     "active_core",
+    "make_collector",
 ]

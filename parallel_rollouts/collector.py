@@ -252,6 +252,14 @@ class ParallelRolloutCollector:
         )
 
 
+def _env_id_hint(env_id: str) -> str:
+    return (
+        f"For a registered Gymnasium env id use "
+        f"`parallel_rollouts.make_collector({env_id!r}, num_envs=..., ...)`; ParallelRolloutCollector "
+        f"takes env factories, e.g. `[partial(gymnasium.make, {env_id!r})] * num_envs`."
+    )
+
+
 def _check_env_fns(env_fns: Any, backend: str) -> list:
     if is_vector_env(env_fns):
         if backend not in ("serial", "sync"):
@@ -262,7 +270,11 @@ def _check_env_fns(env_fns: Any, backend: str) -> list:
             )
         check_vector_env(env_fns, "the vector env")
         return [_GivenVectorEnv(env_fns)]
-    if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Sequence):
+    if isinstance(env_fns, str):
+        raise ConfigurationError(
+            f"`env_fns` is the string {env_fns!r}, not a list of env factories. {_env_id_hint(env_fns)}"
+        )
+    if isinstance(env_fns, bytes) or not isinstance(env_fns, Sequence):
         raise ConfigurationError(
             f"`env_fns` must be a sequence of zero-argument callables returning envs; got {type(env_fns).__name__}."
         )
@@ -273,6 +285,10 @@ def _check_env_fns(env_fns: Any, backend: str) -> list:
             raise ConfigurationError(
                 f"env_fns[{index}] is an env instance ({type(env_fn).__name__}), not a factory; "
                 "pass a callable that creates it, e.g. `lambda: gymnasium.make(...)`."
+            )
+        if isinstance(env_fn, str):
+            raise ConfigurationError(
+                f"env_fns[{index}] is the string {env_fn!r}, not an env factory. {_env_id_hint(env_fn)}"
             )
         if not callable(env_fn):
             raise ConfigurationError(f"env_fns[{index}] is not callable; got {env_fn!r}.")

@@ -60,7 +60,7 @@ def test_bad_seeds_are_rejected():
 def test_env_fns_must_be_a_non_empty_sequence_of_factories():
     with pytest.raises(ConfigurationError, match=r"`env_fns` is empty"):
         ParallelRolloutCollector([])
-    with pytest.raises(ConfigurationError, match=r"env_fns\[1\] is not callable; got 'CartPole-v1'"):
+    with pytest.raises(ConfigurationError, match=r"env_fns\[1\] is the string 'CartPole-v1', not an env factory\. .*make_collector\('CartPole-v1'"):
         ParallelRolloutCollector([cartpole, "CartPole-v1"])
     with pytest.raises(ConfigurationError, match=r"env_fns\[0\] is an env instance \(CountingEnv\), not a factory"):
         ParallelRolloutCollector([CountingEnv()])
@@ -99,7 +99,7 @@ def test_unsupported_spaces_are_rejected_at_construction(space, match):
 def test_compiled_core_missing_is_an_error_not_a_fallback(monkeypatch):
     monkeypatch.setattr(core_module, "_compiled_core", None)
     monkeypatch.setattr(core_module, "_COMPILED_IMPORT_ERROR", ImportError("no module named _core"))
-    with pytest.raises(CoreUnavailableError, match=r"core='compiled' was requested .*\(no module named _core\)"):
+    with pytest.raises(CoreUnavailableError, match=r"core='compiled' was requested but cannot be used\. no module named _core"):
         ParallelRolloutCollector(counting_fns(1), core="compiled")
 
 
