@@ -150,14 +150,14 @@ class VectorEnvGroup:
     ) -> None:
         where = f"the vector env at env {env_offset}"
         n = check_vector_env(vector_env, where)
-        for column in range(n):
-            check_env_spaces(
-                env_offset + column,
-                vector_env.single_observation_space,
-                vector_env.single_action_space,
-                observation_layout.space,
-                action_layout.space,
-            )
+        # Every sub-env shares the single spaces: one check names the vector env's first env.
+        check_env_spaces(
+            env_offset,
+            vector_env.single_observation_space,
+            vector_env.single_action_space,
+            observation_layout.space,
+            action_layout.space,
+        )
         self.vector_env = vector_env
         self.env_offset = env_offset
         self.num_envs = n
