@@ -20,6 +20,7 @@ from tests.vector_envs import (
     failing_vector,
     int_seed_only,
     misdeclared,
+    nan_observation,
     reset_fails,
     sync_vector,
     sync_vector_fn,
@@ -309,3 +310,9 @@ def test_a_vector_env_refusing_seed_lists_in_any_way_is_seeded_once_and_records_
 def test_a_vector_env_whose_first_reset_fails_names_its_envs():
     with pytest.raises(WorkerError, match=r"hosting envs 0..2 raised OSError in `reset`: the simulator did not start"):
         ParallelRolloutCollector(reset_fails(3), None, backend="sync")
+
+
+def test_observations_from_a_vector_env_are_checked_row_by_row_and_name_the_sub_env():
+    with ParallelRolloutCollector(nan_observation(3), None, backend="sync", horizon=5, seed=0) as collector:
+        with pytest.raises(ObservationError, match=r"env 1 returned an observation at step t=0 \(observations row t=1\) outside"):
+            collector.collect()

@@ -131,3 +131,17 @@ class ResetFails(gym.vector.VectorWrapper):
 
 def reset_fails(num_envs: int) -> ResetFails:
     return ResetFails(cartpole_vector(num_envs))
+
+
+class NanObservation(gym.vector.VectorWrapper):
+    """A CartPoleVectorEnv whose second sub-env returns NaN at every step."""
+
+    def step(self, actions):
+        observations, rewards, terminations, truncations, infos = self.env.step(actions)
+        observations = observations.copy()
+        observations[1, 0] = np.nan
+        return observations, rewards, terminations, truncations, infos
+
+
+def nan_observation(num_envs: int) -> NanObservation:
+    return NanObservation(cartpole_vector(num_envs))

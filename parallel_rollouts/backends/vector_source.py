@@ -49,6 +49,7 @@ from gymnasium import Env, Space
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from ..errors import ObservationError, SpaceError, WorkerError
+from ..observation_checks import ObservationChecker
 from ..seeding import EpisodeSeeds
 from ..spaces import SpaceLayout, check_env_spaces
 from ..storage import CompletedEpisodes, RolloutStorage
@@ -147,6 +148,7 @@ class VectorEnvGroup:
         info_keys: Sequence[str],
         core: ModuleType,
         first_episode_numbers: Sequence[int] | None = None,
+        observation_check: str = "warn",
     ) -> None:
         where = f"the vector env at env {env_offset}"
         n = check_vector_env(vector_env, where)
@@ -167,6 +169,7 @@ class VectorEnvGroup:
         self._action_layout = action_layout
         self._info_keys = tuple(info_keys)
         self._core = core
+        self._checker = ObservationChecker(observation_layout, core, observation_check, env_offset)
         self._episode_seeds = [EpisodeSeeds(root_seed, env_offset + column) for column in range(n)]
         self._episodes_started = np.array(
             list(first_episode_numbers) if first_episode_numbers is not None else [0] * n, dtype=np.int64
@@ -242,7 +245,11 @@ class VectorEnvGroup:
         leaves = self._leaves_of(observations, "reset observation")
         for current, values in zip(self._current_observations, leaves):
             current[0] = values
-        self._check_rows(self._current_observations, "reset observation")
+        self._checker.check(
+            [leaf[0] for leaf in self._current_observations],
+            None,
+            lambda column: "an observation from its first `reset` (observations row t=0)",
+        )
 
     # -- one rollout -----------------------------------------------------------------------
 
@@ -289,6 +296,11 @@ class VectorEnvGroup:
             self._resetting = ended
         if columns.size:
             self._end_episodes(t, columns, info, ended)
+        self._checker.check(
+            [leaf[t + 1] for leaf in storage.observations],
+            None,
+            lambda column: f"an observation at step t={t} (observations row t={t + 1})",
+        )
 
     def _end_episodes(self, t: int, columns: np.ndarray, info: Any, ended: np.ndarray) -> None:
         storage = self._storage
@@ -307,9 +319,16 @@ class VectorEnvGroup:
         if mode is AutoresetMode.SAME_STEP:
             self._store_same_step_finals(t, columns, info)
             self._running_seeds[columns] = UNKNOWN_SEED
+        else:
+            for finals, observations in zip(storage.final_observations, storage.observations):
+                finals[t, columns] = observations[t + 1, columns]
+        self._checker.check(
+            [leaf[t, columns] for leaf in storage.final_observations],
+            columns,
+            lambda column: f"a terminal observation at step t={t} (final_observations row t={t})",
+        )
+        if mode is AutoresetMode.SAME_STEP:
             return
-        for finals, observations in zip(storage.final_observations, storage.observations):
-            finals[t, columns] = observations[t + 1, columns]
         if mode is AutoresetMode.NEXT_STEP:
             # The vector env resets them at the next step, with seeds of its own choosing.
             self._running_seeds[columns] = UNKNOWN_SEED
@@ -343,12 +362,8 @@ class VectorEnvGroup:
                 finals[t, column] = value
 
     def finish(self) -> CompletedEpisodes:
-        """End the rollout: check the observations, remember where each sub-env is, return the episodes."""
+        """End the rollout: remember where each sub-env is, return the episodes."""
         storage = self._storage
-        self._check_rows(storage.observations, "observation")
-        ended = storage.terminations | storage.truncations
-        if ended.any():
-            self._check_terminal_rows(storage.final_observations, ended)
         for leaf_storage, current in zip(storage.observations, self._current_observations):
             current[0] = leaf_storage[storage.horizon]
         completed = self._completed.head(self._completed_count)
@@ -482,37 +497,6 @@ class VectorEnvGroup:
             )
         row[mask] = values[mask]
         return mask
-
-    def _check_rows(self, leaves: list[np.ndarray], what: str) -> None:
-        """Check ``[rows, env, ...]`` observation leaves against the space's bounds."""
-        layout = self._observation_layout
-        for leaf_index, (leaf, values) in enumerate(zip(layout.leaves, leaves)):
-            if layout.covers_whole_dtype(leaf_index):
-                continue
-            bad = self._core.find_out_of_bounds(values.reshape((-1,) + leaf.shape), *layout.bounds(leaf_index))
-            if bad >= 0:
-                row, column = divmod(bad, self.num_envs)
-                self._raise_out_of_space(leaf_index, row, column, values[row, column], what)
-
-    def _check_terminal_rows(self, final_observations: list[np.ndarray], ended: np.ndarray) -> None:
-        layout = self._observation_layout
-        positions = np.argwhere(ended)
-        for leaf_index, finals in enumerate(final_observations):
-            if layout.covers_whole_dtype(leaf_index):
-                continue
-            ended_rows = finals[ended]
-            bad = self._core.find_out_of_bounds(ended_rows, *layout.bounds(leaf_index))
-            if bad >= 0:
-                row, column = (int(i) for i in positions[bad])
-                self._raise_out_of_space(leaf_index, row, column, ended_rows[bad], "terminal observation")
-
-    def _raise_out_of_space(self, leaf_index: int, row: int, column: int, value: Any, what: str) -> None:
-        leaf = self._observation_layout.leaves[leaf_index]
-        where = f" at {leaf.name}" if self._observation_layout.is_nested else ""
-        raise ObservationError(
-            f"env {self.env_offset + column} returned a {what}{where} (row t={row}) outside its observation "
-            f"space {leaf.space!r}: got {np.asarray(value).tolist()!r}."
-        )
 
     def _raise_shape(self, column: int, leaf_index: int, value: np.ndarray, what: str) -> None:
         leaf = self._observation_layout.leaves[leaf_index]
