@@ -18,17 +18,64 @@ read as zero. Fresh storage comes from ``np.zeros``, whose pages the kernel maps
 lazily, so rows no episode ends in cost nothing. Storage written again has only
 the rows the earlier rollout wrote cleared, so the cost follows the number of
 episode ends, never the size of the array.
+
+Storage is written again in two cases: ``reuse_buffers=True`` (the caller asked
+for it), and a fresh batch whose arrays nobody references any more. A returned
+batch is the caller's for as long as the caller (or a policy that kept one of
+its rows, or a view of any of its arrays) holds it; once every array is
+unreferenced, its memory is recycled for a later batch instead of being
+returned to the system and faulted in again page by page, which costs more than
+the rollout's copies for image observations.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from dataclasses import fields
 
 import numpy as np
 
 from .storage import RolloutStorage
 
 __all__ = ["BatchMemory"]
+
+#: How many dropped batches are kept for recycling. Two cover a training loop
+#: holding the previous batch while the next one is collected.
+POOL_SIZE = 2
+
+
+def _arrays(storage: RolloutStorage) -> list[np.ndarray]:
+    arrays = []
+    for field in fields(storage):
+        value = getattr(storage, field.name)
+        if isinstance(value, list):
+            arrays.extend(value)
+        elif isinstance(value, dict):
+            arrays.extend(value.values())
+        else:
+            arrays.append(value)
+    return arrays
+
+
+class _Recycled:
+    """A storage handed out as a fresh batch, and what its final-observation rows hold."""
+
+    def __init__(self, storage: RolloutStorage) -> None:
+        self.storage = storage
+        self.arrays = _arrays(storage)
+        # References to each array that are not the caller's: the storage's own field
+        # (or list/dict slot), self.arrays, and getrefcount's argument. Counted by index,
+        # here and below, so that no loop variable or iterator holds an extra one.
+        self.baseline = [sys.getrefcount(self.arrays[index]) for index in range(len(self.arrays))]
+        self.written_rows: np.ndarray | None = None
+
+    def unreferenced(self) -> bool:
+        arrays, baseline = self.arrays, self.baseline
+        for index in range(len(arrays)):
+            if sys.getrefcount(arrays[index]) > baseline[index]:
+                return False
+        return True
 
 
 class BatchMemory:
@@ -64,6 +111,8 @@ class BatchMemory:
         self._fed_columns: np.ndarray | None = None
         #: Storage handed out again and again (``reuse_buffers=True``).
         self._reused: RolloutStorage | None = None
+        #: Fresh batches handed out, recycled once the caller has dropped them.
+        self._pool: list[_Recycled] = []
         # [T, N] rows of the reused storage's final_observations that may hold values;
         # None while a rollout is writing into it and has not yet said which.
         self._written_rows: np.ndarray | None = None
@@ -79,10 +128,10 @@ class BatchMemory:
             storage = self._working
             # The working copy's stale terminal rows never reach the caller: finish() copies
             # only the rows where an episode ended in this rollout into fresh zeroed arrays.
-            self._target = self._allocate()
+            self._target = self._fresh()
             self._fed_columns = np.zeros(storage.horizon + 1, dtype=np.int64)
         else:
-            storage = self._allocate()
+            storage = self._fresh()
         self._written = storage
         return storage
 
@@ -113,11 +162,15 @@ class BatchMemory:
         fed = self._fed_columns[: storage.horizon] == num_envs
         rows_copied = int(np.argmin(fed)) if not fed.all() else storage.horizon
         storage.copy_to(target, observation_rows_copied=rows_copied)  # the rest of the one copy
+        self._note_written_rows(target, _ended_rows(target, target.horizon))
         return target
 
     def abandon(self, rows_done: int) -> None:
         """The rollout was dropped after ``rows_done`` rows; remember what it left behind."""
         self.record_final_rows(rows_done)
+        if self._target is not None:
+            # Terminal observations reach the caller's batch only in finish(): none were written.
+            self._note_written_rows(self._target, np.zeros_like(self._target.terminations))
         self._target = None
 
     def lose_columns(self, start: int, stop: int) -> None:
@@ -132,19 +185,37 @@ class BatchMemory:
         caller last counted (an interruption) may have written it.
         """
         storage = self._written
-        if storage is None or storage is not self._reused:
-            return
-        rows = min(steps + 1, storage.horizon)
-        written = np.zeros_like(storage.terminations)
-        np.logical_or(storage.terminations[:rows], storage.truncations[:rows], out=written[:rows])
-        self._written_rows = written
+        if storage is not None:
+            self._note_written_rows(storage, _ended_rows(storage, min(steps + 1, storage.horizon)))
 
     def release(self) -> None:
         """Forget every array (on close: shared working storage must not outlive its pool)."""
         self._working = self._written = self._target = self._reused = None
         self._fed_columns = self._written_rows = None
+        self._pool = []
 
     # -- helpers ------------------------------------------------------------------------
+
+    def _fresh(self) -> RolloutStorage:
+        """Storage no batch uses, with zero ``final_observations``: recycled when one is free."""
+        for entry in self._pool:
+            if entry.unreferenced():
+                _clear_final_rows(entry.storage, entry.written_rows)
+                entry.written_rows = None
+                return entry.storage
+        storage = self._allocate()
+        entry = _Recycled(storage)
+        if len(self._pool) >= POOL_SIZE:
+            self._pool.pop(0)  # still the caller's; the garbage collector frees it after them
+        self._pool.append(entry)
+        return storage
+
+    def _note_written_rows(self, storage: RolloutStorage, written: np.ndarray) -> None:
+        if storage is self._reused:
+            self._written_rows = written
+        for entry in self._pool:
+            if entry.storage is storage:
+                entry.written_rows = written
 
     def _prepare_reused(self, storage: RolloutStorage | None) -> RolloutStorage:
         """The storage every rollout writes into (``storage``, else a new one), made ready.
@@ -157,11 +228,24 @@ class BatchMemory:
         if storage is not self._reused:
             # Never written by a rollout: zero from its allocator.
             self._reused = storage
-        elif self._written_rows is None:
-            for leaf in storage.final_observations:
-                leaf.fill(0)
-        elif self._written_rows.any():
-            for leaf in storage.final_observations:
-                leaf[self._written_rows] = 0
+        else:
+            _clear_final_rows(storage, self._written_rows)
         self._written_rows = None
         return storage
+
+
+def _ended_rows(storage: RolloutStorage, rows: int) -> np.ndarray:
+    """``[T, N]``: where an episode ended in the first ``rows`` rows."""
+    written = np.zeros_like(storage.terminations)
+    np.logical_or(storage.terminations[:rows], storage.truncations[:rows], out=written[:rows])
+    return written
+
+
+def _clear_final_rows(storage: RolloutStorage, written_rows: np.ndarray | None) -> None:
+    """Zero the final-observation rows a rollout wrote (all of them when it is not known which)."""
+    if written_rows is None:
+        for leaf in storage.final_observations:
+            leaf.fill(0)
+    elif written_rows.any():
+        for leaf in storage.final_observations:
+            leaf[written_rows] = 0
