@@ -17,6 +17,14 @@ from libc.string cimport memcpy
 
 import numpy as np
 
+from parallel_rollouts._core_checks import (
+    check_done_columns,
+    check_observation_storage,
+    check_step_lists,
+    check_step_storage,
+)
+from parallel_rollouts.conversion import convert_row
+
 cimport numpy as cnp
 
 cnp.import_array()
@@ -24,23 +32,14 @@ cnp.import_array()
 ctypedef cnp.int64_t int64
 
 
-cdef inline object _row_bytes_view(object array, str field):
-    """View ``array`` of shape ``[rows, envs, *leaf]`` as ``[rows, envs, nbytes]`` uint8."""
-    if array.ndim < 2:
-        raise ValueError(
-            f"`{field}` must have at least 2 dimensions [rows, envs, ...]; got shape {array.shape!r}."
-        )
+cdef inline object _row_bytes_view(object array):
+    """View ``array`` of shape ``[rows, envs, *leaf]`` as ``[rows, envs, nbytes]`` uint8.
+
+    ``check_observation_storage`` has made sure the leaf axes are C-contiguous,
+    so the reshape is a view: a copy would silently swallow every write.
+    """
     rows = array.shape[0]
     envs = array.shape[1]
-    # The leaf axes must be C-contiguous so that reshaping is a view: a copy
-    # would silently swallow every write.
-    expected_stride = array.itemsize
-    for axis in range(array.ndim - 1, 1, -1):
-        if array.size and array.shape[axis] > 1 and array.strides[axis] != expected_stride:
-            raise ValueError(
-                f"`{field}` must store each env's row contiguously; got strides {array.strides!r}."
-            )
-        expected_stride *= array.shape[axis]
     row_elements = 1
     for axis in range(2, array.ndim):
         row_elements *= array.shape[axis]
@@ -63,22 +62,13 @@ cdef class ObservationWriter:
     cdef Py_ssize_t num_final_rows
 
     def __init__(self, observations, final_observations):
-        if observations.dtype != final_observations.dtype:
-            raise ValueError(
-                f"`observations` and `final_observations` must share a dtype; got "
-                f"{observations.dtype!r} and {final_observations.dtype!r}."
-            )
-        if observations.shape[1:] != final_observations.shape[1:]:
-            raise ValueError(
-                f"`observations` and `final_observations` must agree past the time axis; got "
-                f"shapes {observations.shape!r} and {final_observations.shape!r}."
-            )
+        check_observation_storage(observations, final_observations)
         self.observations = observations
         self.row_shape = tuple(observations.shape[2:])
         self.row_dims = np.asarray(self.row_shape, dtype=np.int64).reshape(-1)
         self.dtype = observations.dtype
-        self.observation_bytes = _row_bytes_view(observations, "observations")
-        self.final_bytes = _row_bytes_view(final_observations, "final_observations")
+        self.observation_bytes = _row_bytes_view(observations)
+        self.final_bytes = _row_bytes_view(final_observations)
         self.row_nbytes = self.observation_bytes.shape[2]
         self.num_envs = observations.shape[1]
         self.num_final_rows = final_observations.shape[0]
@@ -94,10 +84,10 @@ cdef class ObservationWriter:
                     self.row_nbytes,
                 )
             return True
-        # Slow path: Python scalars, other dtypes, non-contiguous arrays. NumPy
-        # converts the whole row at once; only the shape must already match.
-        converted = np.asarray(source)
-        if converted.shape != self.row_shape:
+        # Slow path: Python scalars, other dtypes, non-contiguous arrays, under the
+        # one conversion rule (no value may change but by float rounding).
+        converted = convert_row(source, self.row_shape, self.dtype)
+        if converted is None:
             return False
         self.observations[row, column] = converted
         return True
@@ -118,7 +108,7 @@ cdef class ObservationWriter:
                 return False
         return cnp.PyArray_IS_C_CONTIGUOUS(array)
 
-    def write_rows(self, Py_ssize_t row, list sources):
+    def write_rows(self, Py_ssize_t row, list sources not None):
         cdef Py_ssize_t column
         if row < 0 or row >= self.observation_bytes.shape[0]:
             raise IndexError(f"row {row} is outside [0, {self.observation_bytes.shape[0]}).")
@@ -136,21 +126,24 @@ cdef class ObservationWriter:
             raise IndexError(f"column {column} is outside [0, {self.num_envs}).")
         return self._copy_into(row, column, source)
 
-    def scatter_final(self, Py_ssize_t t, const int64[:] done_columns, Py_ssize_t count):
+    def scatter_final(self, Py_ssize_t t, done_columns, Py_ssize_t count):
         cdef Py_ssize_t k, column
+        cdef const int64[:] columns
         if t < 0 or t >= self.num_final_rows:
             raise IndexError(f"time step {t} is outside [0, {self.num_final_rows}).")
-        if count < 0 or count > done_columns.shape[0]:
-            raise ValueError(f"count {count} is outside [0, {done_columns.shape[0]}].")
+        check_done_columns(done_columns, 0)
+        columns = done_columns
+        if count < 0 or count > columns.shape[0]:
+            raise ValueError(f"count {count} is outside [0, {columns.shape[0]}].")
         for k in range(count):
-            column = done_columns[k]
+            column = columns[k]
             if column < 0 or column >= self.num_envs:
                 raise IndexError(f"done column {column} is outside [0, {self.num_envs}).")
         if self.row_nbytes == 0:
             return
         with nogil:
             for k in range(count):
-                column = done_columns[k]
+                column = columns[k]
                 memcpy(
                     &self.final_bytes[t, column, 0],
                     &self.observation_bytes[t + 1, column, 0],
@@ -173,6 +166,7 @@ cdef class StepRecorder:
     cdef int64[:] completed_env_indices
     cdef int64[:] completed_end_steps
     cdef int64[:] completed_seeds
+    cdef int64[:] done_columns
     cdef Py_ssize_t env_offset
     cdef Py_ssize_t num_envs
     cdef Py_ssize_t _completed_count
@@ -194,8 +188,14 @@ cdef class StepRecorder:
         completed_env_indices,
         completed_end_steps,
         completed_seeds,
+        done_columns,
         Py_ssize_t env_offset,
     ):
+        check_step_storage(
+            rewards, terminations, truncations, step_episode_seeds, running_returns, running_lengths,
+            running_seeds, completed_returns, completed_lengths, completed_env_indices,
+            completed_end_steps, completed_seeds, done_columns,
+        )
         self.rewards = rewards
         self.terminations = terminations.view(np.uint8)
         self.truncations = truncations.view(np.uint8)
@@ -208,21 +208,12 @@ cdef class StepRecorder:
         self.completed_env_indices = completed_env_indices
         self.completed_end_steps = completed_end_steps
         self.completed_seeds = completed_seeds
+        self.done_columns = done_columns
         self.env_offset = env_offset
         self.num_envs = self.rewards.shape[1]
         self._completed_count = 0
         self.rewards_now = np.empty(self.num_envs, dtype=np.float64)
         self.flags_now = np.empty(self.num_envs, dtype=np.uint8)
-        for name, width in (
-            ("terminations", self.terminations.shape[1]),
-            ("truncations", self.truncations.shape[1]),
-            ("step_episode_seeds", self.step_episode_seeds.shape[1]),
-            ("running_returns", self.running_returns.shape[0]),
-            ("running_lengths", self.running_lengths.shape[0]),
-            ("running_seeds", self.running_seeds.shape[0]),
-        ):
-            if width != self.num_envs:
-                raise ValueError(f"`{name}` covers {width} envs; `rewards` covers {self.num_envs}.")
 
     @property
     def completed_count(self):
@@ -231,26 +222,25 @@ cdef class StepRecorder:
     def record_step(
         self,
         Py_ssize_t t,
-        list step_rewards,
-        list step_terminations,
-        list step_truncations,
-        int64[:] done_columns,
+        list step_rewards not None,
+        list step_terminations not None,
+        list step_truncations not None,
     ):
         cdef Py_ssize_t column, n_done = 0, slot
         cdef double reward
         cdef bint terminated, truncated
         if t < 0 or t >= self.rewards.shape[0]:
             raise IndexError(f"time step {t} is outside [0, {self.rewards.shape[0]}).")
-        for name, values in (
-            ("step_rewards", step_rewards),
-            ("step_terminations", step_terminations),
-            ("step_truncations", step_truncations),
+        if (
+            len(step_rewards) != self.num_envs
+            or len(step_terminations) != self.num_envs
+            or len(step_truncations) != self.num_envs
         ):
-            if len(values) != self.num_envs:
-                raise ValueError(f"`{name}` has {len(values)} entries; expected {self.num_envs}.")
-        if done_columns.shape[0] < self.num_envs:
-            raise ValueError(
-                f"`done_columns` has room for {done_columns.shape[0]} envs; expected {self.num_envs}."
+            check_step_lists(
+                self.num_envs,
+                step_rewards=step_rewards,
+                step_terminations=step_terminations,
+                step_truncations=step_truncations,
             )
         # Convert every input before touching the books, so a bad value leaves
         # nothing half-recorded.
@@ -291,7 +281,7 @@ cdef class StepRecorder:
                     self._completed_count = slot + 1
                     self.running_returns[column] = 0.0
                     self.running_lengths[column] = 0
-                    done_columns[n_done] = column
+                    self.done_columns[n_done] = column
                     n_done += 1
         return n_done
 

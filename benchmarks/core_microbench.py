@@ -98,14 +98,14 @@ class StepWorkload:
     def time_block(self, core: ModuleType) -> float:
         """Seconds per step over one block of steps with ``core``."""
         writer = core.ObservationWriter(self.observations, self.final_observations)
-        recorder = core.StepRecorder(*self.books, *self.running, *self.completed, 0)
+        recorder = core.StepRecorder(*self.books, *self.running, *self.completed, self.done_columns, 0)
         sources, rewards, truncations = self.sources, self.rewards, self.truncations
         terminations, done_columns = self.terminations, self.done_columns
         start = time.perf_counter()
         for t in range(self.steps):
             if writer.write_rows(t + 1, sources) != -1:
                 raise RuntimeError("a benchmark source did not match its storage row.")
-            n_done = recorder.record_step(t, rewards, terminations[t], truncations, done_columns)
+            n_done = recorder.record_step(t, rewards, terminations[t], truncations)
             if n_done:
                 writer.scatter_final(t, done_columns, n_done)
                 for column in done_columns[:n_done].tolist():

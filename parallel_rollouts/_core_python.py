@@ -24,22 +24,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._core_checks import check_done_columns, check_observation_storage, check_step_lists, check_step_storage
+from .conversion import convert_row
+
 __all__ = ["ObservationWriter", "StepRecorder", "find_out_of_bounds"]
-
-
-def _check_leaf_contiguous(storage: np.ndarray, field: str) -> None:
-    """Raise unless the axes after ``[rows, env]`` of ``storage`` are C-contiguous."""
-    if storage.ndim < 2:
-        raise ValueError(
-            f"`{field}` must have at least 2 dimensions [rows, envs, ...]; got shape {storage.shape!r}."
-        )
-    expected_stride = storage.itemsize
-    for axis in range(storage.ndim - 1, 1, -1):
-        if storage.size and storage.shape[axis] > 1 and storage.strides[axis] != expected_stride:
-            raise ValueError(
-                f"`{field}` must store each env's row contiguously; got strides {storage.strides!r}."
-            )
-        expected_stride *= storage.shape[axis]
 
 
 class ObservationWriter:
@@ -63,26 +51,15 @@ class ObservationWriter:
     """
 
     def __init__(self, observations: np.ndarray, final_observations: np.ndarray) -> None:
-        if observations.dtype != final_observations.dtype:
-            raise ValueError(
-                f"`observations` and `final_observations` must share a dtype; got "
-                f"{observations.dtype!r} and {final_observations.dtype!r}."
-            )
-        if observations.shape[1:] != final_observations.shape[1:]:
-            raise ValueError(
-                f"`observations` and `final_observations` must agree past the time axis; got "
-                f"shapes {observations.shape!r} and {final_observations.shape!r}."
-            )
-        _check_leaf_contiguous(observations, "observations")
-        _check_leaf_contiguous(final_observations, "final_observations")
+        check_observation_storage(observations, final_observations)
         self._observations = observations
         self._final_observations = final_observations
         self._row_shape = tuple(observations.shape[2:])
         self._num_envs = observations.shape[1]
 
     def _copy_into(self, row: int, column: int, source: object) -> bool:
-        array = np.asarray(source)
-        if array.shape != self._row_shape:
+        array = convert_row(source, self._row_shape, self._observations.dtype)
+        if array is None:
             return False
         self._observations[row, column] = array
         return True
@@ -91,9 +68,12 @@ class ObservationWriter:
         """Write ``sources[j]`` into ``observations[row, j]`` for every env ``j``.
 
         Returns ``-1`` when every source was written, otherwise the index of the
-        first source whose shape does not match the leaf; sources before it have
-        been written, it and those after it have not.
+        first source that cannot be stored (wrong shape, non-numeric, or a value
+        the conversion rule of :mod:`parallel_rollouts.conversion` refuses);
+        sources before it have been written, it and those after it have not.
         """
+        if type(sources) is not list:
+            raise TypeError(f"`sources` must be a list; got {type(sources).__name__}.")
         if row < 0 or row >= self._observations.shape[0]:
             raise IndexError(f"row {row} is outside [0, {self._observations.shape[0]}).")
         if len(sources) != self._num_envs:
@@ -106,7 +86,7 @@ class ObservationWriter:
     def write_row(self, row: int, column: int, source: object) -> bool:
         """Write one env's observation into ``observations[row, column]``.
 
-        Returns ``False``, writing nothing, when ``source`` has the wrong shape.
+        Returns ``False``, writing nothing, when ``source`` cannot be stored.
         """
         if row < 0 or row >= self._observations.shape[0]:
             raise IndexError(f"row {row} is outside [0, {self._observations.shape[0]}).")
@@ -122,6 +102,7 @@ class ObservationWriter:
         """
         if t < 0 or t >= self._final_observations.shape[0]:
             raise IndexError(f"time step {t} is outside [0, {self._final_observations.shape[0]}).")
+        check_done_columns(done_columns, 0)
         if count < 0 or count > done_columns.shape[0]:
             raise ValueError(f"count {count} is outside [0, {done_columns.shape[0]}].")
         columns = done_columns[:count]
@@ -150,6 +131,9 @@ class StepRecorder:
         1-D buffers (float64, then int64) that receive one entry per episode that
         ends, in order of time step and then env. ``horizon * num_envs`` entries
         are always enough.
+    done_columns:
+        int64 vector with room for every env; :meth:`record_step` writes the
+        columns of the envs whose episode ended to its front.
     env_offset:
         Global index of this storage's first env, added to the recorded env
         indices when the storage is a column slice of a larger batch.
@@ -169,8 +153,14 @@ class StepRecorder:
         completed_env_indices: np.ndarray,
         completed_end_steps: np.ndarray,
         completed_seeds: np.ndarray,
+        done_columns: np.ndarray,
         env_offset: int,
     ) -> None:
+        check_step_storage(
+            rewards, terminations, truncations, step_episode_seeds, running_returns, running_lengths,
+            running_seeds, completed_returns, completed_lengths, completed_env_indices,
+            completed_end_steps, completed_seeds, done_columns,
+        )
         self._rewards = rewards
         self._terminations = terminations
         self._truncations = truncations
@@ -183,54 +173,40 @@ class StepRecorder:
         self._completed_env_indices = completed_env_indices
         self._completed_end_steps = completed_end_steps
         self._completed_seeds = completed_seeds
+        self._done_columns = done_columns
         self._env_offset = env_offset
         self._num_envs = rewards.shape[1]
         self._completed_count = 0
-        for name, width in (
-            ("terminations", terminations.shape[1]),
-            ("truncations", truncations.shape[1]),
-            ("step_episode_seeds", step_episode_seeds.shape[1]),
-            ("running_returns", running_returns.shape[0]),
-            ("running_lengths", running_lengths.shape[0]),
-            ("running_seeds", running_seeds.shape[0]),
-        ):
-            if width != self._num_envs:
-                raise ValueError(f"`{name}` covers {width} envs; `rewards` covers {self._num_envs}.")
 
     @property
     def completed_count(self) -> int:
         """How many completed-episode entries have been written so far."""
         return self._completed_count
 
-    def record_step(
-        self,
-        t: int,
-        step_rewards: list,
-        step_terminations: list,
-        step_truncations: list,
-        done_columns: np.ndarray,
-    ) -> int:
+    def record_step(self, t: int, step_rewards: list, step_terminations: list, step_truncations: list) -> int:
         """Record step ``t`` for every env and return how many episodes ended.
 
-        ``step_rewards`` etc. hold one entry per env, as the envs returned them.
-        The columns of the envs whose episode ended are written, in increasing
-        order, to the front of ``done_columns``; the return value says how many.
-        Their running return and length restart at zero. Every input is
+        ``step_rewards`` etc. are lists of one entry per env, as the envs returned
+        them. The columns of the envs whose episode ended are written, in
+        increasing order, to the front of ``done_columns``; the return value says
+        how many. Their running return and length restart at zero. Every input is
         converted before anything is written, so a bad reward records nothing.
         """
-        if t < 0 or t >= self._rewards.shape[0]:
-            raise IndexError(f"time step {t} is outside [0, {self._rewards.shape[0]}).")
         for name, values in (
             ("step_rewards", step_rewards),
             ("step_terminations", step_terminations),
             ("step_truncations", step_truncations),
         ):
-            if len(values) != self._num_envs:
-                raise ValueError(f"`{name}` has {len(values)} entries; expected {self._num_envs}.")
-        if done_columns.shape[0] < self._num_envs:
-            raise ValueError(
-                f"`done_columns` has room for {done_columns.shape[0]} envs; expected {self._num_envs}."
-            )
+            if values is None or type(values) is not list:
+                raise TypeError(f"Argument '{name}' has incorrect type (expected list, got {type(values).__name__})")
+        if t < 0 or t >= self._rewards.shape[0]:
+            raise IndexError(f"time step {t} is outside [0, {self._rewards.shape[0]}).")
+        check_step_lists(
+            self._num_envs,
+            step_rewards=step_rewards,
+            step_terminations=step_terminations,
+            step_truncations=step_truncations,
+        )
         rewards_now = np.array([float(value) for value in step_rewards], dtype=np.float64)
         terminated = np.array([bool(value) for value in step_terminations], dtype=bool)
         truncated = np.array([bool(value) for value in step_truncations], dtype=bool)
@@ -259,7 +235,7 @@ class StepRecorder:
         self._completed_count = stop
         self._running_returns[columns] = 0.0
         self._running_lengths[columns] = 0
-        done_columns[:n_done] = columns
+        self._done_columns[:n_done] = columns
         return n_done
 
 

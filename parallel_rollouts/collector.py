@@ -14,6 +14,7 @@ from .backends.vector_source import check_vector_env, is_vector_env
 from .batch import RolloutBatch
 from .core import load_core
 from .errors import CollectorClosedError, ConfigurationError
+from .observation_checks import check_observation_check
 from .policy import PolicyOutputWriter, RandomActionSampler
 from .rollout_loop import RolloutLoop
 from .seeding import draw_root_seed, validate_seed
@@ -41,8 +42,9 @@ class ParallelRolloutCollector:
     policy:
         ``policy(observations) -> actions`` or ``-> PolicyOutput(actions, values,
         log_probs)``, called once per step with the batched observations
-        ``[num_envs, ...]`` (read-only NumPy views; a dict/tuple of them for
-        Dict/Tuple spaces). PyTorch tensors are accepted in what it returns.
+        ``[num_envs, ...]`` (read-only NumPy arrays, a dict/tuple of them for
+        Dict/Tuple spaces; with the default ``reuse_buffers=False`` they are the
+        returned batch's own rows, which the policy may keep). PyTorch tensors are accepted in what it returns.
         ``None`` samples each env's action from its own seeded copy of the action
         space.
     backend:
@@ -60,9 +62,20 @@ class ParallelRolloutCollector:
         Scalar ``info`` entries to store in ``batch.infos`` as ``[T, N]`` float64.
     reuse_buffers:
         If true, every ``collect()`` writes into the same arrays (for ``async``,
-        views of its shared memory: no copy at all), so a batch is overwritten by
-        the next one. Off by default: a returned batch is yours. ``ray`` always
-        returns new arrays.
+        views of its shared memory: no copy at all), so a batch, and the arrays
+        the policy was called with, are overwritten by the next ``collect()``.
+        Off by default: a returned batch, and every array handed to the policy,
+        are yours to keep. ``ray`` always returns new arrays.
+    observation_check:
+        What to do when an env returns an observation value outside its space,
+        checked at the step that writes it, before the policy sees it:
+        ``"warn"`` (default) warns once per env and leaf
+        (:class:`ObservationWarning`) for finite floats outside a float ``Box``'s
+        bounds, which real envs often overshoot, and raises
+        :class:`ObservationError` for NaN and for values outside integer spaces;
+        ``"raise"`` raises for every value outside; ``"off"`` skips the check.
+        Wrong shapes, non-numeric values and conversions that would change a
+        value always raise.
     num_workers:
         Async and Ray backends: worker processes / actors, each owning a
         contiguous slice of the envs (default ``min(cpu_count, num_envs)``).
@@ -98,6 +111,7 @@ class ParallelRolloutCollector:
         core: str = "auto",
         info_keys: Sequence[str] = (),
         reuse_buffers: bool = False,
+        observation_check: str = "warn",
         num_workers: int | None = None,
         context: str | None = None,
         step_timeout: float | None = None,
@@ -139,7 +153,10 @@ class ParallelRolloutCollector:
         self._backend_name = backend
         self._horizon = horizon
         self._reuse_buffers = bool(reuse_buffers)
-        spec = BackendSpec(env_fns, self._seed, horizon, tuple(info_keys), self._core_name, core_module)
+        spec = BackendSpec(
+            env_fns, self._seed, horizon, tuple(info_keys), self._core_name, core_module,
+            observation_check=check_observation_check(observation_check),
+        )
         self._spec = spec
         self._backend = _make_backend(backend, spec, policy, num_workers, context, step_timeout, ray_options)
         self._loop = RolloutLoop(

@@ -13,6 +13,9 @@ Every exception also subclasses the builtin a caller would naturally catch::
         ├── WorkerDiedError                    a worker process exited or was killed
         └── StepTimeoutError (TimeoutError)    envs did not finish a step within ``step_timeout``
 
+Warnings: ``ObservationWarning`` (UserWarning) when an env's float observation
+leaves its declared bounds and ``observation_check="warn"`` (the default).
+
 Errors raised by the policy itself are not wrapped: they reach the caller as the
 policy raised them.
 """
@@ -28,6 +31,7 @@ __all__ = [
     "CoreUnavailableError",
     "EnvFailure",
     "ObservationError",
+    "ObservationWarning",
     "ParallelRolloutsError",
     "SpaceError",
     "StepTimeoutError",
@@ -58,6 +62,10 @@ class ActionError(ParallelRolloutsError, ValueError):
 
 class ObservationError(ParallelRolloutsError, ValueError):
     """An env returned an observation that does not match its observation space."""
+
+
+class ObservationWarning(ParallelRolloutsError, UserWarning):
+    """A float observation left its declared bounds; stored as returned (``observation_check="warn"``)."""
 
 
 class CollectorClosedError(ParallelRolloutsError, RuntimeError):

@@ -38,10 +38,40 @@ class PolicyOutput:
 
 
 def to_numpy(value: Any) -> Any:
-    """Turn a PyTorch tensor (on any device) into a NumPy array; pass anything else through."""
-    if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
-        return value.detach().cpu().numpy()
-    return value
+    """Turn a PyTorch tensor (on any device) into a NumPy array; pass anything else through.
+
+    ``bfloat16``, which NumPy lacks, becomes float32 (exactly). A tensor on the
+    ``meta`` device holds no values and raises :class:`ActionError`.
+    """
+    if not (type(value).__module__.startswith("torch") and hasattr(value, "detach")):
+        return value
+    tensor = value.detach()
+    if tensor.device.type == "meta":
+        raise ActionError(
+            "the policy returned a tensor on the 'meta' device, which holds shapes but no values; "
+            "compute the output on a real device (e.g. 'cpu' or 'cuda')."
+        )
+    if str(tensor.dtype) == "torch.bfloat16":
+        tensor = tensor.float()
+    try:
+        return tensor.cpu().numpy()
+    except TypeError as error:
+        raise ActionError(
+            f"the policy returned a tensor of dtype {tensor.dtype}, which NumPy cannot hold ({error}); "
+            "convert it (e.g. `.float()` or `.long()`)."
+        ) from None
+
+
+def _as_array(value: Any, field: str, expected: str) -> np.ndarray:
+    try:
+        return np.asarray(to_numpy(value))
+    except ActionError as error:
+        raise ActionError(f"`{field}`: {error}") from None
+    except (ValueError, TypeError) as error:
+        raise ActionError(
+            f"the policy's {field} cannot be made into one array ({type(value).__name__}: {error}); "
+            f"return an array of shape {expected}, not a ragged or mixed nesting of lists."
+        ) from None
 
 
 class PolicyOutputWriter:
@@ -81,8 +111,8 @@ class PolicyOutputWriter:
         checked = []
         for leaf_index, (leaf, value) in enumerate(zip(self._layout.leaves, leaf_values)):
             where = f" at {leaf.name}" if self._layout.is_nested else ""
-            array = np.asarray(to_numpy(value))
             expected_shape = (self._num_envs,) + leaf.shape
+            array = _as_array(value, f"actions{where}", repr(expected_shape))
             if array.shape != expected_shape:
                 raise ActionError(
                     f"the policy's actions{where} have shape {array.shape!r}; expected "
@@ -121,7 +151,7 @@ class PolicyOutputWriter:
             )
         if not present:
             return None
-        array = np.asarray(to_numpy(value))
+        array = _as_array(value, f"`{field}`", f"({self._num_envs},)")
         if array.shape not in ((self._num_envs,), (self._num_envs, 1)):
             raise ActionError(
                 f"the policy's `{field}` have shape {array.shape!r}; expected ({self._num_envs},) "

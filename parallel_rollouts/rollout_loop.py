@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -20,6 +20,10 @@ def _read_only(array: np.ndarray) -> np.ndarray:
     return view
 
 
+def _storage_rows(storage: RolloutStorage, t: int) -> list[np.ndarray]:
+    return [leaf[t] for leaf in storage.observations]
+
+
 class RolloutLoop:
     """For ``t`` in ``range(horizon)``: policy -> checked actions -> ``step(t)``.
 
@@ -33,15 +37,26 @@ class RolloutLoop:
         self.policy = policy
         self.steps_done = 0
 
-    def run(self, storage: RolloutStorage, step: Callable[[int], None]) -> None:
+    def run(
+        self,
+        storage: RolloutStorage,
+        step: Callable[[int], None],
+        policy_observations: Optional[Callable[[RolloutStorage, int], list[np.ndarray]]] = None,
+    ) -> None:
+        """Run the rollout; ``policy_observations(storage, t)`` gives the policy's rows.
+
+        By default the policy gets views of ``storage`` row ``t``; a backend whose
+        storage is not the caller's batch supplies rows that are.
+        """
         unflatten = self._observation_layout.unflatten
         write = self.output_writer.write
         policy = self.policy
+        rows_of = policy_observations or _storage_rows
         self.output_writer.reset_rollout()
         self.steps_done = 0
         for t in range(storage.horizon):
-            # The policy sees read-only views of row t: it cannot corrupt the batch.
-            observations = unflatten([_read_only(leaf[t]) for leaf in storage.observations])
+            # The policy sees read-only arrays: it cannot corrupt the batch.
+            observations = unflatten([_read_only(row) for row in rows_of(storage, t)])
             write(t, policy(observations), storage)
             step(t)
             self.steps_done = t + 1

@@ -40,7 +40,14 @@ class Leaf:
 
 def _collect_leaves(space: spaces.Space, path: tuple[Any, ...], leaves: list[Leaf]) -> None:
     if isinstance(space, _LEAF_SPACES):
-        leaves.append(Leaf(path, space, tuple(space.shape), np.dtype(space.dtype)))
+        shape = tuple(space.shape)
+        if 0 in shape:
+            where = "".join(f"[{part!r}]" for part in path)
+            raise SpaceError(
+                f"{space!r}{' at ' + where if where else ''} has shape {shape!r}, which holds no values; "
+                "give it at least one element, or leave it out of the space."
+            )
+        leaves.append(Leaf(path, space, shape, np.dtype(space.dtype)))
     elif isinstance(space, spaces.Dict):
         for key, subspace in space.spaces.items():
             _collect_leaves(subspace, path + (key,), leaves)
@@ -65,7 +72,10 @@ class SpaceLayout:
         self.space = space
         self.role = role
         leaves: list[Leaf] = []
-        _collect_leaves(space, (), leaves)
+        try:
+            _collect_leaves(space, (), leaves)
+        except SpaceError as error:
+            raise SpaceError(f"the {role} space is not storable: {error}") from None
         if not leaves:
             raise SpaceError(f"the {role} space {space!r} contains no Box/Discrete/MultiDiscrete/MultiBinary.")
         self.leaves: tuple[Leaf, ...] = tuple(leaves)

@@ -38,6 +38,36 @@ class RolloutStorage:
     #: written only by those groups, whose columns it covers in full every step.
     reset_steps: np.ndarray
 
+    def __post_init__(self) -> None:
+        # The one place every array's shape and dtype is checked, whoever made it
+        # (NumPy, a shared-memory carver, a column slice): the cores then check
+        # only that the arrays they are handed agree with each other.
+        steps = self.rewards.shape
+        if self.rewards.ndim != 2 or self.rewards.dtype != np.float64:
+            raise ValueError(f"`rewards` must be [horizon, num_envs] float64; got {self.rewards.shape!r} {self.rewards.dtype}.")
+        horizon, num_envs = steps
+        expected = {
+            "terminations": (self.terminations, steps, np.bool_),
+            "truncations": (self.truncations, steps, np.bool_),
+            "step_episode_seeds": (self.step_episode_seeds, steps, np.int64),
+            "values": (self.values, steps, np.float32),
+            "log_probs": (self.log_probs, steps, np.float32),
+            "reset_steps": (self.reset_steps, steps, np.bool_),
+        }
+        expected.update({f"infos[{key!r}]": (array, steps, np.float64) for key, array in self.infos.items()})
+        if len(self.observations) != len(self.final_observations) or not self.observations:
+            raise ValueError("`observations` and `final_observations` must have one array per leaf, the same leaves.")
+        for index, (observations, finals) in enumerate(zip(self.observations, self.final_observations)):
+            leaf_shape = observations.shape[2:]
+            expected[f"observations[{index}]"] = (observations, (horizon + 1, num_envs) + leaf_shape, finals.dtype)
+            expected[f"final_observations[{index}]"] = (finals, steps + leaf_shape, observations.dtype)
+        for index, actions in enumerate(self.actions):
+            expected[f"actions[{index}]"] = (actions, steps + actions.shape[2:], actions.dtype)
+        for field, (array, shape, dtype) in expected.items():
+            if not isinstance(array, np.ndarray) or array.shape != shape or array.dtype != np.dtype(dtype):
+                got = f"{array.shape!r} {array.dtype}" if isinstance(array, np.ndarray) else type(array).__name__
+                raise ValueError(f"storage `{field}` must be {shape!r} {np.dtype(dtype)}; got {got}.")
+
     @classmethod
     def allocate(
         cls,
@@ -82,19 +112,27 @@ class RolloutStorage:
                 changed[field.name] = function(value)
         return RolloutStorage(**changed)
 
-    def copy_to(self, target: RolloutStorage) -> None:
+    def copy_to(self, target: RolloutStorage, observation_rows_copied: int = 0) -> None:
         """Copy this rollout into ``target`` (same layout).
 
-        ``final_observations`` are copied only where an episode ended and zeroed
-        elsewhere, so rows left over from an earlier rollout never leak through.
+        ``final_observations`` are copied only where an episode ended, so rows
+        left over from an earlier rollout never leak through; ``target``'s other
+        final-observation rows must already be zero (fresh from ``np.zeros``, or
+        cleared by :class:`~parallel_rollouts.batch_memory.BatchMemory`), so the
+        cost follows the number of episode ends, not the size of the array.
+        The first ``observation_rows_copied`` observation rows are taken as
+        already copied (the async backend copies each row as the policy reads it).
         """
         ended = self.terminations | self.truncations
         for field in fields(self):
             source, destination = getattr(self, field.name), getattr(target, field.name)
             if field.name == "final_observations":
+                if ended.any():
+                    for source_leaf, destination_leaf in zip(source, destination):
+                        destination_leaf[ended] = source_leaf[ended]
+            elif field.name == "observations":
                 for source_leaf, destination_leaf in zip(source, destination):
-                    destination_leaf.fill(0)
-                    destination_leaf[ended] = source_leaf[ended]
+                    np.copyto(destination_leaf[observation_rows_copied:], source_leaf[observation_rows_copied:])
             elif isinstance(source, list):
                 for source_leaf, destination_leaf in zip(source, destination):
                     np.copyto(destination_leaf, source_leaf)

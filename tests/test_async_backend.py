@@ -225,8 +225,8 @@ def test_a_fork_context_worker_still_exits_when_the_main_process_is_killed():
 @pytest.mark.parametrize(
     "how, match",
     [
-        ("bad_shape", r"env 3 returned an observation of shape \(7,\) \(dtype float32\)"),
-        ("out_of_space", r"env 3 returned a (terminal )?observation .*outside its observation space"),
+        ("bad_shape", r"env 3 returned an observation at step t=1 \(observations row t=2\) .*got shape \(7,\) \(dtype float32\)"),
+        ("out_of_space", r"env 3 returned an? (terminal )?observation at step t=1 .*outside its observation space"),
     ],
 )
 def test_observation_errors_in_a_worker_name_the_global_env_index(how, match):
@@ -236,7 +236,9 @@ def test_observation_errors_in_a_worker_name_the_global_env_index(how, match):
     fns = [partial(CountingEnv, env_id=i) for i in range(4)]
     fns[3] = partial(FaultyEnv, env_id=3, phase="step", at=2, how=how)
     snapshot = ResourceSnapshot.take()
-    collector = ParallelRolloutCollector(fns, ConstantPolicy(4), "async", horizon=4, seed=0, num_workers=2)
+    collector = ParallelRolloutCollector(
+        fns, ConstantPolicy(4), "async", horizon=4, seed=0, num_workers=2, observation_check="raise"
+    )
     with pytest.raises(ObservationError, match=match):
         collector.collect()
     with pytest.raises(CollectorClosedError):

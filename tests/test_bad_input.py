@@ -192,7 +192,7 @@ def test_observation_of_the_wrong_shape_names_the_env_and_breaks_the_collector(b
     fns = counting_fns(3)
     fns[1] = partial(FaultyEnv, env_id=1, phase="step", at=2, how="bad_shape")
     collector = ParallelRolloutCollector(fns, ConstantPolicy(3), backend, horizon=4, seed=0, core=core)
-    with pytest.raises(ObservationError, match=r"env 1 returned an observation of shape \(7,\) \(dtype float32\); .* expects shape \(4,\)"):
+    with pytest.raises(ObservationError, match=r"env 1 returned an observation at step t=1 \(observations row t=2\) that its observation space .* cannot store: got shape \(7,\) \(dtype float32\); expected shape \(4,\)"):
         collector.collect()
     with pytest.raises(CollectorClosedError, match=r"broken by an earlier failure \(ObservationError"):
         collector.collect()
@@ -205,8 +205,10 @@ def test_observation_of_the_wrong_shape_names_the_env_and_breaks_the_collector(b
 def test_observation_outside_its_space_names_the_env(backend, core):
     fns = counting_fns(2)
     fns[1] = partial(FaultyEnv, env_id=1, phase="step", at=2, how="out_of_space")
-    with ParallelRolloutCollector(fns, ConstantPolicy(2), backend, horizon=4, seed=0, core=core) as collector:
-        with pytest.raises(ObservationError, match=r"env 1 returned a (terminal )?observation .*outside its observation space"):
+    with ParallelRolloutCollector(
+        fns, ConstantPolicy(2), backend, horizon=4, seed=0, core=core, observation_check="raise"
+    ) as collector:
+        with pytest.raises(ObservationError, match=r"env 1 returned an? (terminal )?observation at step t=1 .*outside its observation space"):
             collector.collect()
 
 

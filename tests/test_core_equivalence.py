@@ -18,16 +18,44 @@ DTYPES = [
 CORES = [compiled, python_core]
 
 
+def _parameter_names(obj) -> list[str]:
+    """Parameter names of a function, method or class constructor, compiled or not."""
+    try:
+        return [name for name in inspect.signature(obj).parameters if name != "self"]
+    except (TypeError, ValueError):
+        # A compiled extension type: Cython embeds "Name(arg, Py_ssize_t arg2)" in its docstring.
+        first_line = obj.__doc__.splitlines()[0]
+        inside = first_line[first_line.index("(") + 1 : first_line.rindex(")")]
+        return [part.split()[-1].split("=")[0] for part in inside.split(",") if part.strip()]
+
+
+def _public_members(cls) -> set[str]:
+    return {name for name in dir(cls) if not name.startswith("_")}
+
+
 def test_both_cores_expose_the_same_names_and_signatures():
+    assert sorted(python_core.__all__) == sorted(name for name in dir(compiled) if name in python_core.__all__)
     for name in python_core.__all__:
-        assert hasattr(compiled, name), f"compiled core lacks {name}"
         python_object = getattr(python_core, name)
         compiled_object = getattr(compiled, name)
+        assert _parameter_names(compiled_object) == _parameter_names(python_object), name
         if inspect.isclass(python_object):
-            for method in ("write_rows", "write_row", "scatter_final", "record_step"):
-                assert hasattr(python_object, method) == hasattr(compiled_object, method), method
-        else:
-            assert callable(compiled_object)
+            assert _public_members(compiled_object) == _public_members(python_object), name
+            for member in sorted(_public_members(python_object)):
+                python_member = getattr(python_object, member)
+                if callable(python_member):
+                    assert _parameter_names(getattr(compiled_object, member)) == _parameter_names(python_member), (
+                        f"{name}.{member}"
+                    )
+
+
+def test_the_signature_check_sees_a_renamed_parameter():
+    def reference(self, row, sources): ...
+
+    def renamed(self, row, values): ...
+
+    assert _parameter_names(reference) != _parameter_names(renamed)
+    assert _parameter_names(compiled.StepRecorder)[-2:] == ["done_columns", "env_offset"]
 
 
 # -- ObservationWriter -----------------------------------------------------------------------
@@ -141,6 +169,7 @@ def _recorder_state(core, horizon, num_envs, env_offset):
         "completed_env_indices": np.zeros(horizon * num_envs, np.int64),
         "completed_end_steps": np.zeros(horizon * num_envs, np.int64),
         "completed_seeds": np.zeros(horizon * num_envs, np.int64),
+        "done_columns": np.zeros(num_envs, np.int64),
     }
     recorder = core.StepRecorder(*state.values(), env_offset)
     return recorder, state
@@ -161,11 +190,11 @@ def test_step_recorder_matches_a_plain_python_reference(horizon, num_envs, env_o
     for core in CORES:
         recorder, state = _recorder_state(core, horizon, num_envs, env_offset)
         done_counts, done_lists = [], []
-        done_columns = np.zeros(num_envs, np.int64)
+        done_columns = state["done_columns"]
         for t in range(horizon):
             # Rewards arrive as Python floats or NumPy scalars, flags as bools or NumPy bools.
             n_done = recorder.record_step(
-                t, [float(r) for r in rewards[t]], list(terminated[t]), [bool(x) for x in truncated[t]], done_columns
+                t, [float(r) for r in rewards[t]], list(terminated[t]), [bool(x) for x in truncated[t]]
             )
             done_counts.append(n_done)
             done_lists.append(done_columns[:n_done].tolist())
@@ -204,14 +233,15 @@ def test_step_recorder_matches_a_plain_python_reference(horizon, num_envs, env_o
     (c0, d0, l0, s0), (c1, d1, l1, s1) = outcomes
     assert d0 == d1 and l0 == l1
     for key in s0:
-        assert np.array_equal(s0[key], s1[key], equal_nan=True), key
+        if key != "done_columns":  # only its first n_done entries are defined
+            assert np.array_equal(s0[key], s1[key], equal_nan=True), key
 
 
 @pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
 def test_step_recorder_records_nothing_when_a_reward_is_not_a_number(core):
     recorder, state = _recorder_state(core, 2, 2, 0)
     with pytest.raises((TypeError, ValueError)):
-        recorder.record_step(0, [1.0, "oops"], [True, False], [False, False], np.zeros(2, np.int64))
+        recorder.record_step(0, [1.0, "oops"], [True, False], [False, False])
     assert np.isnan(state["rewards"]).all()
     assert recorder.completed_count == 0
     assert not state["running_lengths"].any()
@@ -221,9 +251,9 @@ def test_step_recorder_records_nothing_when_a_reward_is_not_a_number(core):
 def test_step_recorder_checks_its_inputs(core):
     recorder, _ = _recorder_state(core, 2, 2, 0)
     with pytest.raises(ValueError, match="`step_rewards` has 1 entries; expected 2"):
-        recorder.record_step(0, [1.0], [False, False], [False, False], np.zeros(2, np.int64))
+        recorder.record_step(0, [1.0], [False, False], [False, False])
     with pytest.raises(IndexError, match="time step 2 is outside"):
-        recorder.record_step(2, [1.0, 1.0], [False, False], [False, False], np.zeros(2, np.int64))
+        recorder.record_step(2, [1.0, 1.0], [False, False], [False, False])
 
 
 # -- find_out_of_bounds ----------------------------------------------------------------------
@@ -257,3 +287,131 @@ def test_find_out_of_bounds_treats_nan_as_outside_and_rejects_other_dtypes(core)
         core.find_out_of_bounds(np.array([["a"]]), np.array([0.0]), np.array([1.0]))
     with pytest.raises(ValueError, match="bounds cover"):
         core.find_out_of_bounds(np.zeros((2, 3)), np.zeros(2), np.ones(2))
+
+
+# -- both cores accept and reject exactly the same inputs ----------------------------------
+
+
+def _observation_pair(rows=3, envs=2, leaf=(2,), dtype=np.float32):
+    return np.zeros((rows, envs) + leaf, dtype), np.zeros((rows - 1, envs) + leaf, dtype)
+
+
+MISMATCHED_WRITER_STORAGE = {
+    "final-as-long-as-observations": lambda: (np.zeros((3, 2, 2), np.float32), np.zeros((3, 2, 2), np.float32)),
+    "final-wider": lambda: (np.zeros((3, 2, 2), np.float32), np.zeros((2, 3, 2), np.float32)),
+    "dtype-differs": lambda: (np.zeros((3, 2, 2), np.float32), np.zeros((2, 2, 2), np.float64)),
+    "one-dimensional": lambda: (np.zeros(3, np.float32), np.zeros(2, np.float32)),
+    "a-list": lambda: ([[0.0, 0.0]] * 3, np.zeros((2, 2), np.float64)),
+    "read-only": lambda: (np.broadcast_to(np.zeros((1, 2, 2), np.float32), (3, 2, 2)), np.zeros((2, 2, 2), np.float32)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MISMATCHED_WRITER_STORAGE))
+def test_both_cores_refuse_the_same_inconsistent_observation_storage(case):
+    for core in CORES:
+        with pytest.raises((TypeError, ValueError)):
+            core.ObservationWriter(*MISMATCHED_WRITER_STORAGE[case]())
+
+
+def _mismatched_recorder_state(case):
+    state = dict(_recorder_state(python_core, 3, 2, 0)[1])
+    changes = {
+        "terminations-shorter": ("terminations", np.zeros((2, 2), bool)),
+        "seeds-shorter": ("step_episode_seeds", np.zeros((1, 2), np.int64)),
+        "float32-rewards": ("rewards", np.zeros((3, 2), np.float32)),
+        "int32-done-columns": ("done_columns", np.zeros(2, np.int32)),
+        "done-columns-too-short": ("done_columns", np.zeros(1, np.int64)),
+        "completed-lengths-shorter": ("completed_lengths", np.zeros(2, np.int64)),
+        "completed-seeds-a-list": ("completed_seeds", [0] * 6),
+        "running-returns-wider": ("running_returns", np.zeros(3)),
+        "int-flags": ("truncations", np.zeros((3, 2), np.int8)),
+    }
+    field, value = changes[case]
+    state[field] = value
+    return state
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "terminations-shorter", "seeds-shorter", "float32-rewards", "int32-done-columns", "done-columns-too-short",
+        "completed-lengths-shorter", "completed-seeds-a-list", "running-returns-wider", "int-flags",
+    ],
+)
+def test_both_cores_refuse_the_same_inconsistent_step_storage(case):
+    """With bounds checks compiled out, these would read or write outside an array."""
+    for core in CORES:
+        with pytest.raises((TypeError, ValueError)):
+            core.StepRecorder(*_mismatched_recorder_state(case).values(), 0)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ((1.0, 1.0), [False, False], [False, False]),
+        (np.array([1.0, 1.0]), [False, False], [False, False]),
+        ([1.0, 1.0], None, [False, False]),
+        ([1.0, 1.0, 1.0], [False, False, False], [False, False, False]),
+    ],
+    ids=["tuple", "ndarray", "none", "too-many"],
+)
+def test_both_cores_accept_only_lists_of_one_entry_per_env(arguments):
+    for core in CORES:
+        recorder, state = _recorder_state(core, 2, 2, 0)
+        with pytest.raises((TypeError, ValueError)):
+            recorder.record_step(0, *arguments)
+        assert recorder.completed_count == 0 and np.isnan(state["rewards"]).all()
+
+
+@pytest.mark.parametrize("done_columns", [np.array([0], np.int32), [0], np.array([[0]], np.int64)], ids=["int32", "list", "2d"])
+def test_both_cores_refuse_done_columns_of_another_type(done_columns):
+    for core in CORES:
+        writer = core.ObservationWriter(*_observation_pair())
+        with pytest.raises((TypeError, ValueError)):
+            writer.scatter_final(0, done_columns, 1)
+        with pytest.raises(IndexError):
+            writer.scatter_final(2, np.zeros(2, np.int64), 1)
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_write_rows_takes_a_list_only(core):
+    writer = core.ObservationWriter(*_observation_pair())
+    with pytest.raises(TypeError):
+        writer.write_rows(0, (np.zeros(2, np.float32), np.zeros(2, np.float32)))
+
+
+# -- the conversion rule ---------------------------------------------------------------------
+
+CONVERSIONS = [
+    # (storage dtype, source, stored unchanged?)
+    (np.uint8, np.full(2, 0.5, np.float32), False),  # [0, 1] frames into a uint8 space
+    (np.uint8, np.array([300, 1], np.int64), False),  # would wrap to 44
+    (np.uint8, np.array([-1, 1], np.int64), False),
+    (np.uint8, [1.0, 2.0], False),  # Python floats
+    (np.uint8, [3, 255], True),  # Python ints that fit
+    (np.uint8, np.array([3, 255], np.int64), True),
+    (np.uint8, np.array([True, False]), True),
+    (np.int64, np.array([2**63, 0], np.uint64), False),
+    (np.int8, np.array([-128, 127], np.int32), True),
+    (np.float32, np.array([0.1, 1e-3], np.float64), True),  # rounding only, as in Gymnasium
+    (np.float32, np.array([1, 2], np.int64), True),
+    (np.float32, ["a", "b"], False),  # non-numeric
+    (np.float32, np.array([None, 1.0], dtype=object), False),
+    (np.float32, [[1.0], [2.0, 3.0]], False),  # ragged
+    (np.bool_, np.array([0, 1], np.int64), True),
+    (np.bool_, np.array([2, 1], np.int64), False),
+    (np.bool_, np.array([0.0, 1.0]), False),
+]
+
+
+@pytest.mark.parametrize("dtype, source, accepted", CONVERSIONS)
+def test_both_cores_store_a_converted_row_only_when_no_value_changes(dtype, source, accepted):
+    for core in CORES:
+        observations = np.zeros((2, 1, 2), dtype)
+        writer = core.ObservationWriter(observations, np.zeros((1, 1, 2), dtype))
+        assert writer.write_row(1, 0, source) is accepted
+        assert writer.write_rows(0, [source]) == (-1 if accepted else 0)
+        if accepted:
+            np.testing.assert_array_equal(observations[1, 0], np.asarray(source).astype(dtype))
+        else:
+            assert not observations.any()

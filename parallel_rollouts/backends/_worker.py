@@ -73,6 +73,7 @@ class AttachOrder:
     num_envs: int
     info_keys: tuple[str, ...]
     core_name: str
+    observation_check: str = "warn"
     #: This worker's first env column (a factory returning a vector env spans several).
     column_offset: int = 0
     #: ``builder(envs, env_offset, observation_layout, action_layout, core)`` -> the group to
@@ -121,7 +122,8 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
                 groups = [(0, len(envs), group)]
             else:
                 groups = build_groups(
-                envs, env_offset, [(0, len(envs))], order.root_seed, observation_layout, action_layout, order.info_keys, core
+                    envs, env_offset, [(0, len(envs))], order.root_seed, observation_layout, action_layout,
+                    order.info_keys, core, observation_check=order.observation_check,
                 )
             columns = shared.storage.columns(env_offset, env_offset + groups[-1][1])
             group = groups[0][2] if len(groups) == 1 else GroupChain(groups)

@@ -27,7 +27,10 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 
 
-from ..errors import ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError, WorkerError
+import numpy as np
+
+from ..batch_memory import BatchMemory
+from ..errors import CollectorClosedError, ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError, WorkerError
 from ..spaces import check_env_spaces
 from ..storage import CompletedEpisodes, RolloutStorage
 from . import _worker
@@ -138,6 +141,11 @@ class AsyncBackend(StepwiseBackend):
         self._workers = pool.workers
         self._step_timeout = step_timeout
         self._reuse_storage = False
+        self._in_flight = False
+        self._memory = BatchMemory(spec.allocate_storage)
+        # Without reuse: the caller's batch, filled row by row as the policy reads
+        # (so the policy's inputs are the batch's own arrays) and completed at the end.
+        self._target: RolloutStorage | None = None
         # Runs on garbage collection or at interpreter exit if close() was never called,
         # but only in the process that created the pool (not in a forked child).
         self._finalizer = weakref.finalize(self, _shutdown_in_owner, pool, os.getpid())
@@ -200,6 +208,7 @@ class AsyncBackend(StepwiseBackend):
             num_envs=spec.num_envs,
             info_keys=spec.info_keys,
             core_name=spec.core_name,
+            observation_check=spec.observation_check,
             group_builder=spec.group_builder,
         )
         for worker in pool.workers:
@@ -219,8 +228,23 @@ class AsyncBackend(StepwiseBackend):
 
     def start_rollout(self, reuse_storage: bool) -> RolloutStorage:
         self._reuse_storage = reuse_storage
+        if reuse_storage:
+            self._memory.reused(self._storage)
+            self._target = None
+        else:
+            self._target = self._memory.fresh()
         self._request_all(_worker.BEGIN, 0)
         return self._storage
+
+    def policy_observations(self, storage: RolloutStorage, t: int) -> list:
+        if self._target is None:
+            # Reused: views of shared memory, valid until the next collect() as documented.
+            return super().policy_observations(storage, t)
+        rows = []
+        for shared_leaf, target_leaf in zip(storage.observations, self._target.observations):
+            np.copyto(target_leaf[t], shared_leaf[t])
+            rows.append(target_leaf[t])
+        return rows
 
     def step(self, t: int) -> None:
         self._request_all(_worker.STEP, t)
@@ -237,8 +261,8 @@ class AsyncBackend(StepwiseBackend):
             # next collect overwrites. They stay valid after close() (the mapping lives
             # until the last view is gone).
             return shared, episodes
-        target = self._spec.allocate_storage()
-        shared.copy_to(target)  # the one copy per rollout
+        target, self._target = self._target, None
+        shared.copy_to(target, observation_rows_copied=shared.horizon)  # the rest of the one copy
         return target, episodes
 
     def request(self, command: bytes, argument: int = 0, payload: bytes = b"") -> list[bytes | None]:
@@ -246,6 +270,14 @@ class AsyncBackend(StepwiseBackend):
         return self._request_all(command, argument, payload)
 
     def _request_all(self, command: bytes, argument: int, payload: bytes = b"") -> list[bytes | None]:
+        if self._in_flight:
+            # An interruption fell between a request and its replies: the replies
+            # still queued would answer the wrong request.
+            raise CollectorClosedError(
+                "an earlier request to the workers was interrupted before all of them replied; "
+                "their state is unknown. Close this collector and create a new one."
+            )
+        self._in_flight = True
         request = _worker.REQUEST.pack(command, argument) + payload
         for worker in self._workers:
             try:
@@ -262,6 +294,7 @@ class AsyncBackend(StepwiseBackend):
                 errors.append(pickle.loads(reply[1:]))
             else:
                 payloads.append(reply[1:] if status == _worker.FINISHED else None)
+        self._in_flight = False
         if errors:
             worker_errors = [error for error in errors if isinstance(error, WorkerError)]
             if len(worker_errors) == len(errors) and len(errors) > 1:
@@ -300,6 +333,9 @@ class AsyncBackend(StepwiseBackend):
         )
 
     def close(self) -> None:
+        # Arrays kept for reuse are views of the segment: drop them so it can be unmapped.
+        self._memory.release()
+        self._target = None
         errors = self._pool.shutdown(graceful=True)
         self._finalizer.detach()
         for error in errors:

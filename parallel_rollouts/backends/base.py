@@ -12,6 +12,7 @@ import numpy as np
 from gymnasium import Env, Space
 
 from ..spaces import SpaceLayout
+from ..batch_memory import BatchMemory
 from ..rollout_loop import RolloutLoop
 from ..storage import CompletedEpisodes, RolloutStorage
 from .groups import GroupChain, build_groups, make_all, spaces_per_env
@@ -32,8 +33,10 @@ class BackendSpec:
         info_keys: Sequence[str],
         core_name: str,
         core: ModuleType,
+        observation_check: str = "warn",
     ) -> None:
         self.env_fns = list(env_fns)
+        self.observation_check = observation_check
         self.root_seed = root_seed
         self.horizon = horizon
         self.info_keys = tuple(info_keys)
@@ -105,24 +108,18 @@ class StepwiseBackend(Backend):
     the storage to build the batch from (which may be a copy) and the episodes.
     """
 
-    #: With reused storage: the ``[t, env]`` entries where earlier rollouts (finished or
-    #: dropped) wrote terminal observations, cleared before the storage is reused.
-    _stale_final_rows: np.ndarray | None = None
+    #: Owner of the storage rollouts are written into (allocation, reuse, clearing).
+    _memory: BatchMemory
 
     def collect(self, loop: RolloutLoop, reuse_storage: bool) -> RolloutResult:
         storage = self._guarded(self.start_rollout, reuse_storage)
-        if reuse_storage and self._stale_final_rows is not None:
-            for leaf in storage.final_observations:
-                leaf[self._stale_final_rows] = 0
-            self._stale_final_rows = None
         try:
-            loop.run(storage, self._guarded_step)
+            loop.run(storage, self._guarded_step, self.policy_observations)
         except BaseException as error:
             if self.broken is None:
                 # The policy (or its output) failed before step `steps_done` ran:
                 # the envs are intact, so drop the rollout and stay usable.
-                if reuse_storage:
-                    self._remember_final_rows(storage, loop.steps_done)
+                self._memory.record_final_rows(storage, loop.steps_done)
                 try:
                     self.abandon_rollout(loop.steps_done)
                 except BaseException as abandon_error:
@@ -130,17 +127,18 @@ class StepwiseBackend(Backend):
                     # abandon failure is what later calls report.
                     self.broken = abandon_error
             raise
-        if reuse_storage:
-            self._remember_final_rows(storage, storage.horizon)
+        self._memory.record_final_rows(storage, storage.horizon)
         storage, episodes = self._guarded(self.finish_rollout)
         writer = loop.output_writer
         return RolloutResult(storage, episodes, bool(writer.has_values), bool(writer.has_log_probs))
 
-    def _remember_final_rows(self, storage: RolloutStorage, rows: int) -> None:
-        ended = storage.terminations[:rows] | storage.truncations[:rows]
-        if self._stale_final_rows is None:
-            self._stale_final_rows = np.zeros_like(storage.terminations)
-        self._stale_final_rows[:rows] |= ended
+    def policy_observations(self, storage: RolloutStorage, t: int) -> list[np.ndarray]:
+        """Row ``t`` of every observation leaf, for the policy: views of ``storage``.
+
+        In-process storage is the batch the caller gets (or, reused, the arrays
+        every batch shares), so the views live exactly as long as the batch's data.
+        """
+        return [leaf[t] for leaf in storage.observations]
 
     def _guarded(self, function, *args):
         try:
@@ -182,9 +180,11 @@ class InProcessBackend(StepwiseBackend):
                 spec.action_layout,
                 spec.info_keys,
                 spec.core,
+                observation_check=spec.observation_check,
             )
         )
         self._groups.reset_all()
+        self._memory = BatchMemory(spec.allocate_storage)
         self._storage: RolloutStorage | None = None
 
     @classmethod
@@ -204,8 +204,7 @@ class InProcessBackend(StepwiseBackend):
     def group_bounds(num_envs: int) -> list[tuple[int, int]]: ...
 
     def start_rollout(self, reuse_storage: bool) -> RolloutStorage:
-        if self._storage is None or not reuse_storage:
-            self._storage = self._spec.allocate_storage()
+        self._storage = self._memory.reused() if reuse_storage else self._memory.fresh()
         self._groups.begin(self._storage)
         return self._storage
 
@@ -219,6 +218,8 @@ class InProcessBackend(StepwiseBackend):
         return self._storage, self._groups.finish()
 
     def close(self) -> None:
+        self._memory.release()
+        self._storage = None
         _close_envs(self._envs)
 
 

@@ -98,7 +98,9 @@ class SliceActor:
         info_keys: tuple[str, ...],
         core_name: str,
         first_episode_numbers: list[int] | None,
+        observation_check: str = "warn",
     ) -> None:
+        self._observation_check = observation_check
         self._env_offset = env_offset
         self._root_seed = root_seed
         self._horizon = horizon
@@ -126,6 +128,7 @@ class SliceActor:
             self._info_keys,
             core,
             first_episode_numbers=self._first_episode_numbers,
+            observation_check=self._observation_check,
         )
         self._group.reset_all()
         if policy is None:
@@ -248,6 +251,7 @@ class RayBackend(Backend):
             self._spec.info_keys,
             self._spec.core_name,
             first_episode,
+            self._spec.observation_check,
         )
 
     def _wait_for_placement(self, references: list) -> None:

@@ -91,6 +91,8 @@ def build_groups(
     action_layout: SpaceLayout,
     info_keys: Sequence[str],
     core: ModuleType,
+    observation_check: str = "warn",
+    first_episode_numbers: Sequence[int] | None = None,
 ) -> list[tuple[int, int, Any]]:
     """The groups over ``made``, as ``(start, stop, group)`` with columns relative to ``column_offset``.
 
@@ -105,7 +107,20 @@ def build_groups(
             groups.append((start, stop, VectorEnvGroup(vector_env, column_offset + start, *common)))
             start = stop
         return groups
-    return [(start, stop, EnvGroup(list(made[start:stop]), column_offset + start, *common)) for start, stop in single_env_bounds]
+    return [
+        (
+            start,
+            stop,
+            EnvGroup(
+                list(made[start:stop]),
+                column_offset + start,
+                *common,
+                first_episode_numbers=None if first_episode_numbers is None else first_episode_numbers[start:stop],
+                observation_check=observation_check,
+            ),
+        )
+        for start, stop in single_env_bounds
+    ]
 
 
 class GroupChain:

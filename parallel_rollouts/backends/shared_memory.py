@@ -45,7 +45,8 @@ class _Carver:
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         self.offset = start + nbytes
         if self.base is None:
-            return np.empty((0,) * len(shape), dtype=dtype)
+            # Only counting: a right-shaped placeholder that occupies no memory.
+            return np.broadcast_to(np.zeros((), dtype=dtype), shape)
         return self.base[start : start + nbytes].view(dtype).reshape(shape)
 
 

@@ -15,7 +15,14 @@ Per step ``t`` a group:
 4. for every env whose episode ended, copies the terminal observation into
    ``final_observations[t]`` and resets the env at once with the next episode
    seed, writing the reset observation over row ``t + 1``. No step is spent on
-   an autoreset no-op.
+   an autoreset no-op;
+5. checks the values of row ``t + 1`` and of the new terminal observations
+   against the space (``observation_check``), before the policy sees them.
+
+Each env receives an action that nothing else will rewrite: a private copy of
+its row, made per step. A group always knows the row its envs stand at (or
+that a step was cut short), so an interruption anywhere leaves it either
+consistent or refusing to continue.
 """
 
 from __future__ import annotations
@@ -28,7 +35,10 @@ from typing import Any
 import numpy as np
 from gymnasium import Env
 
-from ..errors import EnvFailure, ObservationError, SpaceError, WorkerError
+from ..conversion import explain_rejected_row
+from ..env_returns import check_reset_result, check_step_result, end_flag, reward_value
+from ..errors import CollectorClosedError, EnvFailure, ObservationError, SpaceError, WorkerError
+from ..observation_checks import ObservationChecker
 from ..seeding import EpisodeSeeds
 from ..spaces import SpaceLayout, check_env_spaces
 from ..storage import CompletedEpisodes, RolloutStorage
@@ -85,6 +95,8 @@ class EnvGroup:
     first_episode_numbers:
         Episode number (seed index) each env starts at; zeros unless a
         replacement for a dead worker continues with unused seeds.
+    observation_check:
+        ``"warn"``, ``"raise"`` or ``"off"``; see :mod:`parallel_rollouts.observation_checks`.
     """
 
     def __init__(
@@ -97,6 +109,7 @@ class EnvGroup:
         info_keys: Sequence[str],
         core: ModuleType,
         first_episode_numbers: Sequence[int] | None = None,
+        observation_check: str = "warn",
     ) -> None:
         self.envs = list(envs)
         self.env_offset = env_offset
@@ -106,6 +119,7 @@ class EnvGroup:
         self._action_layout = action_layout
         self._info_keys = tuple(info_keys)
         self._core = core
+        self._checker = ObservationChecker(observation_layout, core, observation_check, env_offset)
         for column, env in enumerate(self.envs):
             check_env_spaces(
                 env_offset + column, env.observation_space, env.action_space, observation_layout.space, action_layout.space
@@ -126,6 +140,9 @@ class EnvGroup:
         self._writers: list = []
         self._recorder = None
         self._completed: CompletedEpisodes | None = None
+        # The storage row the envs stand at during a rollout; None while a step is
+        # under way (an interruption there leaves the envs in an unknown state).
+        self._row: int | None = 0
 
     @property
     def episodes_started(self) -> list[int]:
@@ -137,7 +154,7 @@ class EnvGroup:
     def _reset_env(self, column: int) -> Any:
         """Reset one env with its next episode seed and return the observation."""
         seed = self._episode_seeds[column].seed_of(self._episodes_started[column])
-        observation, _info = self.envs[column].reset(seed=seed)
+        observation, _info = check_reset_result(self.envs[column].reset(seed=seed))
         self._episodes_started[column] += 1
         self._running_seeds[column] = seed
         return observation
@@ -154,28 +171,32 @@ class EnvGroup:
         if failures:
             _raise_failures(failures)
         # A writer over the one-row private storage (with an empty final-observation
-        # array: nothing ends at a reset) checks shapes exactly as steps do.
+        # array: nothing ends at a reset) converts and checks exactly as steps do.
         writers = [
             self._core.ObservationWriter(leaf, leaf[:0]) for leaf in self._current_observations
         ]
+        describe = lambda column: "an observation from its first `reset` (observations row t=0)"  # noqa: E731
         for column, observation in enumerate(observations):
-            self._write_observation(writers, 0, column, observation)
-        # Values are checked as stored (after conversion to the space's dtype), exactly
-        # as the rollout check does for every later row.
-        self._check_rows(self._current_observations, "reset observation")
+            self._write_observation(writers, 0, column, observation, describe)
+        self._checker.check([leaf[0] for leaf in self._current_observations], None, describe)
 
     # -- one rollout -----------------------------------------------------------------------
 
     def begin(self, storage: RolloutStorage) -> None:
-        """Start a rollout into ``storage``, this group's column slice of the batch."""
+        """Start a rollout into ``storage``, this group's column slice of the batch.
+
+        A rollout that was neither finished nor abandoned (an interruption outside
+        any step) is abandoned first, at the row its envs stand at.
+        """
+        if self._storage is not None:
+            self.abandon(self._row if self._row is not None else -1)
         horizon = storage.horizon
-        self._storage = storage
-        self._writers = [
+        self._completed = CompletedEpisodes.empty_buffers(horizon * self.num_envs)
+        writers = [
             self._core.ObservationWriter(observations, final)
             for observations, final in zip(storage.observations, storage.final_observations)
         ]
-        self._completed = CompletedEpisodes.empty_buffers(horizon * self.num_envs)
-        self._recorder = self._core.StepRecorder(
+        recorder = self._core.StepRecorder(
             storage.rewards,
             storage.terminations,
             storage.truncations,
@@ -188,13 +209,20 @@ class EnvGroup:
             self._completed.env_indices,
             self._completed.end_steps,
             self._completed.seeds,
+            self._done_columns,
             self.env_offset,
         )
         for leaf_storage, current in zip(storage.observations, self._current_observations):
             leaf_storage[0] = current[0]
+        self._writers, self._recorder = writers, recorder
+        self._row = 0
+        self._storage = storage
 
     def step(self, t: int) -> None:
         """Step every env once with the actions in ``storage.actions[t]``."""
+        if self._row != t:
+            self._refuse_step(t)
+        self._row = None
         storage = self._storage
         actions = self._split_actions([leaf[t] for leaf in storage.actions])
         observations: list = []
@@ -208,9 +236,14 @@ class EnvGroup:
         failures = []
         for column, env in enumerate(self.envs):
             try:
-                observation, reward, terminated, truncated, info = env.step(actions[column])
-                # Converted here, per env, so a bad value is reported with its env index.
-                reward, terminated, truncated = float(reward), bool(terminated), bool(truncated)
+                observation, reward, terminated, truncated, info = check_step_result(env.step(actions[column]))
+                # Checked here, per env, so a bad value is reported with its env index.
+                if type(reward) is not float:
+                    reward = reward_value(reward)
+                if terminated is not True and terminated is not False:
+                    terminated = end_flag(terminated, "terminated")
+                if truncated is not True and truncated is not False:
+                    truncated = end_flag(truncated, "truncated")
             except Exception as error:
                 failures.append((describe_failure(self.env_offset + column, "step", error), error))
                 continue
@@ -227,33 +260,52 @@ class EnvGroup:
         if failures:
             _raise_failures(failures)
 
-        self._write_observations(t + 1, observations)
+        describe = lambda column: f"an observation at step t={t} (observations row t={t + 1})"  # noqa: E731
+        self._write_observations(t + 1, observations, describe)
         for key, values in info_values.items():
             storage.infos[key][t] = values
-        n_done = self._recorder.record_step(t, rewards, terminations, truncations, self._done_columns)
+        n_done = self._recorder.record_step(t, rewards, terminations, truncations)
         if n_done:
             self._end_episodes(t, n_done)
+        self._checker.check([leaf[t + 1] for leaf in storage.observations], None, self._describe_row(t, n_done))
+        self._row = t + 1
+
+    def _describe_row(self, t: int, n_done: int):
+        def describe(column: int) -> str:
+            if column in self._done_columns[:n_done]:
+                return f"an observation from the reset after its episode ended at step t={t} (observations row t={t + 1})"
+            return f"an observation at step t={t} (observations row t={t + 1})"
+
+        return describe
 
     def _end_episodes(self, t: int, n_done: int) -> None:
+        done_columns = self._done_columns
         for writer in self._writers:
-            writer.scatter_final(t, self._done_columns, n_done)
+            writer.scatter_final(t, done_columns, n_done)
+        ended = done_columns[:n_done]
+        self._checker.check(
+            [leaf[t, ended] for leaf in self._storage.final_observations],
+            ended,
+            lambda column: f"a terminal observation at step t={t} (final_observations row t={t})",
+        )
         failures = []
-        for column in self._done_columns[:n_done].tolist():
+        describe = lambda column: f"an observation from the reset after its episode ended at step t={t} (observations row t={t + 1})"  # noqa: E731
+        for column in ended.tolist():
             try:
                 observation = self._reset_env(column)
             except Exception as error:
                 failures.append((describe_failure(self.env_offset + column, "autoreset", error), error))
                 continue
-            # Values are checked for the whole rollout in finish(); shapes here.
-            self._write_observation(self._writers, t + 1, column, observation)
+            self._write_observation(self._writers, t + 1, column, observation, describe)
         if failures:
             _raise_failures(failures)
 
     def finish(self) -> CompletedEpisodes:
-        """End the rollout: check the observations, remember where each env is, return the episodes."""
+        """End the rollout: remember where each env is, return the episodes."""
         storage = self._storage
         horizon = storage.horizon
-        self._check_rollout_observations(storage)
+        if self._row != horizon:
+            self._refuse_step(horizon)
         for leaf_storage, current in zip(storage.observations, self._current_observations):
             current[0] = leaf_storage[horizon]
         completed = self._completed.head(self._recorder.completed_count)
@@ -261,16 +313,32 @@ class EnvGroup:
         return completed
 
     def abandon(self, t: int) -> None:
-        """Drop the rollout after ``t`` completed steps (the policy failed before step ``t``).
+        """Drop the rollout; the next one starts from the row the envs stand at.
 
-        The envs stand where row ``t`` says, so the next rollout starts from it.
-        Episodes that ended in the dropped rows are not reported in any batch; the
-        episodes running at row ``t`` keep the return and length of their dropped steps.
+        ``t`` is the number of steps the caller saw complete; when an interruption
+        fell between a step and the caller's count, the group's own record of its
+        row wins. If a step itself was cut short, the envs' state is unknown and
+        this raises :class:`CollectorClosedError`. Episodes that ended in the
+        dropped rows are not reported in any batch; the episodes running at the
+        row keep the return and length of their dropped steps.
         """
         storage = self._storage
+        if storage is None:
+            return
+        if self._row is None:
+            self._refuse_step(t)
         for leaf_storage, current in zip(storage.observations, self._current_observations):
-            current[0] = leaf_storage[t]
+            current[0] = leaf_storage[self._row]
         self._storage, self._writers, self._recorder, self._completed = None, [], None, None
+
+    def _refuse_step(self, t: int) -> None:
+        if self._row is None:
+            first, last = self.env_offset, self.env_offset + self.num_envs - 1
+            raise CollectorClosedError(
+                f"a step of envs {first}..{last} was interrupted part-way; their state is unknown, "
+                "so no rollout can continue from it. Close this collector and create a new one."
+            )
+        raise RuntimeError(f"step {t} requested, but the envs stand at row {self._row}.")
 
     def close(self) -> list[tuple[int, BaseException]]:
         """Close every env; return ``(env_index, error)`` for those whose ``close`` raised."""
@@ -288,87 +356,51 @@ class EnvGroup:
         """One action per env from the ``[n, ...]`` action rows of each leaf.
 
         Envs receive what Gymnasium's vector envs hand them: NumPy scalars for
-        scalar leaves (Discrete), views of the row otherwise.
+        scalar leaves (Discrete), arrays otherwise. Array actions are views of a
+        copy made for this step alone, so an env may keep its action (as
+        ``StickyAction`` does) or change it without touching the batch.
         """
-        per_leaf = [list(row) for row in leaf_rows]
+        per_leaf = [list(row.copy() if row.ndim > 1 else row) for row in leaf_rows]
         if not self._action_layout.is_nested:
             return per_leaf[0]
         unflatten = self._action_layout.unflatten
         return [unflatten([values[column] for values in per_leaf]) for column in range(self.num_envs)]
 
-    def _write_observations(self, row: int, observations: list) -> None:
+    def _write_observations(self, row: int, observations: list, describe) -> None:
         layout = self._observation_layout
         if not layout.is_nested:
             bad = self._writers[0].write_rows(row, observations)
             if bad >= 0:
-                self._raise_shape_error(bad, 0, observations[bad])
+                self._raise_write_error(bad, 0, observations[bad], describe)
             return
-        per_env = [self._flatten_observation(column, observation) for column, observation in enumerate(observations)]
+        per_env = [self._flatten_observation(column, observation, describe) for column, observation in enumerate(observations)]
         for leaf_index, writer in enumerate(self._writers):
             bad = writer.write_rows(row, [values[leaf_index] for values in per_env])
             if bad >= 0:
-                self._raise_shape_error(bad, leaf_index, per_env[bad][leaf_index])
+                self._raise_write_error(bad, leaf_index, per_env[bad][leaf_index], describe)
 
-    def _write_observation(self, writers: list, row: int, column: int, observation: Any) -> None:
+    def _write_observation(self, writers: list, row: int, column: int, observation: Any, describe) -> None:
         for leaf_index, (writer, value) in enumerate(
-            zip(writers, self._flatten_observation(column, observation))
+            zip(writers, self._flatten_observation(column, observation, describe))
         ):
             if not writer.write_row(row, column, value):
-                self._raise_shape_error(column, leaf_index, value)
+                self._raise_write_error(column, leaf_index, value, describe)
 
-    def _flatten_observation(self, column: int, observation: Any) -> list:
+    def _flatten_observation(self, column: int, observation: Any, describe) -> list:
         try:
             return self._observation_layout.flatten(observation)
         except SpaceError as error:
-            raise ObservationError(f"env {self.env_offset + column} returned an observation that does not match: {error}") from None
+            raise ObservationError(
+                f"env {self.env_offset + column} returned {describe(column)} that does not match its "
+                f"observation space: {error}"
+            ) from None
 
-    def _raise_shape_error(self, column: int, leaf_index: int, value: Any) -> None:
-        leaf = self._observation_layout.leaves[leaf_index]
-        where = f" at {leaf.name}" if self._observation_layout.is_nested else ""
-        got = np.asarray(value)
-        raise ObservationError(
-            f"env {self.env_offset + column} returned an observation{where} of shape {got.shape!r} "
-            f"(dtype {got.dtype}); its observation space {leaf.space!r} expects shape {leaf.shape!r} "
-            f"(dtype {leaf.dtype})."
-        )
-
-    def _check_rollout_observations(self, storage: RolloutStorage) -> None:
-        """Check every observation of the rollout against the space, once per rollout.
-
-        Per step only shapes are checked (by the writers); values are checked here
-        in one pass over the rollout's rows, and after every first reset.
-        """
-        self._check_rows(storage.observations, "observation")
-        ended = storage.terminations | storage.truncations
-        positions = np.argwhere(ended)
-        layout = self._observation_layout
-        for leaf_index, finals in enumerate(storage.final_observations):
-            if layout.covers_whole_dtype(leaf_index):
-                continue
-            ended_rows = finals[ended]
-            bad = self._core.find_out_of_bounds(ended_rows, *layout.bounds(leaf_index))
-            if bad >= 0:
-                t, column = (int(i) for i in positions[bad])
-                self._raise_out_of_space(column, leaf_index, ended_rows[bad], f"terminal observation (step t={t})")
-
-    def _check_rows(self, leaves: list[np.ndarray], what: str) -> None:
-        """Check ``[rows, env, ...]`` observation leaves against the space's bounds."""
-        layout = self._observation_layout
-        for leaf_index, (leaf, values) in enumerate(zip(layout.leaves, leaves)):
-            if layout.covers_whole_dtype(leaf_index):
-                continue
-            bad = self._core.find_out_of_bounds(values.reshape((-1,) + leaf.shape), *layout.bounds(leaf_index))
-            if bad >= 0:
-                t, column = divmod(bad, self.num_envs)
-                where = f"{what} (row t={t})" if what == "observation" else what
-                self._raise_out_of_space(column, leaf_index, values[t, column], where)
-
-    def _raise_out_of_space(self, column: int, leaf_index: int, value: Any, what: str) -> None:
+    def _raise_write_error(self, column: int, leaf_index: int, value: Any, describe) -> None:
         leaf = self._observation_layout.leaves[leaf_index]
         where = f" at {leaf.name}" if self._observation_layout.is_nested else ""
         raise ObservationError(
-            f"env {self.env_offset + column} returned a {what}{where} outside its observation "
-            f"space {leaf.space!r}: got {np.asarray(value).tolist()!r}."
+            f"env {self.env_offset + column} returned {describe(column)}{where} that its observation "
+            f"space {leaf.space!r} cannot store: got {explain_rejected_row(value, leaf.shape, leaf.dtype)}."
         )
 
 

@@ -1,0 +1,131 @@
+"""Argument checks shared by both cores, so that they accept and reject exactly the same inputs.
+
+The compiled core runs with bounds checks compiled out: it trusts the arrays it
+was built with. These checks, run once when a writer or recorder is built, make
+that trust safe: every array has the dtype the kernels assume, and every index
+the kernels can reach lies inside every array they touch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["check_done_columns", "check_observation_storage", "check_step_storage", "check_step_lists"]
+
+
+def _require_array(value: Any, field: str, dtype: type, ndim: int) -> np.ndarray:
+    if type(value) is not np.ndarray:
+        raise TypeError(f"`{field}` must be a numpy.ndarray; got {type(value).__name__}.")
+    if value.dtype != np.dtype(dtype):
+        raise ValueError(f"`{field}` must have dtype {np.dtype(dtype)}; got {value.dtype}.")
+    if value.ndim != ndim:
+        raise ValueError(f"`{field}` must have {ndim} dimension(s); got shape {value.shape!r}.")
+    if not value.flags.writeable:
+        raise ValueError(f"`{field}` must be writeable.")
+    return value
+
+
+def _check_leaf_contiguous(storage: np.ndarray, field: str) -> None:
+    """Raise unless the axes after ``[rows, env]`` of ``storage`` are C-contiguous."""
+    expected_stride = storage.itemsize
+    for axis in range(storage.ndim - 1, 1, -1):
+        if storage.size and storage.shape[axis] > 1 and storage.strides[axis] != expected_stride:
+            raise ValueError(
+                f"`{field}` must store each env's row contiguously; got strides {storage.strides!r}."
+            )
+        expected_stride *= storage.shape[axis]
+
+
+def check_observation_storage(observations: Any, final_observations: Any) -> None:
+    """Storage for one observation leaf: ``[rows, env, ...]`` and ``[rows - 1 or fewer, env, ...]``."""
+    for field, array in (("observations", observations), ("final_observations", final_observations)):
+        if type(array) is not np.ndarray:
+            raise TypeError(f"`{field}` must be a numpy.ndarray; got {type(array).__name__}.")
+        if array.ndim < 2:
+            raise ValueError(
+                f"`{field}` must have at least 2 dimensions [rows, envs, ...]; got shape {array.shape!r}."
+            )
+        if not array.flags.writeable:
+            raise ValueError(f"`{field}` must be writeable.")
+    if observations.dtype != final_observations.dtype:
+        raise ValueError(
+            f"`observations` and `final_observations` must share a dtype; got "
+            f"{observations.dtype!r} and {final_observations.dtype!r}."
+        )
+    if observations.shape[1:] != final_observations.shape[1:]:
+        raise ValueError(
+            f"`observations` and `final_observations` must agree past the time axis; got "
+            f"shapes {observations.shape!r} and {final_observations.shape!r}."
+        )
+    # scatter_final(t) reads observations[t + 1] for every t < len(final_observations).
+    if final_observations.shape[0] > observations.shape[0] - 1 and final_observations.shape[0] > 0:
+        raise ValueError(
+            f"`final_observations` has {final_observations.shape[0]} rows; `observations` must have "
+            f"at least one more, got {observations.shape[0]}."
+        )
+    _check_leaf_contiguous(observations, "observations")
+    _check_leaf_contiguous(final_observations, "final_observations")
+
+
+def check_step_storage(
+    rewards: Any,
+    terminations: Any,
+    truncations: Any,
+    step_episode_seeds: Any,
+    running_returns: Any,
+    running_lengths: Any,
+    running_seeds: Any,
+    completed_returns: Any,
+    completed_lengths: Any,
+    completed_env_indices: Any,
+    completed_end_steps: Any,
+    completed_seeds: Any,
+    done_columns: Any,
+) -> None:
+    """The arrays a step recorder writes: ``[T, N]`` rows, ``[N]`` books, equal-length episode buffers."""
+    rewards = _require_array(rewards, "rewards", np.float64, 2)
+    steps = rewards.shape
+    for field, value, dtype in (
+        ("terminations", terminations, np.bool_),
+        ("truncations", truncations, np.bool_),
+        ("step_episode_seeds", step_episode_seeds, np.int64),
+    ):
+        if _require_array(value, field, dtype, 2).shape != steps:
+            raise ValueError(f"`{field}` has shape {value.shape!r}; `rewards` has {steps!r}.")
+    for field, value, dtype in (
+        ("running_returns", running_returns, np.float64),
+        ("running_lengths", running_lengths, np.int64),
+        ("running_seeds", running_seeds, np.int64),
+    ):
+        if _require_array(value, field, dtype, 1).shape[0] != steps[1]:
+            raise ValueError(f"`{field}` covers {value.shape[0]} envs; `rewards` covers {steps[1]}.")
+    capacity = _require_array(completed_returns, "completed_returns", np.float64, 1).shape[0]
+    for field, value in (
+        ("completed_lengths", completed_lengths),
+        ("completed_env_indices", completed_env_indices),
+        ("completed_end_steps", completed_end_steps),
+        ("completed_seeds", completed_seeds),
+    ):
+        if _require_array(value, field, np.int64, 1).shape[0] != capacity:
+            raise ValueError(f"`{field}` has {value.shape[0]} slots; `completed_returns` has {capacity}.")
+    check_done_columns(done_columns, steps[1])
+
+
+def check_done_columns(done_columns: Any, num_envs: int) -> None:
+    """``done_columns``: a writeable int64 vector with room for every env."""
+    _require_array(done_columns, "done_columns", np.int64, 1)
+    if done_columns.shape[0] < num_envs:
+        raise ValueError(
+            f"`done_columns` has room for {done_columns.shape[0]} envs; expected {num_envs}."
+        )
+
+
+def check_step_lists(num_envs: int, **lists: Any) -> None:
+    """One step's per-env inputs: lists (not tuples or arrays) of one entry per env."""
+    for field, values in lists.items():
+        if type(values) is not list:
+            raise TypeError(f"`{field}` must be a list; got {type(values).__name__}.")
+        if len(values) != num_envs:
+            raise ValueError(f"`{field}` has {len(values)} entries; expected {num_envs}.")

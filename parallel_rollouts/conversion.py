@@ -1,0 +1,87 @@
+"""The one rule for storing an env's observation in a leaf of another dtype.
+
+A conversion may round (float64 into float32, as Gymnasium allows) but never
+change a value in any other way: a float never goes into an integer or bool
+leaf, and an integer goes into an integer leaf only when it fits. Both cores
+take every observation that is not already an exact row (same dtype, same
+shape, C-contiguous) through :func:`convert_row`; when it refuses a value,
+:func:`explain_rejected_row` says why, for the error message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["convert_row", "explain_rejected_row"]
+
+_NUMERIC_KINDS = "biuf"
+
+
+def _as_array(source: Any) -> np.ndarray | None:
+    try:
+        return np.asarray(source)
+    except (ValueError, TypeError):  # ragged nesting, objects NumPy cannot hold
+        return None
+
+
+def _integers_fit(array: np.ndarray, dtype: np.dtype) -> bool:
+    if np.can_cast(array.dtype, dtype, casting="safe") or array.size == 0:
+        return True
+    if dtype.kind == "b":
+        return bool(((array == 0) | (array == 1)).all())
+    info = np.iinfo(dtype)
+    return int(array.min()) >= info.min and int(array.max()) <= info.max
+
+
+def convert_row(source: Any, row_shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+    """``source`` as an array of ``row_shape`` that can be stored as ``dtype`` without change, else ``None``.
+
+    The array returned may still have another dtype; NumPy assignment into the
+    storage does the (now value-preserving, up to float rounding) cast.
+    """
+    array = _as_array(source)
+    if array is None or array.shape != row_shape or array.dtype.kind not in _NUMERIC_KINDS:
+        return None
+    if array.dtype == dtype:
+        return array
+    source_kind, target_kind = array.dtype.kind, dtype.kind
+    if target_kind == "f":
+        return array
+    if source_kind == "f":
+        return None
+    return array if _integers_fit(array, dtype) else None
+
+
+def explain_rejected_row(source: Any, row_shape: tuple[int, ...], dtype: np.dtype) -> str:
+    """Why :func:`convert_row` refused ``source``: what was expected, what was received."""
+    array = _as_array(source)
+    if array is None:
+        return (
+            f"a value NumPy cannot turn into one array ({type(source).__name__} {source!r}); "
+            f"expected shape {row_shape!r} of numbers"
+        )
+    if array.shape != row_shape:
+        return f"shape {array.shape!r} (dtype {array.dtype}); expected shape {row_shape!r} (dtype {dtype})"
+    if array.dtype.kind not in _NUMERIC_KINDS:
+        return (
+            f"non-numeric elements (dtype {array.dtype}, e.g. {array.reshape(-1)[:1].tolist()!r}); "
+            f"expected numbers storable as {dtype}"
+        )
+    if array.dtype.kind == "f":
+        return (
+            f"floats (dtype {array.dtype}) for an integer leaf of dtype {dtype}: storing them would "
+            "truncate them. Return integers (e.g. images scaled to 0..255 and cast with "
+            f"`.astype(np.{dtype})`) or declare a float Box"
+        )
+    flat = array.reshape(-1)
+    if dtype.kind == "b":
+        bad = flat[(flat != 0) & (flat != 1)]
+        return f"integer {bad[0].item()!r} for a bool leaf; only 0 and 1 are stored unchanged"
+    info = np.iinfo(dtype)
+    bad = flat[(flat < info.min) | (flat > info.max)]
+    return (
+        f"integer {bad[0].item()!r} (dtype {array.dtype}), which does not fit the leaf's dtype "
+        f"{dtype} (range {info.min}..{info.max}); storing it would change it"
+    )

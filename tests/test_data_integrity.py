@@ -1,0 +1,574 @@
+"""The batch holds exactly what happened: no silent conversion, checks at the step, inputs nobody rewrites."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from functools import partial
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from parallel_rollouts import (
+    ActionError,
+    CollectorClosedError,
+    ObservationError,
+    ObservationWarning,
+    ParallelRolloutCollector,
+    PolicyOutput,
+    SpaceError,
+    WorkerError,
+)
+from tests.envs import ConstantPolicy, CountingEnv
+
+IN_PROCESS = ["serial", "sync"]
+ALL_LOCAL = ["serial", "sync", "async"]
+
+
+def _options(backend):
+    return {"num_workers": 2} if backend == "async" else {}
+
+
+class ReturnsEnv(gym.Env):
+    """Returns ``make_observation(step)`` from ``step`` (and ``reset`` when ``at_reset``)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, space, make_observation, bad_from_step=2, at_reset=False, episode_length=100):
+        self.observation_space = space
+        self.action_space = spaces.Discrete(2)
+        self.make_observation = make_observation
+        self.bad_from_step = bad_from_step
+        self.at_reset = at_reset
+        self.episode_length = episode_length
+        self._steps = 0
+
+    def _good(self):
+        return np.zeros(self.observation_space.shape, self.observation_space.dtype)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._steps = 0
+        return (self.make_observation(0) if self.at_reset else self._good()), {}
+
+    def step(self, action):
+        self._steps += 1
+        observation = self.make_observation(self._steps) if self._steps >= self.bad_from_step else self._good()
+        return observation, 0.0, False, self._steps >= self.episode_length, {}
+
+
+def _frames_in_unit_range(step):
+    return np.full((3, 3), 0.5, np.float32)
+
+
+def _int64_300(step):
+    return np.array([300, 1], np.int64)
+
+
+def _python_floats(step):
+    return [1.0, 2.0]
+
+
+def _strings(step):
+    return np.array(["a", "b"])
+
+
+def _none_element(step):
+    return [None, 1.0]
+
+
+CONVERSION_CASES = {
+    # name: (space, observation, message)
+    "float-frames-into-uint8": (spaces.Box(0, 255, (3, 3), np.uint8), _frames_in_unit_range, r"floats \(dtype float32\) for an integer leaf of dtype uint8"),
+    "int64-300-into-uint8": (spaces.Box(0, 255, (2,), np.uint8), _int64_300, r"integer 300 \(dtype int64\), which does not fit the leaf's dtype uint8"),
+    "python-floats-into-int": (spaces.Box(0, 9, (2,), np.int64), _python_floats, r"floats \(dtype float64\) for an integer leaf of dtype int64"),
+    "strings": (spaces.Box(0, 1, (2,), np.float32), _strings, r"non-numeric elements \(dtype <U1"),
+    "none-element": (spaces.Box(0, 1, (2,), np.float32), _none_element, r"non-numeric elements \(dtype object"),
+}
+
+
+CONVERSION_RUNS = [(backend, case) for backend in IN_PROCESS for case in sorted(CONVERSION_CASES)] + [
+    ("async", "float-frames-into-uint8"),
+    ("async", "int64-300-into-uint8"),
+]
+
+
+@pytest.mark.parametrize("backend, case", CONVERSION_RUNS)
+def test_an_observation_that_would_change_in_storage_raises_naming_env_row_and_leaf(backend, case, core):
+    space, make_observation, message = CONVERSION_CASES[case]
+    fns = [partial(ReturnsEnv, space, make_observation, bad_from_step=10**9)] * 1 + [partial(ReturnsEnv, space, make_observation)]
+    with ParallelRolloutCollector(fns, ConstantPolicy(2), backend, horizon=4, seed=0, core=core, **_options(backend)) as collector:
+        with pytest.raises(ObservationError, match=r"env 1 returned an observation at step t=1 \(observations row t=2\) .*" + message):
+            collector.collect()
+        with pytest.raises(CollectorClosedError):
+            collector.collect()
+
+
+@pytest.mark.parametrize("backend", IN_PROCESS)
+def test_a_conversion_error_in_a_nested_space_names_the_leaf_path(backend, core):
+    space = spaces.Dict({"camera": spaces.Box(0, 255, (3, 3), np.uint8), "speed": spaces.Box(-1, 1, (1,), np.float32)})
+
+    def observation(step):
+        return {"camera": np.full((3, 3), 0.5, np.float32), "speed": np.zeros(1, np.float32)}
+
+    class NestedEnv(ReturnsEnv):
+        def _good(self):
+            return {"camera": np.zeros((3, 3), np.uint8), "speed": np.zeros(1, np.float32)}
+
+    fns = [partial(NestedEnv, space, observation, at_reset=True)]
+    with pytest.raises(ObservationError, match=r"env 0 returned an observation from its first `reset` \(observations row t=0\) at \['camera'\] .*floats"):
+        ParallelRolloutCollector(fns, ConstantPolicy(1), backend, horizon=2, seed=0, core=core)
+
+
+@pytest.mark.parametrize("backend", IN_PROCESS)
+def test_float64_observations_are_rounded_into_a_float32_space(backend, core):
+    space = spaces.Box(-10, 10, (2,), np.float32)
+    fns = [partial(ReturnsEnv, space, lambda step: np.array([0.1, step], np.float64), bad_from_step=1)]
+    with ParallelRolloutCollector(fns, ConstantPolicy(1), backend, horizon=3, seed=0, core=core) as collector:
+        batch = collector.collect()
+    np.testing.assert_array_equal(batch.observations[1:, 0, 0], np.float32(0.1))
+    assert batch.observations.dtype == np.float32
+
+
+# -- value checks at the step, before the policy ----------------------------------------------
+
+
+class RaisesOnNan:
+    """A policy that, like torch.distributions.Categorical, refuses NaN inputs."""
+
+    def __call__(self, observations):
+        if np.isnan(observations).any():
+            raise ValueError("the policy got NaN")
+        return np.zeros(observations.shape[0], np.int64)
+
+
+@pytest.mark.parametrize("backend, mode", [("serial", "warn"), ("sync", "warn"), ("sync", "raise"), ("async", "warn")])
+def test_a_nan_observation_raises_observation_error_before_the_policy_sees_it(backend, mode, core):
+    space = spaces.Box(-1, 1, (2,), np.float32)
+    fns = [partial(ReturnsEnv, space, lambda step: np.array([np.nan, 0], np.float32), bad_from_step=3)] * 2
+    with ParallelRolloutCollector(
+        fns, RaisesOnNan(), backend, horizon=5, seed=0, core=core, observation_check=mode, **_options(backend)
+    ) as collector:
+        with pytest.raises(ObservationError, match=r"env 0 returned an observation at step t=2 \(observations row t=3\) outside"):
+            collector.collect()
+
+
+class OvershootEnv(gym.Env):
+    """Declares Box(-2.5, 2.5) like LunarLander's position and overshoots it by 1%, as LunarLander does."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self):
+        self.observation_space = spaces.Box(-2.5, 2.5, (2,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self._steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._steps = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self._steps += 1
+        height = np.float32(2.526 if self._steps % 3 == 0 else 1.0)
+        return np.array([0.0, height], np.float32), 1.0, False, self._steps >= 7, {}
+
+
+@pytest.mark.parametrize("backend", ALL_LOCAL)
+def test_a_float_bounds_overshoot_warns_and_never_ends_the_run_by_default(backend, core):
+    with ParallelRolloutCollector(
+        [OvershootEnv] * 2, ConstantPolicy(2), backend, horizon=10, seed=0, core=core, **_options(backend)
+    ) as collector:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            batches = [collector.collect() for _ in range(3)]
+    assert all(batch.observations[3, :, 1].tolist() == [np.float32(2.526)] * 2 for batch in batches[:1])
+    assert batches[2].episode_lengths.tolist()  # episodes keep ending and resetting
+    if backend != "async":  # async workers warn in their own processes
+        messages = [str(w.message) for w in caught if issubclass(w.category, ObservationWarning)]
+        # Once per env and leaf, not once per step.
+        assert len(messages) == 2
+        assert "env 0 returned an observation at step t=2 (observations row t=3) outside its observation space" in messages[0]
+
+
+@pytest.mark.parametrize("backend", IN_PROCESS)
+def test_raise_mode_stops_on_a_float_bounds_overshoot_and_off_mode_stores_it(backend, core):
+    with ParallelRolloutCollector([OvershootEnv], ConstantPolicy(1), backend, horizon=4, seed=0, core=core, observation_check="raise") as collector:
+        with pytest.raises(ObservationError, match=r"env 0 returned an observation at step t=2 .*got \[0.0, 2.52"):
+            collector.collect()
+    with ParallelRolloutCollector([OvershootEnv], ConstantPolicy(1), backend, horizon=4, seed=0, core=core, observation_check="off") as collector:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            batch = collector.collect()
+    assert batch.observations[3, 0, 1] == np.float32(2.526)
+
+
+@pytest.mark.parametrize("backend", IN_PROCESS)
+def test_an_integer_space_value_out_of_range_raises_in_the_default_mode(backend, core):
+    space = spaces.Box(0, 5, (2,), np.int64)
+    fns = [partial(ReturnsEnv, space, lambda step: np.array([6, 0], np.int64))]
+    with ParallelRolloutCollector(fns, ConstantPolicy(1), backend, horizon=3, seed=0, core=core) as collector:
+        with pytest.raises(ObservationError, match=r"env 0 returned an observation at step t=1 .* got \[6, 0\]"):
+            collector.collect()
+
+
+def test_a_terminal_observation_is_checked_at_its_step():
+    class BadEnd(CountingEnv):
+        def step(self, action):
+            observation, reward, terminated, truncated, info = super().step(action)
+            if terminated:
+                observation = np.full(4, np.nan, np.float32)
+            return observation, reward, terminated, truncated, info
+
+    with ParallelRolloutCollector([partial(BadEnd, episode_length=2)], RaisesOnNan(), "sync", horizon=4, seed=0) as collector:
+        with pytest.raises(ObservationError, match=r"env 0 returned a terminal observation at step t=1 \(final_observations row t=1\)"):
+            collector.collect()
+
+
+def test_observation_check_must_be_one_of_the_modes():
+    with pytest.raises(ValueError, match=r"`observation_check` must be one of \('warn', 'raise', 'off'\); got 'strict'"):
+        ParallelRolloutCollector([CountingEnv], backend="sync", horizon=2, seed=0, observation_check="strict")
+
+
+# -- actions the envs receive -----------------------------------------------------------------
+
+
+class KeepsAndMutatesAction(gym.Env):
+    """Keeps every action it gets (as StickyAction does) and then scribbles over it."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self):
+        self.observation_space = spaces.Box(-100, 100, (2,), np.float32)
+        self.action_space = spaces.Box(-1, 1, (2,), np.float32)
+        self.kept: list[np.ndarray] = []
+        self.seen: list[list[float]] = []
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.kept.append(action)
+        self.seen.append(np.asarray(action).tolist())
+        action[...] = 0.75  # an in-place change must not reach the batch
+        return np.zeros(2, np.float32), 0.0, False, False, {}
+
+
+class StepPolicy:
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, observations):
+        self.calls += 1
+        return np.full((observations.shape[0], 2), -1 + 0.01 * self.calls, np.float32)
+
+
+@pytest.mark.parametrize("reuse", [False, True])
+@pytest.mark.parametrize("backend", IN_PROCESS)
+def test_an_env_keeping_or_mutating_its_action_sees_and_changes_nothing_else(backend, reuse, core):
+    envs = [KeepsAndMutatesAction(), KeepsAndMutatesAction()]
+    fns = [lambda e=env: e for env in envs]
+    with ParallelRolloutCollector(fns, StepPolicy(), backend, horizon=3, seed=0, core=core, reuse_buffers=reuse) as collector:
+        first = collector.collect()
+        first_actions = first.actions.copy()
+        collector.collect()
+    expected = [[-1 + 0.01 * call] * 2 for call in range(1, 7)]
+    for env in envs:
+        # What each env kept is what it was given, then changed by itself alone.
+        np.testing.assert_allclose(env.seen, expected, rtol=1e-6)
+        assert all(np.all(kept == 0.75) for kept in env.kept)
+    # The batch records what the policy chose, not the envs' scribbles.
+    np.testing.assert_allclose(first_actions[:, 0], expected[:3], rtol=1e-6)
+    if not reuse:
+        np.testing.assert_allclose(first.actions[:, 1], expected[:3], rtol=1e-6)
+
+
+# -- arrays handed to the policy --------------------------------------------------------------
+
+
+class KeepsInputs:
+    """A policy that keeps every observation array it is handed (a frame history)."""
+
+    def __init__(self):
+        self.kept = []
+
+    def __call__(self, observations):
+        self.kept.append(observations)
+        return np.ones(observations.shape[0], np.int64)
+
+
+@pytest.mark.parametrize("backend", ALL_LOCAL)
+def test_a_policy_may_keep_its_inputs_by_default_on_every_backend(backend, core):
+    policy = KeepsInputs()
+    fns = [partial(CountingEnv, env_id=i, episode_length=5) for i in range(2)]
+    with ParallelRolloutCollector(fns, policy, backend, horizon=4, seed=0, core=core, **_options(backend)) as collector:
+        batches = [collector.collect() for _ in range(3)]
+    kept = np.stack(policy.kept)
+    expected = np.concatenate([batch.observations for batch in batches])
+    np.testing.assert_array_equal(kept, expected)
+    assert not policy.kept[0].flags.writeable
+
+
+@pytest.mark.parametrize("backend", ALL_LOCAL)
+def test_with_reused_buffers_policy_inputs_hold_until_the_next_collect_on_every_backend(backend, core):
+    policy = KeepsInputs()
+    fns = [partial(CountingEnv, env_id=i, episode_length=5) for i in range(2)]
+    with ParallelRolloutCollector(fns, policy, backend, horizon=4, seed=0, core=core, reuse_buffers=True, **_options(backend)) as collector:
+        batch = collector.collect()
+        during = np.stack(policy.kept).copy()
+        np.testing.assert_array_equal(during, batch.observations)
+        collector.collect()
+        # Documented: the same arrays are rewritten by the next collect, on every backend.
+        np.testing.assert_array_equal(np.stack(policy.kept[:4]), np.stack(policy.kept[4:]))
+
+
+# -- an interruption anywhere ----------------------------------------------------------------
+
+
+class LoggingEnv(CountingEnv):
+    """A CountingEnv that remembers the last observation it returned."""
+
+    def reset(self, *, seed=None, options=None):
+        observation, info = super().reset(seed=seed, options=options)
+        self.last = observation.copy()
+        return observation, info
+
+    def step(self, action):
+        result = super().step(action)
+        self.last = result[0].copy()
+        return result
+
+
+_WATCHED = ("rollout_loop.py", "base.py", "stepping.py", "batch_memory.py", "collector.py")
+
+
+def _interrupt_at_line(number):
+    """A trace function raising KeyboardInterrupt at the ``number``-th line run in the watched files."""
+    count = [0]
+
+    def local(frame, event, arg):
+        if event == "line":
+            count[0] += 1
+            if count[0] == number:
+                raise KeyboardInterrupt
+        return local
+
+    def global_trace(frame, event, arg):
+        if frame.f_code.co_filename.endswith(_WATCHED) and "parallel_rollouts" in frame.f_code.co_filename:
+            return local
+        return None
+
+    return global_trace, count
+
+
+@pytest.mark.parametrize("backend", IN_PROCESS)
+def test_an_interruption_at_any_line_leaves_the_collector_consistent_or_clearly_broken(backend):
+    envs = [LoggingEnv(env_id=i, episode_length=3) for i in range(2)]
+    fns = [lambda e=env: e for env in envs]
+    with ParallelRolloutCollector(fns, ConstantPolicy(2), backend, horizon=4, seed=0, core="compiled") as collector:
+        collector.collect()
+        trace, count = _interrupt_at_line(10**9)
+        sys.settrace(trace)
+        try:
+            collector.collect()
+        finally:
+            sys.settrace(None)
+        lines_in_a_collect = count[0]
+    assert lines_in_a_collect > 50
+    outcomes = {"consistent": 0, "broken": 0, "not reached": 0}
+    for number in range(1, lines_in_a_collect + 1):
+        envs = [LoggingEnv(env_id=i, episode_length=3) for i in range(2)]
+        fns = [lambda e=env: e for env in envs]
+        collector = ParallelRolloutCollector(fns, ConstantPolicy(2), backend, horizon=4, seed=0, core="compiled")
+        try:
+            collector.collect()
+            trace, _ = _interrupt_at_line(number)
+            sys.settrace(trace)
+            try:
+                collector.collect()
+                outcomes["not reached"] += 1
+            except KeyboardInterrupt:
+                pass
+            finally:
+                sys.settrace(None)
+            where = [env.last.copy() for env in envs]
+            try:
+                batch = collector.collect()
+            except CollectorClosedError as error:
+                assert "interrupted" in str(error) or "KeyboardInterrupt" in str(error), str(error)
+                outcomes["broken"] += 1
+                continue
+            # Consistent: the batch starts where every env really stands.
+            for column, env in enumerate(envs):
+                np.testing.assert_array_equal(batch.observations[0, column], where[column], err_msg=f"line {number}")
+            outcomes["consistent"] += 1
+        finally:
+            collector.close()
+    assert outcomes["consistent"] > 0 and outcomes["broken"] > 0
+
+
+# -- final observations ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ALL_LOCAL)
+def test_final_observations_are_zero_where_no_episode_ended_across_reused_and_fresh_batches(backend, core):
+    fns = [partial(CountingEnv, env_id=i + 1, episode_length=2 + i) for i in range(3)]
+    for reuse in (False, True):
+        with ParallelRolloutCollector(fns, ConstantPolicy(3), backend, horizon=5, seed=0, core=core, reuse_buffers=reuse, **_options(backend)) as collector:
+            for _ in range(4):
+                batch = collector.collect()
+                ended = batch.final_observation_mask
+                assert ended.any()
+                assert not batch.final_observations[~ended].any()
+                assert batch.final_observations[ended][:, 0].tolist() == (np.argwhere(ended)[:, 1] + 1).tolist()
+
+
+def test_an_interrupted_reused_rollout_leaves_no_stale_final_observation():
+    fns = [partial(CountingEnv, env_id=i + 1, episode_length=2) for i in range(2)]
+
+    class InterruptOnce:
+        def __init__(self):
+            self.calls = 0
+
+        def __call__(self, observations):
+            self.calls += 1
+            if self.calls == 9:  # second collect, step 3: after the episode ends at t=1
+                raise KeyboardInterrupt
+            return np.ones(observations.shape[0], np.int64)
+
+    with ParallelRolloutCollector(fns, InterruptOnce(), "sync", horizon=5, seed=0, reuse_buffers=True) as collector:
+        collector.collect()
+        with pytest.raises(KeyboardInterrupt):
+            collector.collect()
+        batch = collector.collect()
+        assert not batch.final_observations[~batch.final_observation_mask].any()
+
+
+# -- what envs return ------------------------------------------------------------------------
+
+
+_UNSET = object()
+
+
+class BadReturns(CountingEnv):
+    def __init__(self, env_id=0, reward=_UNSET, terminated=_UNSET, reset_obs_only=False, step_four=False):
+        super().__init__(env_id=env_id)
+        self.bad_reward, self.bad_terminated = reward, terminated
+        self.reset_obs_only, self.step_four = reset_obs_only, step_four
+
+    def reset(self, *, seed=None, options=None):
+        observation, info = super().reset(seed=seed, options=options)
+        return observation if self.reset_obs_only else (observation, info)
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = super().step(action)
+        if self.step_four:
+            return observation, reward, terminated, info
+        if self.bad_reward is not _UNSET:
+            reward = self.bad_reward
+        if self.bad_terminated is not _UNSET:
+            terminated = self.bad_terminated
+        return observation, reward, terminated, truncated, info
+
+
+@pytest.mark.parametrize("backend", IN_PROCESS)
+@pytest.mark.parametrize(
+    "kwargs, phase, message",
+    [
+        ({"reward": np.array([1.0, 2.0])}, "step", r"the reward returned by `step` is an array of shape \(2,\)"),
+        ({"reward": np.array([1.0])}, "step", r"the reward returned by `step` is an array of shape \(1,\)"),
+        ({"reward": None}, "step", r"the reward returned by `step` is NoneType None, not a number"),
+        ({"reward": "1.5"}, "step", r"the reward returned by `step` is str '1.5', not a number"),
+        ({"terminated": None}, "step", r"`terminated` returned by `step` is NoneType None, not a bool"),
+        ({"terminated": np.array([True, False])}, "step", r"`terminated` returned by `step` is an array of shape \(2,\)"),
+        ({"step_four": True}, "step", r"`step` returned 4 values; Gymnasium envs return 5: .*pre-0.26 Gym API"),
+        ({"reset_obs_only": True}, "reset", r"`reset` returned an array of shape \(4,\) .*; Gymnasium envs return a pair \(observation, info\)"),
+    ],
+    ids=["reward-array", "reward-one-element-array", "reward-none", "reward-string", "terminated-none", "terminated-array", "old-step-api", "old-reset-api"],
+)
+def test_bad_env_returns_name_the_env_the_field_and_the_fix(backend, kwargs, phase, message):
+    fns = [partial(CountingEnv, env_id=0), partial(BadReturns, env_id=1, **kwargs)]
+    with pytest.raises(WorkerError, match=rf"env 1 raised TypeError in `{phase}`: {message}") as info:
+        with ParallelRolloutCollector(fns, ConstantPolicy(2), backend, horizon=2, seed=0, **_options(backend)) as collector:
+            collector.collect()
+    assert info.value.env_indices == (1,)
+
+
+def test_a_bad_reward_in_an_async_worker_names_the_env():
+    fns = [partial(CountingEnv, env_id=0), partial(BadReturns, env_id=1, reward=np.array([1.0, 2.0]))]
+    with pytest.raises(WorkerError, match=r"env 1 raised TypeError in `step`: the reward returned by `step` is an array"):
+        with ParallelRolloutCollector(fns, ConstantPolicy(2), "async", horizon=2, seed=0, num_workers=2) as collector:
+            collector.collect()
+
+
+def test_numpy_and_integer_rewards_and_flags_are_accepted():
+    class Scalars(CountingEnv):
+        def step(self, action):
+            observation, reward, terminated, truncated, info = super().step(action)
+            return observation, np.float32(reward), np.bool_(terminated), int(truncated), info
+
+    with ParallelRolloutCollector([Scalars], ConstantPolicy(1), "sync", horizon=4, seed=0) as collector:
+        batch = collector.collect()
+    assert batch.rewards[:, 0].tolist() == [2.0, 3.0, 4.0, 2.0]
+    assert batch.terminations[:, 0].tolist() == [False, False, True, False]
+
+
+@pytest.mark.parametrize("space", [spaces.Box(0, 1, (0,)), spaces.Dict({"a": spaces.Box(0, 1, (2, 0))})], ids=["box", "nested"])
+def test_a_zero_size_box_is_refused_at_construction(space):
+    class ZeroSize(CountingEnv):
+        def __init__(self):
+            super().__init__()
+            self.observation_space = space
+
+    with pytest.raises(SpaceError, match=r"the observation space is not storable: .*holds no values"):
+        ParallelRolloutCollector([ZeroSize], backend="sync", horizon=2, seed=0)
+
+
+# -- what the policy returns -----------------------------------------------------------------
+
+def _torch():
+    # Imported here, not at module level: async workers import this module to unpickle its envs.
+    import torch
+
+    return torch
+
+
+@pytest.mark.parametrize(
+    "make_output, message",
+    [
+        (lambda n: [[0, 1], [1]], r"actions cannot be made into one array .*ragged"),
+        (lambda n: _torch().zeros(n, dtype=_torch().int64, device="meta"), r"'meta' device, which holds shapes but no values"),
+        (lambda n: PolicyOutput(np.zeros(n, np.int64), values=_torch().zeros(n, device="meta")), r"`values`.*'meta' device"),
+        (lambda n: PolicyOutput(np.zeros(n, np.int64), values=[[1.0], [2.0, 3.0]]), r"`values` cannot be made into one array"),
+        (lambda n: _torch().zeros(n, dtype=_torch().bfloat16), r"actions have dtype float32; the action space Discrete\(4\) needs integers"),
+    ],
+    ids=["ragged-actions", "meta-actions", "meta-values", "ragged-values", "bfloat16-actions-for-discrete"],
+)
+def test_policy_outputs_that_cannot_be_arrays_are_named(make_output, message):
+    with ParallelRolloutCollector([CountingEnv, CountingEnv], lambda obs: make_output(2), "sync", horizon=2, seed=0) as collector:
+        with pytest.raises(ActionError, match=message):
+            collector.collect()
+        assert not collector.closed
+
+
+def test_bfloat16_values_and_box_actions_are_converted_exactly():
+    class BoxActions(CountingEnv):
+        def __init__(self):
+            super().__init__()
+            self.action_space = spaces.Box(-1, 1, (2,), np.float32)
+
+        def step(self, action):
+            return super().step(0)
+
+    torch = _torch()
+
+    def policy(observations):
+        return PolicyOutput(torch.full((2, 2), 0.5, dtype=torch.bfloat16), values=torch.full((2,), 1.25, dtype=torch.bfloat16))
+
+    with ParallelRolloutCollector([BoxActions] * 2, policy, "sync", horizon=2, seed=0) as collector:
+        batch = collector.collect()
+    assert batch.actions.dtype == np.float32 and (batch.actions == 0.5).all()
+    assert (batch.values == 1.25).all()
