@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from collections.abc import Callable
 from functools import partial
@@ -202,6 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--groups", nargs="*", default=[], help="run only these groups")
     parser.add_argument("--output", type=Path, default=Path("benchmark-results/vector_envs.json"))
     args = parser.parse_args(argv)
+    load_before = os.getloadavg()
     results = []
     for name, make in build_groups(set(args.groups)).items():
         print(f"running {name} ...", flush=True)
@@ -217,6 +219,10 @@ def main(argv: list[str] | None = None) -> None:
     document = {
         "machine": machine_record(),
         "settings": {"rounds": args.rounds, "warmup": args.warmup, "horizon": HORIZON, "adapter_steps": ADAPTER_STEPS},
+        # Other programs' load while this ran (1, 5, 15-minute averages): ratios of process-based
+        # contenders shift with it (an AsyncVectorEnv of 16 processes gets more of a loaded
+        # machine than 2 workers do).
+        "load_average": {"before": load_before, "after": os.getloadavg()},
         "targets": targets,
         "groups": results,
     }

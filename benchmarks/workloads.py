@@ -18,20 +18,16 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from examples.vr_edge.synthetic_env import (
-    DEFAULT_BITRATE_LADDER_MBPS,
-    ObservationLayout,
-    SyntheticVREdgeEnv,
-)
+from examples.vr_edge.synthetic_env import ObservationLayout, SyntheticVREdgeEnv
 
 from .envs import DictObservationEnv, FrameImageEnv, HalfMillisecondEnv
 
 __all__ = ["WORKLOADS", "Workload", "get_workload"]
 
-# `simulation_substeps` that makes a SyntheticVREdgeEnv step cost about 0.5 ms (its docstring).
-VR_EDGE_COSTLY_SUBSTEPS = 45
+# `simulation_substeps` that makes a SyntheticVREdgeEnv step cost about 0.5 ms (docs/vr-edge.md).
+VR_EDGE_COSTLY_SUBSTEPS = 15
 VR_EDGE_USERS = 8
-VR_EDGE_FEATURES_PER_USER = ObservationLayout(VR_EDGE_USERS, DEFAULT_BITRATE_LADDER_MBPS, 1.0).per_user_features
+VR_EDGE_LAYOUT = ObservationLayout(VR_EDGE_USERS)
 
 
 @dataclass(frozen=True)
@@ -70,13 +66,10 @@ def cartpole_policy(observations: np.ndarray) -> np.ndarray:
     return (observations[:, 2] > 0).astype(np.int64)
 
 
-def vr_edge_buffer_policy(observations: np.ndarray) -> np.ndarray:
-    """Pick a higher bitrate the fuller a user's playout buffer is (a classic buffer rule)."""
-    per_user = observations[:, : VR_EDGE_USERS * VR_EDGE_FEATURES_PER_USER].reshape(
-        observations.shape[0], VR_EDGE_USERS, VR_EDGE_FEATURES_PER_USER
-    )
-    top_level = len(DEFAULT_BITRATE_LADDER_MBPS) - 1
-    return np.minimum((per_user[:, :, 0] * (top_level + 1)).astype(np.int64), top_level)
+def vr_edge_rate_policy(observations: np.ndarray) -> np.ndarray:
+    """Pick a higher quality level the more throughput a user measured last step (a rate rule)."""
+    latest = VR_EDGE_LAYOUT.per_user(observations)[:, :, VR_EDGE_LAYOUT.feature("throughput_1")]
+    return np.minimum((latest * 2.0).astype(np.int64), VR_EDGE_LAYOUT.num_levels - 1)
 
 
 def sign_policy(observations: np.ndarray) -> np.ndarray:
@@ -106,9 +99,9 @@ WORKLOADS: dict[str, Workload] = {
         ),
         Workload(
             "vr_edge_cheap",
-            "SyntheticVREdgeEnv, 8 users, default substeps (~30-40 us per step)",
+            "SyntheticVREdgeEnv, 8 users, default substeps (~0.1 ms per step)",
             functools.partial(SyntheticVREdgeEnv, num_users=VR_EDGE_USERS),
-            vr_edge_buffer_policy,
+            vr_edge_rate_policy,
             episode_length=200,
         ),
         Workload(
@@ -117,7 +110,7 @@ WORKLOADS: dict[str, Workload] = {
             functools.partial(
                 SyntheticVREdgeEnv, num_users=VR_EDGE_USERS, simulation_substeps=VR_EDGE_COSTLY_SUBSTEPS
             ),
-            vr_edge_buffer_policy,
+            vr_edge_rate_policy,
             episode_length=200,
         ),
         Workload(

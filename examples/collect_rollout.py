@@ -18,7 +18,7 @@ import numpy as np
 from examples.vr_edge.synthetic_env import SyntheticVREdgeEnv
 from parallel_rollouts import ParallelRolloutCollector
 
-INFO_KEYS = ("quality", "stall_penalty", "smoothness_penalty", "stall_time")
+INFO_KEYS = ("quality", "late_rate", "drop_rate", "stall_time")
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -13,7 +13,18 @@ from parallel_rollouts.errors import ConfigurationError, ObservationError, Space
 from parallel_rollouts.seeding import episode_seed
 from tests.batch_compare import assert_batches_identical
 from tests.envs import counting
-from tests.vector_envs import MODES, SINGLE_ENVS, cartpole_vector, failing_vector, misdeclared, sync_vector, sync_vector_fn
+from tests.vector_envs import (
+    MODES,
+    SINGLE_ENVS,
+    cartpole_vector,
+    failing_vector,
+    int_seed_only,
+    misdeclared,
+    nan_observation,
+    reset_fails,
+    sync_vector,
+    sync_vector_fn,
+)
 
 HORIZON = 40
 
@@ -285,3 +296,23 @@ def test_a_vector_env_that_raises_names_its_envs_with_the_traceback():
             collector.collect()
     assert caught.value.env_indices == (2, 3, 4)
     assert caught.value.remote_traceback.count("failing_step") == 2  # one traceback: the call and the frame
+
+
+def test_a_vector_env_refusing_seed_lists_in_any_way_is_seeded_once_and_records_unknown_seeds():
+    with ParallelRolloutCollector(int_seed_only(3), None, backend="sync", horizon=40, seed=6) as collector:
+        batch = collector.collect()
+    with ParallelRolloutCollector(cartpole_vector(3), None, backend="sync", horizon=40, seed=6) as collector:
+        reference = collector.collect()
+    np.testing.assert_array_equal(batch.observations, reference.observations)
+    assert (batch.step_episode_seeds == -1).all()
+
+
+def test_a_vector_env_whose_first_reset_fails_names_its_envs():
+    with pytest.raises(WorkerError, match=r"hosting envs 0..2 raised OSError in `reset`: the simulator did not start"):
+        ParallelRolloutCollector(reset_fails(3), None, backend="sync")
+
+
+def test_observations_from_a_vector_env_are_checked_row_by_row_and_name_the_sub_env():
+    with ParallelRolloutCollector(nan_observation(3), None, backend="sync", horizon=5, seed=0) as collector:
+        with pytest.raises(ObservationError, match=r"env 1 returned an observation at step t=0 \(observations row t=1\) outside"):
+            collector.collect()

@@ -109,3 +109,39 @@ def failing_step():
 
 def failing_vector(num_envs: int) -> FailingVectorEnv:
     return FailingVectorEnv(cartpole_vector(num_envs))
+
+
+class IntSeedOnly(gym.vector.VectorWrapper):
+    """A CartPoleVectorEnv whose reset rejects a seed list with a RuntimeError (as C++ bindings may)."""
+
+    def reset(self, *, seed=None, options=None):
+        if isinstance(seed, list):
+            raise RuntimeError("seed must be an int")
+        return self.env.reset(seed=seed, options=options)
+
+
+def int_seed_only(num_envs: int) -> IntSeedOnly:
+    return IntSeedOnly(cartpole_vector(num_envs))
+
+
+class ResetFails(gym.vector.VectorWrapper):
+    def reset(self, *, seed=None, options=None):
+        raise OSError("the simulator did not start")
+
+
+def reset_fails(num_envs: int) -> ResetFails:
+    return ResetFails(cartpole_vector(num_envs))
+
+
+class NanObservation(gym.vector.VectorWrapper):
+    """A CartPoleVectorEnv whose second sub-env returns NaN at every step."""
+
+    def step(self, actions):
+        observations, rewards, terminations, truncations, infos = self.env.step(actions)
+        observations = observations.copy()
+        observations[1, 0] = np.nan
+        return observations, rewards, terminations, truncations, infos
+
+
+def nan_observation(num_envs: int) -> NanObservation:
+    return NanObservation(cartpole_vector(num_envs))

@@ -2,12 +2,13 @@
 
 The action space is `MultiDiscrete([num_levels] * num_users)`: one categorical choice per user,
 independent given the observation, so the joint log-probability and entropy of an action are
-sums over users. Users are interchangeable in the env, so the actor is one small head shared by
-all of them: it scores a user's levels from that user's block of the observation, the mean of
-all users' blocks (how contended the link is) and the link history. Sharing lets every step
-teach the head `num_users` examples at once, which is what makes training fit in minutes. The
-critic is a separate MLP over the whole observation, so the value loss does not pull on the
-policy's features.
+sums over the users present (an empty slot's level changes nothing, so it carries no credit).
+User slots are interchangeable, so the actor is one small head shared by all of them: it scores
+a user's levels from that user's block of the observation together with the mean and the
+maximum of all users' blocks (how loaded the shared cell and GPU look) and the shared features.
+Sharing lets every step teach the head `num_users` examples at once, which is what makes
+training fit in minutes. The critic is a separate MLP over the whole observation, so the value
+loss does not pull on the policy's features.
 """
 
 from __future__ import annotations
@@ -71,7 +72,13 @@ class ActorCritic(nn.Module):
     """
 
     def __init__(
-        self, num_users: int, per_user_features: int, shared_features: int, num_levels: int, hidden_size: int = 64
+        self,
+        num_users: int,
+        per_user_features: int,
+        shared_features: int,
+        num_levels: int,
+        hidden_size: int = 64,
+        last_level_feature: int | None = None,
     ) -> None:
         super().__init__()
         for name, value, minimum in (
@@ -83,18 +90,29 @@ class ActorCritic(nn.Module):
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ValueError(f"`{name}` must be an int >= {minimum}; got {value!r}.")
+        if last_level_feature is not None and not 0 <= last_level_feature < per_user_features:
+            raise ValueError(
+                f"`last_level_feature` must index a per-user feature (0..{per_user_features - 1}); "
+                f"got {last_level_feature!r}."
+            )
         self.constructor_args = {
             "num_users": num_users,
             "per_user_features": per_user_features,
             "shared_features": shared_features,
             "num_levels": num_levels,
             "hidden_size": hidden_size,
+            "last_level_feature": last_level_feature,
         }
+        self.last_level_feature = last_level_feature
         self.num_users = num_users
         self.per_user_features = per_user_features
         self.num_levels = num_levels
         self.observation_size = num_users * per_user_features + shared_features
-        self.actor = _mlp(2 * per_user_features + shared_features, hidden_size, num_levels, output_gain=0.01)
+        # The level a user streamed at last is also fed one-hot: holding it or stepping to a
+        # neighbour is then a simple function of the input, as it is for a feedback rule.
+        one_hot_size = 0 if last_level_feature is None else num_levels
+        actor_inputs = 3 * per_user_features + shared_features + one_hot_size
+        self.actor = _mlp(actor_inputs, hidden_size, num_levels, output_gain=0.01)
         self.critic = _mlp(self.observation_size, hidden_size, 1, output_gain=1.0)
 
     @classmethod
@@ -104,9 +122,10 @@ class ActorCritic(nn.Module):
         return cls(
             num_users=layout.num_users,
             per_user_features=layout.per_user_features,
-            shared_features=layout.link_history_len,
-            num_levels=len(layout.bitrate_ladder_mbps),
+            shared_features=layout.shared_features,
+            num_levels=layout.num_levels,
             hidden_size=hidden_size,
+            last_level_feature=layout.feature("last_level"),
         )
 
     def value(self, observations: torch.Tensor) -> torch.Tensor:
@@ -121,15 +140,23 @@ class ActorCritic(nn.Module):
                 f"({self.num_users} users); got {tuple(observations.shape)!r}."
             )
 
-    def _distribution(self, observations: torch.Tensor) -> Categorical:
+    def _distribution(self, observations: torch.Tensor) -> tuple[Categorical, torch.Tensor]:
+        """Per-user level distributions and the `[batch, num_users]` float mask of users present."""
         self._check_observations(observations)
         batch_size = observations.shape[0]
         split = self.num_users * self.per_user_features
         users = observations[:, :split].reshape(batch_size, self.num_users, self.per_user_features)
-        all_users = users.mean(dim=1, keepdim=True).expand(-1, self.num_users, -1)
+        # The first feature of a user's block is 1 for a user present, 0 for an empty slot.
+        present = (users[..., 0] > 0.5).float()
+        mean_users = users.mean(dim=1, keepdim=True).expand(-1, self.num_users, -1)
+        max_users = users.max(dim=1, keepdim=True).values.expand(-1, self.num_users, -1)
         shared = observations[:, split:].unsqueeze(1).expand(-1, self.num_users, -1)
-        logits = self.actor(torch.cat([users, all_users, shared], dim=-1))
-        return Categorical(logits=logits)
+        inputs = [users, mean_users, max_users, shared]
+        if self.last_level_feature is not None:
+            last_level = (users[..., self.last_level_feature] * (self.num_levels - 1)).round().long()
+            inputs.append(torch.nn.functional.one_hot(last_level.clamp(0, self.num_levels - 1), self.num_levels).float())
+        logits = self.actor(torch.cat(inputs, dim=-1))
+        return Categorical(logits=logits), present
 
     def act(
         self, observations: torch.Tensor, deterministic: bool = False
@@ -140,12 +167,12 @@ class ActorCritic(nn.Module):
         With `deterministic`, every user takes its most probable level (for evaluation);
         otherwise levels are sampled from torch's global generator.
         """
-        distribution = self._distribution(observations)
+        distribution, present = self._distribution(observations)
         if deterministic:
             actions = distribution.logits.argmax(dim=-1)
         else:
             actions = distribution.sample()
-        log_probs = distribution.log_prob(actions).sum(dim=-1)
+        log_probs = (distribution.log_prob(actions) * present).sum(dim=-1)
         return actions, log_probs, self.value(observations)
 
     def evaluate(
@@ -154,11 +181,11 @@ class ActorCritic(nn.Module):
         """Score stored `actions [batch, num_users]` under the current weights.
 
         Returns `(log_probs [batch], entropy [batch], values [batch])`, log-probability and
-        entropy summed over users.
+        entropy summed over the users present.
         """
-        distribution = self._distribution(observations)
-        log_probs = distribution.log_prob(actions.long()).sum(dim=-1)
-        entropy = distribution.entropy().sum(dim=-1)
+        distribution, present = self._distribution(observations)
+        log_probs = (distribution.log_prob(actions.long()) * present).sum(dim=-1)
+        entropy = (distribution.entropy() * present).sum(dim=-1)
         return log_probs, entropy, self.value(observations)
 
 

@@ -1,115 +1,355 @@
-"""Hand-written batched policies for `SyntheticVREdgeEnv`.
+"""Hand-written batched controllers for `SyntheticVREdgeEnv`, the yardsticks for learned ones.
 
-Each policy is a callable mapping observations `[num_envs, observation_size]` to actions
-`[num_envs, num_users]` int64, using nothing but the observation, so it can drive a rollout
-collector directly and serve as a yardstick for learned policies.
+Each controller maps observations `[num_envs, observation_size]` to levels `[num_envs,
+num_users]` int64 using nothing but the observation and the env's published stream model
+(`StreamModel`: what a level costs a user in bitrate and render time, and what it is worth), so
+it can drive a rollout collector directly. Their parameters are chosen by
+`examples.vr_edge.tune_baselines` on seeds disjoint from the evaluation seeds; `tuned_baselines.json` holds
+the values it found, and `tuned_baselines` builds every controller with them.
+
+- `ConstantLevel`: every user at one level.
+- `ThroughputRule`: per user, the highest level whose frames are predicted to reach the headset
+  in time at a safe fraction of the throughput the user measured recently.
+- `DeadlineRule`: per user, step down after late or dropped frames, up after a run of frames
+  with latency to spare (the feedback idea of buffer-based rules, with the frame deadline as the
+  buffer).
+- `LookaheadController`: per user, model-predictive control: predicts throughput from the
+  measured history (discounted by its recent spread, as robust MPC does), predicts each level's
+  late and dropped frame rates with a log-normal frame-time model and scores the next
+  `horizon` steps, switching cost included.
+- `JointGreedyAllocator`: a joint heuristic over all users: starts everyone at the lowest level
+  and repeatedly upgrades the user with the best predicted quality gain per unit of shared
+  airtime and GPU time, until the estimated load of either resource reaches its budget.
 """
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 
-from examples.vr_edge.synthetic_env import ObservationLayout
+from examples.vr_edge.synthetic_env import (
+    GPU_CONTENTION,
+    LATE_FRAME_CREDIT,
+    MOTION_TO_PHOTON_BUDGET_MS,
+    PIPELINE_OVERHEAD_MS,
+    RATE_SCALE_MBPS,
+    RENDER_SCALE_MS,
+    THROUGHPUT_HISTORY_LEN,
+    ObservationLayout,
+    StreamModel,
+)
 
-__all__ = ["BandwidthShareHeuristic", "LowestBitratePolicy"]
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _is_real(value: object) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-
-
-def _check_batch(observations: np.ndarray, observation_size: int | None) -> np.ndarray:
-    observations = np.asarray(observations)
-    if observations.ndim != 2 or (
-        observation_size is not None and observations.shape[1] != observation_size
-    ):
-        expected = "[num_envs, observation_size]" if observation_size is None else (
-            f"[num_envs, {observation_size}]"
-        )
-        raise ValueError(
-            f"Expected batched observations of shape {expected}, got shape "
-            f"{observations.shape!r}; add a leading env dimension for a single observation."
-        )
-    return observations
+__all__ = [
+    "ConstantLevel",
+    "DeadlineRule",
+    "JointGreedyAllocator",
+    "LookaheadController",
+    "ThroughputRule",
+    "load_tuned",
+    "tuned_baselines",
+]
 
 
-class LowestBitratePolicy:
-    """Always streams at the lowest level: the cautious floor, scoring no quality.
+class _Decoded:
+    """The observation features the controllers read, in physical units, `[batch, users]`."""
 
-    It stalls only when the link cannot carry even the lowest bitrate for every user.
-    """
+    def __init__(self, layout: ObservationLayout, observations: np.ndarray, model: StreamModel) -> None:
+        observations = np.asarray(observations, dtype=np.float64)
+        if observations.ndim != 2:
+            raise ValueError(
+                f"Expected batched observations of shape [num_envs, {layout.size}], got shape "
+                f"{observations.shape!r}; add a leading env dimension for a single observation."
+            )
+        users = layout.per_user(observations)
+        feature = layout.feature
+        self.active = users[..., feature("active")] > 0.5
+        self.frame_rate = np.where(self.active, users[..., feature("frame_rate")] * 90.0, 72.0)
+        resolution = np.where(self.active, users[..., feature("resolution")] * 1.5, 1.0)
+        complexity = np.where(self.active, users[..., feature("complexity")] * 2.0, 1.0)
+        top_level = layout.num_levels - 1
+        self.last_level = np.rint(users[..., feature("last_level")] * top_level).astype(np.int64)
+        first = feature(f"throughput_{THROUGHPUT_HISTORY_LEN}")
+        self.throughput_mbps = users[..., first : first + THROUGHPUT_HISTORY_LEN] * RATE_SCALE_MBPS
+        self.max_latency_ms = users[..., feature("max_latency")] * MOTION_TO_PHOTON_BUDGET_MS
+        self.late_rate = users[..., feature("late_rate")]
+        self.drop_rate = users[..., feature("drop_rate")]
+        self.render_ms = users[..., feature("render_time")] * RENDER_SCALE_MS
+        self.bitrate = model.bitrate_mbps(self.frame_rate, resolution)
+        self.nominal_render = model.render_ms_per_frame(resolution, complexity)
+        self.quality = model.quality(complexity)
+        # A user without measurements yet (it just joined) has no throughput history.
+        self.measured = self.throughput_mbps[..., -1] > 0
 
-    def __init__(self, num_users: int) -> None:
-        if not (_is_int(num_users) and num_users >= 1):
-            raise ValueError(f"`num_users` must be an integer >= 1, got {num_users!r}.")
-        self.num_users = int(num_users)
+    def predicted_render_ms(self) -> np.ndarray:
+        """`[batch, users, levels]` render time, scaling the last measured one by the level's cost."""
+        last_nominal = np.take_along_axis(self.nominal_render, self.last_level[..., None], axis=-1)[..., 0]
+        contention = np.where(self.render_ms > 0, self.render_ms / last_nominal, 1.5)
+        return self.nominal_render * contention[..., None]
 
-    def __call__(self, observations: np.ndarray) -> np.ndarray:
-        observations = _check_batch(observations, None)
-        return np.zeros((observations.shape[0], self.num_users), dtype=np.int64)
+    def transmit_ms(self, rate_mbps: np.ndarray) -> np.ndarray:
+        """`[batch, users, levels]` transmission time of a mean frame at `rate_mbps` `[batch, users]`."""
+        frame_mbit = self.bitrate / self.frame_rate[..., None]
+        return 1e3 * frame_mbit / np.maximum(rate_mbps, 1e-6)[..., None]
 
 
-class BandwidthShareHeuristic:
-    """Picks, per user, the highest bitrate under a safe fraction of its expected share.
+def _harmonic_mean(history: np.ndarray, window: int) -> np.ndarray:
+    recent = np.maximum(history[..., -window:], 1e-6)
+    return window / np.sum(1.0 / recent, axis=-1)
 
-    The link is shared max-min fairly, so a user can count on at least an equal share of the
-    total bandwidth. That share is predicted from the last `prediction_window` link samples
-    as their harmonic mean (which weighs dips heavily), capped by the latest sample so a
-    sudden drop is believed at once. A user's own measured throughput is not used: it is
-    limited by what the user asked for, so it understates what the link could carry. The
-    chosen bitrate stays under `safety_fraction` of the prediction, and that budget shrinks in
-    proportion to the buffer when the buffer is below `low_buffer_s`, so a draining buffer
-    can refill.
-    """
 
-    def __init__(
-        self,
-        layout: ObservationLayout,
-        safety_fraction: float = 0.8,
-        low_buffer_s: float = 1.0,
-        prediction_window: int = 4,
-    ) -> None:
+def _highest_fitting(fits: np.ndarray) -> np.ndarray:
+    """Index of the highest level with `fits` true along the last axis, 0 if none."""
+    levels = np.arange(fits.shape[-1])
+    return np.max(np.where(fits, levels, 0), axis=-1)
+
+
+class _Controller:
+    """Holds the layout and stream model; subclasses implement `choose(decoded)`."""
+
+    def __init__(self, layout: ObservationLayout) -> None:
         if not isinstance(layout, ObservationLayout):
             raise TypeError(
                 "`layout` must be an ObservationLayout (use `env.observation_layout`), "
                 f"got {type(layout).__name__}."
             )
-        if not (_is_real(safety_fraction) and 0.0 < safety_fraction <= 1.0):
-            raise ValueError(f"`safety_fraction` must be in (0, 1], got {safety_fraction!r}.")
-        if not (_is_real(low_buffer_s) and 0.0 <= low_buffer_s <= layout.max_buffer_s):
-            raise ValueError(
-                f"`low_buffer_s` must be in [0, {layout.max_buffer_s}], got {low_buffer_s!r}."
-            )
-        if not (
-            _is_int(prediction_window) and 1 <= prediction_window <= layout.link_history_len
-        ):
-            raise ValueError(
-                f"`prediction_window` must be an integer in [1, {layout.link_history_len}], "
-                f"got {prediction_window!r}."
-            )
         self.layout = layout
-        self.safety_fraction = float(safety_fraction)
-        self.low_buffer_s = float(low_buffer_s)
-        self.prediction_window = int(prediction_window)
-        self._ladder_mbps = np.asarray(layout.bitrate_ladder_mbps)
+        self.model = StreamModel()
 
     def __call__(self, observations: np.ndarray) -> np.ndarray:
-        observations = _check_batch(observations, self.layout.size)
-        decoded = self.layout.decode(observations)
+        decoded = _Decoded(self.layout, observations, self.model)
+        levels = self.choose(decoded)
+        return np.where(decoded.active, levels, 0).astype(np.int64)
 
-        # A tiny floor keeps the harmonic mean finite when a rate was observed as zero.
-        recent_share = np.maximum(decoded.link_share_mbps[:, -self.prediction_window :], 1e-6)
-        harmonic_share = recent_share.shape[1] / np.sum(1.0 / recent_share, axis=1)
-        expected_share = np.minimum(harmonic_share, recent_share[:, -1])
+    def choose(self, decoded: _Decoded) -> np.ndarray:
+        raise NotImplementedError
 
-        if self.low_buffer_s > 0:
-            buffer_factor = np.minimum(decoded.buffer_s / self.low_buffer_s, 1.0)
-        else:
-            buffer_factor = np.ones_like(decoded.buffer_s)
-        budget_mbps = self.safety_fraction * expected_share[:, None] * buffer_factor
-        levels = np.searchsorted(self._ladder_mbps, budget_mbps, side="right") - 1
-        return np.maximum(levels, 0).astype(np.int64)
+    def __repr__(self) -> str:
+        params = ", ".join(f"{key}={value!r}" for key, value in self.params().items())
+        return f"{type(self).__name__}({params})"
+
+    def params(self) -> dict[str, Any]:
+        return {}
+
+
+class ConstantLevel(_Controller):
+    """Every user streams at `level`."""
+
+    def __init__(self, layout: ObservationLayout, level: int = 0) -> None:
+        super().__init__(layout)
+        if isinstance(level, bool) or not isinstance(level, (int, np.integer)) or not 0 <= level < layout.num_levels:
+            raise ValueError(f"`level` must be an integer in [0, {layout.num_levels - 1}], got {level!r}.")
+        self.level = int(level)
+
+    def choose(self, decoded: _Decoded) -> np.ndarray:
+        return np.full(decoded.active.shape, self.level)
+
+    def params(self) -> dict[str, Any]:
+        return {"level": self.level}
+
+
+def _check_fraction(name: str, value: Any, upper: float = 1.0) -> float:
+    numeric = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if not (numeric and 0.0 < value <= upper):
+        raise ValueError(f"`{name}` must be in (0, {upper}], got {value!r}.")
+    return float(value)
+
+
+class ThroughputRule(_Controller):
+    """Highest level whose mean frame arrives in time at `safety` x the predicted throughput.
+
+    The prediction is the harmonic mean of the last `window` throughput samples (it weighs
+    dips heavily). A frame must be rendered and sent within the budget left after the fixed
+    pipeline overhead; the render time of each level is scaled from the last measured one.
+    """
+
+    def __init__(self, layout: ObservationLayout, safety: float = 0.6, window: int = 3) -> None:
+        super().__init__(layout)
+        self.safety = _check_fraction("safety", safety)
+        if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or not 1 <= window <= THROUGHPUT_HISTORY_LEN:
+            raise ValueError(f"`window` must be an integer in [1, {THROUGHPUT_HISTORY_LEN}], got {window!r}.")
+        self.window = int(window)
+
+    def choose(self, decoded: _Decoded) -> np.ndarray:
+        rate = self.safety * _harmonic_mean(decoded.throughput_mbps, self.window)
+        latency = PIPELINE_OVERHEAD_MS + decoded.predicted_render_ms() + decoded.transmit_ms(rate)
+        levels = _highest_fitting(latency <= MOTION_TO_PHOTON_BUDGET_MS)
+        return np.where(decoded.measured, levels, 0)
+
+    def params(self) -> dict[str, Any]:
+        return {"safety": self.safety, "window": self.window}
+
+
+class DeadlineRule(_Controller):
+    """Step down by one level after late frames above `late_threshold` (two after drops),
+    up by one when the worst sampled frame of the last step beat the budget by `headroom`."""
+
+    def __init__(self, layout: ObservationLayout, late_threshold: float = 0.1, headroom: float = 0.7) -> None:
+        super().__init__(layout)
+        self.late_threshold = _check_fraction("late_threshold", late_threshold)
+        self.headroom = _check_fraction("headroom", headroom)
+
+    def choose(self, decoded: _Decoded) -> np.ndarray:
+        down = (decoded.late_rate + decoded.drop_rate) > self.late_threshold
+        up = decoded.max_latency_ms < self.headroom * MOTION_TO_PHOTON_BUDGET_MS
+        step = np.where(down, np.where(decoded.drop_rate > 0, -2, -1), np.where(up, 1, 0))
+        levels = np.clip(decoded.last_level + step, 0, self.layout.num_levels - 1)
+        return np.where(decoded.measured, levels, 0)
+
+    def params(self) -> dict[str, Any]:
+        return {"late_threshold": self.late_threshold, "headroom": self.headroom}
+
+
+def _normal_tail(z: np.ndarray) -> np.ndarray:
+    """P(Z > z) for a standard normal."""
+    return 0.5 * _erfc(z / math.sqrt(2.0))
+
+
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+
+
+class LookaheadController(_Controller):
+    """Per-user MPC over `horizon` steps with a robust throughput forecast.
+
+    Forecast: the harmonic mean of the history, discounted by the history's relative spread
+    ((max - min) / max), as robust MPC discounts by its recent prediction error. Each level's
+    late and dropped rates come from a log-normal frame-time factor with log-std
+    `frame_time_std`; its per-step value is the env's reward for that user (published
+    weights), and a switch costs once. With a constant forecast the best plan keeps one level
+    for the horizon, so the controller compares `horizon` steps of each level less the switch.
+    """
+
+    def __init__(
+        self,
+        layout: ObservationLayout,
+        horizon: int = 5,
+        frame_time_std: float = 0.4,
+        late_penalty: float = 0.5,
+        drop_penalty: float = 2.0,
+        switch_penalty: float = 0.5,
+    ) -> None:
+        super().__init__(layout)
+        if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
+            raise ValueError(f"`horizon` must be an integer >= 1, got {horizon!r}.")
+        self.horizon = int(horizon)
+        self.frame_time_std = _check_fraction("frame_time_std", frame_time_std, upper=2.0)
+        self.late_penalty, self.drop_penalty, self.switch_penalty = late_penalty, drop_penalty, switch_penalty
+
+    def level_values(self, decoded: _Decoded) -> np.ndarray:
+        """`[batch, users, levels]` predicted reward per step of each level."""
+        history = decoded.throughput_mbps
+        spread = (history.max(axis=-1) - history.min(axis=-1)) / np.maximum(history.max(axis=-1), 1e-6)
+        rate = _harmonic_mean(history, THROUGHPUT_HISTORY_LEN) / (1.0 + spread)
+        transmit = decoded.transmit_ms(rate)
+        fixed = PIPELINE_OVERHEAD_MS + decoded.predicted_render_ms()
+        std = self.frame_time_std
+        late_after = np.maximum(MOTION_TO_PHOTON_BUDGET_MS - fixed, 1e-6)
+        drop_after = np.maximum(late_after + 1e3 / decoded.frame_rate[..., None], 1e-6)
+        # Frame time = transmit * F with log F ~ N(-std^2 / 2, std^2).
+        late_or_drop = _normal_tail((np.log(late_after / transmit) + 0.5 * std * std) / std).astype(np.float64)
+        drop = _normal_tail((np.log(drop_after / transmit) + 0.5 * std * std) / std).astype(np.float64)
+        late = late_or_drop - drop
+        on_time = 1.0 - late_or_drop
+        return (
+            decoded.quality * (on_time + LATE_FRAME_CREDIT * late)
+            - self.late_penalty * late - self.drop_penalty * drop
+        )
+
+    def choose(self, decoded: _Decoded) -> np.ndarray:
+        values = self.horizon * self.level_values(decoded)
+        last_quality = np.take_along_axis(decoded.quality, decoded.last_level[..., None], axis=-1)
+        values -= self.switch_penalty * np.abs(decoded.quality - last_quality)
+        return np.where(decoded.measured, values.argmax(axis=-1), 0)
+
+    def params(self) -> dict[str, Any]:
+        return {"horizon": self.horizon, "frame_time_std": self.frame_time_std}
+
+
+class JointGreedyAllocator(_Controller):
+    """Upgrades users one level at a time by quality gained per unit of shared resources.
+
+    A user's airtime at a level is estimated as its bitrate over its measured throughput, and
+    its GPU share as frames per second times the predicted render time. Starting from the
+    lowest level, the upgrade with the best quality gain per (airtime + GPU share) is taken
+    while the summed airtime stays within `airtime_budget` and the summed GPU time within
+    `gpu_budget` seconds per second (as a multiple of the load the GPU carried last step,
+    corrected by how stretched its render times were).
+    """
+
+    def __init__(self, layout: ObservationLayout, airtime_budget: float = 0.5, gpu_budget: float = 0.6) -> None:
+        super().__init__(layout)
+        self.airtime_budget = _check_fraction("airtime_budget", airtime_budget, upper=5.0)
+        self.gpu_budget = _check_fraction("gpu_budget", gpu_budget, upper=1.0)
+
+    def choose(self, decoded: _Decoded) -> np.ndarray:
+        batch, users = decoded.active.shape
+        rate = _harmonic_mean(decoded.throughput_mbps, THROUGHPUT_HISTORY_LEN)
+        airtime = decoded.bitrate / np.maximum(rate, 1e-6)[..., None]
+        gpu_time = decoded.frame_rate[..., None] * decoded.nominal_render * 1e-3
+        # Invert the render-time stretch 1 / (1 - c * load) to estimate last step's GPU load,
+        # and from it the GPU's capacity in the same units as `gpu_time`.
+        eligible = decoded.active & decoded.measured
+        last_gpu = np.take_along_axis(gpu_time, decoded.last_level[..., None], axis=-1)[..., 0]
+        last_nominal = np.take_along_axis(decoded.nominal_render, decoded.last_level[..., None], axis=-1)[..., 0]
+        stretch = np.where(eligible, decoded.render_ms / np.maximum(last_nominal, 1e-6), 0.0)
+        mean_stretch = stretch.sum(axis=1) / np.maximum(eligible.sum(axis=1), 1)
+        load = np.clip((1.0 - 1.0 / np.maximum(mean_stretch, 1.0)) / GPU_CONTENTION, 0.05, 1.0)
+        capacity = np.where(eligible, last_gpu, 0.0).sum(axis=1) / load
+
+        levels = np.zeros((batch, users), dtype=np.int64)
+        rows = np.arange(batch)[:, None]
+        cols = np.arange(users)[None, :]
+        used_air = np.where(eligible, airtime[..., 0], 0.0).sum(axis=1)
+        used_gpu = np.where(eligible, gpu_time[..., 0], 0.0).sum(axis=1)
+        top = self.layout.num_levels - 1
+        for _ in range(users * top):
+            nxt = np.minimum(levels + 1, top)
+            gain = decoded.quality[rows, cols, nxt] - decoded.quality[rows, cols, levels]
+            extra_air = airtime[rows, cols, nxt] - airtime[rows, cols, levels]
+            extra_gpu = gpu_time[rows, cols, nxt] - gpu_time[rows, cols, levels]
+            fits = (
+                eligible & (levels < top)
+                & (used_air[:, None] + extra_air <= self.airtime_budget)
+                & (used_gpu[:, None] + extra_gpu <= self.gpu_budget * capacity[:, None])
+            )
+            if not fits.any():
+                break
+            cost = extra_air / self.airtime_budget + extra_gpu / np.maximum(self.gpu_budget * capacity[:, None], 1e-6)
+            score = np.where(fits, gain / np.maximum(cost, 1e-9), -np.inf)
+            best = score.argmax(axis=1)
+            upgrade = np.isfinite(score[np.arange(batch), best])
+            chosen = np.arange(batch)[upgrade]
+            used_air[chosen] += extra_air[chosen, best[upgrade]]
+            used_gpu[chosen] += extra_gpu[chosen, best[upgrade]]
+            levels[chosen, best[upgrade]] += 1
+        return levels
+
+    def params(self) -> dict[str, Any]:
+        return {"airtime_budget": self.airtime_budget, "gpu_budget": self.gpu_budget}
+
+
+BASELINES: dict[str, type[_Controller]] = {
+    "constant level": ConstantLevel,
+    "throughput rule": ThroughputRule,
+    "deadline rule": DeadlineRule,
+    "lookahead (MPC)": LookaheadController,
+    "joint greedy": JointGreedyAllocator,
+}
+
+# Written by `python -m examples.vr_edge.tune_baselines` (docs/vr-edge-results.md says how).
+TUNED_PATH = Path(__file__).with_name("tuned_baselines.json")
+
+
+def load_tuned() -> dict[str, dict[str, Any]]:
+    """The tuned parameters of every baseline, read from `TUNED_PATH` on each call."""
+    return json.loads(TUNED_PATH.read_text())
+
+
+def tuned_baselines(layout: ObservationLayout) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
+    """Every baseline with its tuned parameters, by name."""
+    tuned = load_tuned()
+    return {name: BASELINES[name](layout, **tuned[name]) for name in BASELINES}

@@ -1,21 +1,25 @@
-"""Compare a trained PPO policy with the baselines on fixed evaluation episodes.
+"""Compare trained PPO policies with the tuned baselines on the same held-out episodes.
 
     python -m examples.vr_edge.evaluate --policy runs/vr_edge/policy.pt
 
 Every policy plays the same episodes: one `env.reset(seed=s)` per seed in
-`range(--first-seed, --first-seed + --episodes)`, so the table is exactly reproducible. The
-default seeds start far from zero; training draws its reset seeds from the collector's
-`SeedSequence` streams, 32-bit words that land on one of these twenty with negligible
-probability. The PPO policy acts deterministically (each user's most probable level).
+`range(--first-seed, --first-seed + --episodes)` on the *test* traces, which neither training
+nor baseline tuning sees (training draws 32-bit reset seeds from its own streams and the train
+traces; tuning uses seeds 0 on, train traces). PPO acts deterministically (each user's most
+probable level).
 
-Prints a Markdown table of mean and standard deviation of the episode return (and the mean
-episode length) and, with `--json PATH`, writes the same rows to a JSON file.
+Prints, as Markdown: each policy's mean episode return with a 95% confidence interval; for
+each PPO policy, the paired difference to every baseline (PPO minus baseline, per seed, mean
+and 95% CI; above zero means PPO is better on these seeds); and the QoE of every policy.
+`--json` writes all numbers, `--markdown` the printed tables.
 """
+
+from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,116 +27,126 @@ import numpy as np
 import torch
 
 from examples.vr_edge.agent import CollectorPolicy, load_agent
-from examples.vr_edge.baselines import BandwidthShareHeuristic, LowestBitratePolicy
+from examples.vr_edge.baselines import tuned_baselines
+from examples.vr_edge.episodes import QOE_METRICS, play_episodes
 from examples.vr_edge.synthetic_env import SyntheticVREdgeEnv
-from parallel_rollouts import PolicyOutput
-from parallel_rollouts.policy import to_numpy
 
 DEFAULT_FIRST_SEED = 1_000_000
-DEFAULT_EPISODES = 20
+DEFAULT_EPISODES = 50
+# Two-sided 95% normal quantile; with 50 paired seeds the t quantile (2.01) differs by 3%.
+Z95 = 1.96
 
-BatchedPolicy = Callable[[np.ndarray], Any]
 
-
-def run_episodes(env: SyntheticVREdgeEnv, policy: BatchedPolicy, seeds: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Play one episode per seed with a batched policy; return the episode returns and lengths."""
-    returns, lengths = [], []
-    for seed in seeds:
-        observation, _ = env.reset(seed=int(seed))
-        episode_return, length = 0.0, 0
-        while True:
-            output = policy(observation[None])
-            actions = output.actions if isinstance(output, PolicyOutput) else output
-            observation, reward, terminated, truncated, _ = env.step(np.asarray(to_numpy(actions))[0])
-            episode_return += reward
-            length += 1
-            if terminated or truncated:
-                break
-        returns.append(episode_return)
-        lengths.append(length)
-    return np.array(returns), np.array(lengths)
+def _interval(values: np.ndarray) -> dict[str, float]:
+    half_width = Z95 * values.std(ddof=1) / math.sqrt(values.size) if values.size > 1 else math.nan
+    return {"mean": float(values.mean()), "ci95_low": float(values.mean() - half_width),
+            "ci95_high": float(values.mean() + half_width)}
 
 
 def evaluate_policies(
-    policy_path: str | Path, episodes: int = DEFAULT_EPISODES, first_seed: int = DEFAULT_FIRST_SEED
-) -> list[dict[str, Any]]:
-    """One row per policy (random, lowest, heuristic, PPO) with its return statistics."""
-    agent, checkpoint = load_agent(policy_path)
-    env = SyntheticVREdgeEnv(**checkpoint.get("env_kwargs", {}))
-    num_users = env.num_users
-    if agent.observation_size != env.observation_layout.size:
-        raise ValueError(
-            f"the policy in {str(policy_path)!r} reads observations of size {agent.observation_size} "
-            f"({agent.num_users} users); the env's have size {env.observation_layout.size} ({num_users} users)."
-        )
-    num_levels = len(env.bitrate_ladder_mbps)
-    # Its own generator, seeded from the evaluation seeds, keeps the random row reproducible.
-    random_generator = np.random.default_rng(first_seed)
+    policy_paths: list[str], episodes: int = DEFAULT_EPISODES, first_seed: int = DEFAULT_FIRST_SEED
+) -> dict[str, Any]:
+    """Play every baseline and policy on the same test-trace seeds; return all the numbers."""
+    agents = [load_agent(path) for path in policy_paths]
+    env_kwargs = {**agents[0][1].get("env_kwargs", {}), "traces": "test"}
+    layout = SyntheticVREdgeEnv(**env_kwargs).observation_layout
+    for path, (agent, _) in zip(policy_paths, agents):
+        if agent.observation_size != layout.size:
+            raise ValueError(
+                f"the policy in {path!r} reads observations of size {agent.observation_size} "
+                f"({agent.num_users} users); the env's have size {layout.size} ({layout.num_users} users)."
+            )
+    seeds = list(range(first_seed, first_seed + episodes))
+    policies: dict[str, Any] = dict(tuned_baselines(layout))
+    ppo_names = []
+    for index, (path, (agent, checkpoint)) in enumerate(zip(policy_paths, agents)):
+        seed = checkpoint.get("args", {}).get("seed", "?")
+        name = f"PPO (seed {seed})"
+        if name in policies:
+            name = f"PPO (seed {seed}, #{index + 1})"
+        ppo_names.append(name)
+        policies[name] = CollectorPolicy(agent, deterministic=True)
 
-    def random_policy(observations: np.ndarray) -> np.ndarray:
-        return random_generator.integers(0, num_levels, size=(observations.shape[0], num_users))
-
-    policies: dict[str, BatchedPolicy] = {
-        "random": random_policy,
-        "lowest bitrate": LowestBitratePolicy(num_users),
-        "bandwidth-share heuristic": BandwidthShareHeuristic(env.observation_layout),
-        "PPO (deterministic)": CollectorPolicy(agent, deterministic=True),
+    records = {name: play_episodes(policy, seeds, env_kwargs) for name, policy in policies.items()}
+    returns = {name: np.array([record["return"] for record in episode_records]) for name, episode_records in records.items()}
+    baseline_names = [name for name in policies if name not in ppo_names]
+    return {
+        "episodes": episodes,
+        "first_seed": first_seed,
+        "traces": "test",
+        "env_kwargs": env_kwargs,
+        "returns": {name: _interval(values) for name, values in returns.items()},
+        "paired_differences": {
+            ppo: {baseline: _interval(returns[ppo] - returns[baseline]) for baseline in baseline_names}
+            for ppo in ppo_names
+        },
+        "qoe": {
+            name: {metric: float(np.mean([record[metric] for record in episode_records])) for metric in QOE_METRICS}
+            for name, episode_records in records.items()
+        },
+        "per_episode_returns": {name: values.tolist() for name, values in returns.items()},
     }
-    seeds = range(first_seed, first_seed + episodes)
-    rows = []
-    for name, policy in policies.items():
-        returns, lengths = run_episodes(env, policy, seeds)
-        rows.append(
-            {
-                "policy": name,
-                "mean_return": float(returns.mean()),
-                "std_return": float(returns.std()),
-                "mean_length": float(lengths.mean()),
-                "episodes": episodes,
-                "first_seed": first_seed,
-            }
-        )
-    env.close()
-    return rows
 
 
-def markdown_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| policy | episode return (mean ± std) | mean episode length |", "|---|---:|---:|"]
-    for row in rows:
-        lines.append(
-            f"| {row['policy']} | {row['mean_return']:.1f} ± {row['std_return']:.1f} | {row['mean_length']:.1f} |"
-        )
+def markdown_tables(result: dict[str, Any]) -> str:
+    """The return, paired-difference and QoE tables of `evaluate_policies`' result."""
+    lines = [
+        f"Episode return on {result['episodes']} held-out seeds (test traces, seeds "
+        f"{result['first_seed']}..{result['first_seed'] + result['episodes'] - 1}), mean [95% CI]:",
+        "",
+        "| policy | return |",
+        "|---|---:|",
+    ]
+    for name, score in result["returns"].items():
+        lines.append(f"| {name} | {score['mean']:.1f} [{score['ci95_low']:.1f}, {score['ci95_high']:.1f}] |")
+    for ppo, differences in result["paired_differences"].items():
+        lines += ["", f"Paired difference, {ppo} minus baseline (same seeds), mean [95% CI]:", "",
+                  "| baseline | difference |", "|---|---:|"]
+        for baseline, score in differences.items():
+            lines.append(f"| {baseline} | {score['mean']:+.1f} [{score['ci95_low']:+.1f}, {score['ci95_high']:+.1f}] |")
+    metrics = list(QOE_METRICS)
+    lines += ["", "QoE, mean over episodes (see `examples/vr_edge/episodes.py` for definitions):", "",
+              "| policy | " + " | ".join(metrics) + " |", "|---|" + "---:|" * len(metrics)]
+    for name, qoe in result["qoe"].items():
+        lines.append(f"| {name} | " + " | ".join(f"{qoe[metric]:.3g}" for metric in metrics) + " |")
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    """Evaluate, print the Markdown table, write `--json` if given, and return the rows."""
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Evaluate, print the Markdown tables, write `--json` / `--markdown` if given, return the result."""
     parser = argparse.ArgumentParser(
-        description="Compare a trained PPO policy with baseline policies on fixed seeds.",
+        description="Compare trained PPO policies with the tuned baselines on held-out seeds.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--policy", required=True, help="policy.pt written by examples.vr_edge.train")
-    parser.add_argument("--episodes", type=int, default=DEFAULT_EPISODES, help="episodes per policy")
+    required = parser.add_argument_group("required arguments")
+    required.add_argument(
+        "--policy", required=True, nargs="+", help="policy.pt file(s) written by examples.vr_edge.train"
+    )
+    parser.add_argument("--episodes", type=int, default=DEFAULT_EPISODES, help="held-out episodes per policy")
     parser.add_argument("--first-seed", type=int, default=DEFAULT_FIRST_SEED, help="reset seed of the first episode")
-    parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    parser.add_argument("--json", default=None, help="also write every number to this JSON file")
+    parser.add_argument("--markdown", default=None, help="also write the printed tables to this file")
     args = parser.parse_args(argv)
-    if args.episodes < 1:
-        parser.error(f"--episodes must be >= 1; got {args.episodes}.")
+    if args.episodes < 2:
+        parser.error(f"--episodes must be >= 2 (a confidence interval needs two); got {args.episodes}.")
     if args.first_seed < 0:
         parser.error(f"--first-seed must be >= 0; got {args.first_seed}.")
-    if not Path(args.policy).is_file():
-        parser.error(f"--policy {args.policy!r} is not a file; train one with `python -m examples.vr_edge.train`.")
+    for path in args.policy:
+        if not Path(path).is_file():
+            parser.error(f"--policy {path!r} is not a file; train one with `python -m examples.vr_edge.train`.")
 
-    # One observation per forward pass is far too little work to share between threads, and
-    # idle intra-op threads spinning for work slow everything down on a busy machine.
+    # A batch of 50 observations is too little work to share between threads, and idle
+    # intra-op threads spinning for work slow everything down on a busy machine.
     torch.set_num_threads(1)
-    rows = evaluate_policies(args.policy, args.episodes, args.first_seed)
-    print(markdown_table(rows))
-    if args.json is not None:
-        json_path = Path(args.json)
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(rows, indent=2) + "\n")
-    return rows
+    result = evaluate_policies(args.policy, args.episodes, args.first_seed)
+    tables = markdown_tables(result)
+    print(tables)
+    for path, content in ((args.json, json.dumps(result, indent=2) + "\n"), (args.markdown, tables + "\n")):
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(content)
+            print(f"wrote {path}")
+    return result
 
 
 if __name__ == "__main__":

@@ -1,140 +1,169 @@
 """A synthetic multi-user VR edge-rendering environment.
 
-Several users stream rendered frames from one edge server over a shared link. Every step
-(one decision interval of `STEP_DURATION_S` seconds) each user picks a bitrate level from a
-fixed ladder. The link's total bandwidth follows a seeded stochastic process: a mean-reverting
-AR(1) in log space (slow drift) times a Markov "degraded" state that cuts bandwidth for several
-steps at a time (sudden drops). Bandwidth is therefore partly predictable from its history,
-which the observation carries.
+Up to `num_users` headsets stream frames rendered on one edge GPU over one shared wireless cell.
+Every step (a decision interval of `STEP_DURATION_S`) the controller picks a quality level per
+user. A level sets both how detailed the frame is rendered (GPU time per frame) and the video
+bitrate it is encoded at; the two shared resources couple every user's choice to the others'.
 
-Within a step the link is shared max-min fairly: every user gets an equal share, and what a
-user does not need is redistributed to the others. Each user asks for enough content to refill
-its playout buffer; content that does not arrive in time lets the buffer run dry, and the
-time the player waits on an empty buffer is stall time.
+Users differ: frame rate (60, 72 or 90 fps), render resolution, content complexity (how fast
+quality saturates with bitrate, and how costly a frame is to render), distance from the access
+point and mobility (their own slow and fast fading). Users join and leave during an episode.
 
-Reward per step, averaged over users::
+Per frame, the motion-to-photon latency is a fixed pipeline overhead (tracking, encode, decode,
+scan-out) plus the render time, stretched when the GPU is busy, plus the transmission time of
+the frame, which grows as 1 / (1 - airtime load) because the cell's air is shared (processor
+sharing). A frame later than `MOTION_TO_PHOTON_BUDGET_MS` is late (shown reprojected); one more
+than a frame interval past the budget, or never sent because the cell or the GPU was overloaded,
+is dropped, and dropped frames are frozen-screen (stall) time. Frame-level randomness (frame-size
+jitter, fast fading) is sampled for `FRAME_SAMPLES` frames per user per simulation substep.
 
-    quality - stall_penalty_per_s * stall_s - smoothness_penalty_weight * |quality change|
+Reward per step, averaged over the users present::
 
-where quality is the log-utility of the bitrate normalised to [0, 1] over the ladder (the
-lowest level scores 0, the highest 1).
+    quality * (on_time + LATE_FRAME_CREDIT * late)          displayed quality only
+    - late_penalty * late - drop_penalty * dropped          per-frame rates
+    - switch_penalty * |quality change|                     only after the user's first step
+
+Partial observability: each client observes only its own measurements (throughput while its
+frames were on the air, latency, late and dropped rates, the server-reported render time), its
+own stream's parameters and the number of users present, never the cell's or the GPU's capacity.
+
+Cell capacity follows a trace regime drawn per episode from the seed, from the `traces` split
+given to the constructor (`"train"` or `"test"`, see `examples.vr_edge.traces`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import gymnasium
 import numpy as np
 from gymnasium import spaces
 
+from examples.vr_edge.traces import TRACE_SPLITS, CellTrace, GpuTrace
+
 __all__ = [
     "DEFAULT_BITRATE_LADDER_MBPS",
-    "DecodedObservation",
     "ObservationLayout",
     "SyntheticVREdgeEnv",
+    "StreamModel",
     "make_env",
 ]
 
-DEFAULT_BITRATE_LADDER_MBPS: tuple[float, ...] = (5.0, 10.0, 18.0, 30.0, 50.0, 80.0)
+# Encoder bitrate per level for a reference stream (72 fps, resolution scale 1); a user's
+# bitrate scales with its pixel rate.
+DEFAULT_BITRATE_LADDER_MBPS: tuple[float, ...] = (10.0, 18.0, 30.0, 45.0, 65.0, 90.0)
+# GPU time to render one frame at each level for the reference stream.
+RENDER_MS_PER_LEVEL: tuple[float, ...] = (2.5, 3.0, 3.6, 4.3, 5.2, 6.2)
+REFERENCE_FPS = 72.0
+FRAME_RATES = (60.0, 72.0, 90.0)
 
-STEP_DURATION_S = 0.5
-# VR streams keep little content buffered: a long buffer adds motion-to-photon latency.
-MAX_BUFFER_S = 2.0
-INITIAL_BUFFER_S = 1.0
-THROUGHPUT_HISTORY_LEN = 4
-LINK_HISTORY_LEN = 8
-# Rates are observed relative to the mean per-user bandwidth; values above this are clipped
-# so the observation space can declare finite bounds.
-OBSERVED_RATE_CLIP = 10.0
+STEP_DURATION_S = 0.1
+FRAME_SAMPLES = 8
+MOTION_TO_PHOTON_BUDGET_MS = 20.0
+PIPELINE_OVERHEAD_MS = 6.0
+# Quality credited for a late frame, which the headset shows reprojected from an old pose.
+LATE_FRAME_CREDIT = 0.5
+# Quality saturates as 1 - exp(-bitrate / (QUALITY_SCALE_MBPS * complexity)).
+QUALITY_SCALE_MBPS = 20.0
+# Airtime and GPU load above which the schedulers refuse work (frames are dropped).
+MAX_AIRTIME_LOAD = 0.95
+# Render time is stretched by 1 / (1 - GPU_CONTENTION * min(load, 1)).
+GPU_CONTENTION = 0.7
+FRAME_SIZE_LOG_STD = 0.25
+CHANNEL_AR_COEFFICIENT = 0.9
+# A user leaves with this probability per step; an empty slot is taken with the other.
+LEAVE_PROBABILITY = 0.004
+JOIN_PROBABILITY = 0.02
+INITIAL_ACTIVE_PROBABILITY = 0.75
+THROUGHPUT_HISTORY_LEN = 3
+# Ratio features are clipped here so the observation space has finite bounds.
+OBSERVED_RATIO_CLIP = 5.0
+RATE_SCALE_MBPS = 200.0
+RENDER_SCALE_MS = 20.0
 
-# Bandwidth process. The log-bandwidth deviation is AR(1) with stationary standard deviation
-# LOG_BANDWIDTH_STD, so drift is slow (phi close to 1) but never runs away.
-LOG_BANDWIDTH_AR_COEFFICIENT = 0.9
-LOG_BANDWIDTH_STD = 0.3
-# A degraded period starts with the enter probability per step and lasts
-# 1 / DEGRADED_EXIT_PROBABILITY steps on average.
-DEGRADED_ENTER_PROBABILITY = 0.04
-DEGRADED_EXIT_PROBABILITY = 0.25
+FEATURES = (
+    "active", "frame_rate", "resolution", "complexity", "last_level",
+    *(f"throughput_{lag}" for lag in range(THROUGHPUT_HISTORY_LEN, 0, -1)),
+    "mean_latency", "max_latency", "late_rate", "drop_rate", "render_time",
+)
 
-
-class DecodedObservation(NamedTuple):
-    """Observation features in physical units; leading dimensions follow the input."""
-
-    buffer_s: np.ndarray
-    """Playout buffer per user in seconds, shape `[..., num_users]`."""
-    last_level: np.ndarray
-    """Bitrate level chosen at the previous step, int64, shape `[..., num_users]`."""
-    throughput_mbps: np.ndarray
-    """Measured throughput per user, oldest first, shape `[..., num_users, history]`."""
-    link_share_mbps: np.ndarray
-    """Total link bandwidth divided by the number of users, oldest first, `[..., history]`."""
+_LAST_LEVEL = FEATURES.index("last_level")
+_THROUGHPUT = FEATURES.index(f"throughput_{THROUGHPUT_HISTORY_LEN}")
+_THROUGHPUT_LATEST = FEATURES.index("throughput_1")
+_MEAN_LATENCY = FEATURES.index("mean_latency")
+_MEASUREMENT_SCALE = np.array(
+    [1.0 / MOTION_TO_PHOTON_BUDGET_MS, 1.0 / MOTION_TO_PHOTON_BUDGET_MS, 1.0, 1.0, 1.0 / RENDER_SCALE_MS]
+)
 
 
 @dataclass(frozen=True)
 class ObservationLayout:
     """Where each feature sits in the flat observation vector, and how it is scaled.
 
-    The vector holds one block per user, `[buffer, last_level, throughput history...]`,
-    followed by the link bandwidth history. Buffers are divided by `max_buffer_s`, levels by
-    the top level index, and rates by `reference_bandwidth_mbps` (the link history after first
-    dividing by the number of users, so both read as "share of a typical user's bandwidth").
+    The vector holds one block of `per_user_features` per user slot, in the order of
+    `FEATURES` (active flag; frame rate / 90; resolution scale / 1.5; content complexity / 2;
+    last level / top level; measured throughput history / `RATE_SCALE_MBPS`, oldest first;
+    mean and worst sampled latency / budget; late and dropped frame rates of the last step;
+    render time / `RENDER_SCALE_MS`), then `shared_features` values common to all users (the
+    fraction of slots in use). An empty slot's block is all zeros.
     """
 
     num_users: int
-    bitrate_ladder_mbps: tuple[float, ...]
-    reference_bandwidth_mbps: float
-    max_buffer_s: float = MAX_BUFFER_S
-    throughput_history_len: int = THROUGHPUT_HISTORY_LEN
-    link_history_len: int = LINK_HISTORY_LEN
-
-    @property
-    def per_user_features(self) -> int:
-        return 2 + self.throughput_history_len
+    num_levels: int = len(DEFAULT_BITRATE_LADDER_MBPS)
+    per_user_features: int = len(FEATURES)
+    shared_features: int = 1
 
     @property
     def size(self) -> int:
-        return self.num_users * self.per_user_features + self.link_history_len
+        return self.num_users * self.per_user_features + self.shared_features
 
-    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per-feature `(low, high)` float32 bounds of the observation space."""
-        low = np.zeros(self.size, dtype=np.float32)
-        per_user_high = np.full(self.per_user_features, OBSERVED_RATE_CLIP, dtype=np.float32)
-        per_user_high[:2] = 1.0  # buffer and level are fractions
-        high = np.concatenate(
-            [np.tile(per_user_high, self.num_users),
-             np.full(self.link_history_len, OBSERVED_RATE_CLIP, dtype=np.float32)]
-        )
-        return low, high
+    def feature(self, name: str) -> int:
+        """Index of a per-user feature inside a user's block."""
+        return FEATURES.index(name)
 
-    def decode(self, observations: np.ndarray) -> DecodedObservation:
-        """Undo the scaling of a `[..., size]` observation array."""
-        observations = np.asarray(observations, dtype=np.float64)
+    def per_user(self, observations: np.ndarray) -> np.ndarray:
+        """The `[..., num_users, per_user_features]` view of `[..., size]` observations."""
+        observations = np.asarray(observations)
         if observations.shape[-1:] != (self.size,):
             raise ValueError(
                 f"Expected observations with a last dimension of {self.size} "
                 f"({self.num_users} users), got shape {observations.shape!r}."
             )
-        leading = observations.shape[:-1]
         split = self.num_users * self.per_user_features
-        per_user = observations[..., :split].reshape(
-            *leading, self.num_users, self.per_user_features
-        )
-        top_level = len(self.bitrate_ladder_mbps) - 1
-        return DecodedObservation(
-            buffer_s=per_user[..., 0] * self.max_buffer_s,
-            last_level=np.rint(per_user[..., 1] * top_level).astype(np.int64),
-            throughput_mbps=per_user[..., 2:] * self.reference_bandwidth_mbps,
-            link_share_mbps=observations[..., split:] * self.reference_bandwidth_mbps,
-        )
+        return observations[..., :split].reshape(*observations.shape[:-1], self.num_users, self.per_user_features)
+
+
+class StreamModel:
+    """The published per-level stream model: what a level costs a user and what it is worth.
+
+    Controllers may use it (the MPC baseline does); it is a function of a user's observed
+    stream parameters only, not of any hidden state.
+    """
+
+    def __init__(self, ladder_mbps: tuple[float, ...] = DEFAULT_BITRATE_LADDER_MBPS) -> None:
+        self.ladder_mbps = np.asarray(ladder_mbps, dtype=np.float64)
+        self.render_ms = np.asarray(RENDER_MS_PER_LEVEL, dtype=np.float64)
+
+    def bitrate_mbps(self, frame_rate: np.ndarray, resolution: np.ndarray) -> np.ndarray:
+        """`[..., num_levels]` encoder bitrate of each level for streams of these parameters."""
+        pixel_rate = (np.asarray(resolution) * np.asarray(frame_rate) / REFERENCE_FPS)[..., None]
+        return self.ladder_mbps * pixel_rate
+
+    def render_ms_per_frame(self, resolution: np.ndarray, complexity: np.ndarray) -> np.ndarray:
+        """`[..., num_levels]` GPU milliseconds per frame at an idle GPU."""
+        factor = (np.asarray(resolution) * (0.7 + 0.3 * np.asarray(complexity)))[..., None]
+        return self.render_ms * factor
+
+    def quality(self, complexity: np.ndarray) -> np.ndarray:
+        """`[..., num_levels]` quality in [0, 1] of each level for content of this complexity."""
+        return 1.0 - np.exp(-self.ladder_mbps / (QUALITY_SCALE_MBPS * np.asarray(complexity)[..., None]))
 
 
 def _max_min_fair_allocation(demand: np.ndarray, capacity: float) -> np.ndarray:
     """Split `capacity` so that no user can gain without taking from a poorer one.
 
-    Users asking less than the water level get their full demand; the rest get the level.
     Walking the demands in ascending order, the level after satisfying the first k users is
     `(capacity - their total) / (n - k)`; the first user whose demand exceeds it sets the level.
     """
@@ -153,55 +182,38 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
-def _check_positive(name: str, value: Any, allow_zero: bool = False) -> float:
-    numeric_types = (int, float, np.integer, np.floating)
-    valid = isinstance(value, numeric_types) and not isinstance(value, bool)
-    if valid:
-        valid = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
-    if not valid:
-        expected = "a finite number >= 0" if allow_zero else "a finite number > 0"
-        raise ValueError(f"`{name}` must be {expected}, got {value!r}.")
+def _check_non_negative(name: str, value: Any) -> float:
+    numeric = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if not (numeric and math.isfinite(value) and value >= 0):
+        raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
     return float(value)
 
 
-def _check_ladder(ladder: Any) -> tuple[float, ...]:
-    try:
-        rates = np.asarray(ladder, dtype=np.float64)
-    except (TypeError, ValueError):
-        rates = np.empty(0)
-    if (rates.ndim != 1 or rates.size < 2 or not np.all(np.isfinite(rates))
-            or rates[0] <= 0 or np.any(np.diff(rates) <= 0)):
-        raise ValueError(
-            "`bitrate_ladder_mbps` must be at least 2 positive, strictly increasing bitrates, "
-            f"got {ladder!r}."
-        )
-    return tuple(float(rate) for rate in rates)
-
-
 class SyntheticVREdgeEnv(gymnasium.Env):
-    """Users sharing a fluctuating edge link each pick a streaming bitrate per step.
+    """Headsets sharing an edge GPU and a wireless cell; one quality level per user per step.
 
-    Observation: float32 `Box` of shape `(num_users * (2 + 4) + 8,)`, laid out and scaled as
-    `ObservationLayout` describes (`self.observation_layout.decode` undoes the scaling).
-    All features lie in `[0, 1]` (buffer, last level) or `[0, 10]` (rates, clipped).
+    Observation: float32 `Box` of shape `(num_users * 13 + 1,)`, laid out as
+    `ObservationLayout` describes; every feature lies in `[0, 5]`.
 
-    Action: `MultiDiscrete([num_levels] * num_users)`, one bitrate level per user.
+    Action: `MultiDiscrete([6] * num_users)`, one quality level per user slot (ignored for
+    empty slots).
 
-    Step info (every step; `reset` returns an empty info): scalar floats `"quality"`,
-    `"stall_penalty"` and `"smoothness_penalty"`, each averaged over users, with
-    `reward == quality - stall_penalty - smoothness_penalty`; and `"stall_time"`, the stall
-    seconds of this step averaged over users.
+    Step info (every step; `reset` returns only `"regime"`): scalar floats `"quality"`,
+    `"late_penalty"`, `"drop_penalty"` and `"switch_penalty"` with
+    `reward == quality - late_penalty - drop_penalty - switch_penalty`; QoE measures averaged
+    over the users present: `"late_rate"`, `"drop_rate"`, `"stall_time"` (frozen seconds this
+    step), `"stall_events"` (users whose screen froze this step after not being frozen),
+    `"switches"` (users that changed level), `"active_users"`; and arrays for QoE reports:
+    `"user_quality"` (`[num_users]`, displayed quality, NaN for empty slots) and
+    `"frame_latency_ms"` (the last substep's sampled frames of the users present, flat).
 
-    Episodes are truncated after `episode_length` steps and terminated when any user's
-    cumulative stall exceeds `max_cumulative_stall_s` (the session has failed).
+    Episodes are truncated after `episode_length` steps and terminated when a present user's
+    frozen time exceeds `max_cumulative_stall_s` (that session has failed).
 
-    `simulation_substeps` splits each step into that many frame-delivery slots, each sharing
-    the link and draining buffers on its own; results move only slightly with it (stalls
-    are timed more finely) and stay deterministic for a seed. Its purpose is to make steps as
-    cheap or as costly as a benchmark needs. Measured with 8 users on a 2-core x86 machine
-    with Python 3.11 and numpy 2.4 (`time.perf_counter` over 5000 steps): about 30-40 us of
-    CPU per step with the default of 1, and about 0.5 ms per step with
-    `simulation_substeps=45`; each slot adds roughly 10 us.
+    `simulation_substeps` splits each step into that many intervals, each with its own channel
+    fading, airtime sharing and sampled frames; results move only slightly with it and stay
+    deterministic for a seed. It also lets benchmarks make a step as cheap or as costly as they
+    need; docs/vr-edge.md gives measured costs.
 
     Seeding: all randomness comes from `self.np_random`. `reset(seed=...)` seeds it as
     Gymnasium does; the constructor's `seed` is used by the first `reset` that is given none.
@@ -214,227 +226,285 @@ class SyntheticVREdgeEnv(gymnasium.Env):
         num_users: int = 8,
         seed: int | None = None,
         episode_length: int = 200,
+        traces: str = "train",
         simulation_substeps: int = 1,
-        bitrate_ladder_mbps: tuple[float, ...] = DEFAULT_BITRATE_LADDER_MBPS,
-        mean_bandwidth_per_user_mbps: float = 25.0,
-        degraded_bandwidth_fraction: float = 0.3,
-        max_cumulative_stall_s: float = 4.0,
-        stall_penalty_per_s: float = 4.0,
-        smoothness_penalty_weight: float = 1.5,
+        late_penalty: float = 0.5,
+        drop_penalty: float = 2.0,
+        switch_penalty: float = 0.5,
+        max_cumulative_stall_s: float = 3.0,
     ) -> None:
         self.num_users = _check_int("num_users", num_users, 1)
         self.episode_length = _check_int("episode_length", episode_length, 1)
         self.simulation_substeps = _check_int("simulation_substeps", simulation_substeps, 1)
         if seed is not None:
             _check_int("seed", seed, 0)
-        self.bitrate_ladder_mbps = _check_ladder(bitrate_ladder_mbps)
-        self.mean_bandwidth_per_user_mbps = _check_positive(
-            "mean_bandwidth_per_user_mbps", mean_bandwidth_per_user_mbps
-        )
-        self.degraded_bandwidth_fraction = _check_positive(
-            "degraded_bandwidth_fraction", degraded_bandwidth_fraction
-        )
-        if self.degraded_bandwidth_fraction > 1.0:
-            raise ValueError(
-                "`degraded_bandwidth_fraction` must be in (0, 1], "
-                f"got {degraded_bandwidth_fraction!r}."
-            )
-        self.max_cumulative_stall_s = _check_positive(
-            "max_cumulative_stall_s", max_cumulative_stall_s
-        )
-        self.stall_penalty_per_s = _check_positive(
-            "stall_penalty_per_s", stall_penalty_per_s, allow_zero=True
-        )
-        self.smoothness_penalty_weight = _check_positive(
-            "smoothness_penalty_weight", smoothness_penalty_weight, allow_zero=True
-        )
+        if traces not in TRACE_SPLITS:
+            raise ValueError(f"`traces` must be one of {sorted(TRACE_SPLITS)}, got {traces!r}.")
+        self.traces = traces
+        self.late_penalty = _check_non_negative("late_penalty", late_penalty)
+        self.drop_penalty = _check_non_negative("drop_penalty", drop_penalty)
+        self.switch_penalty = _check_non_negative("switch_penalty", switch_penalty)
+        self.max_cumulative_stall_s = _check_non_negative("max_cumulative_stall_s", max_cumulative_stall_s)
+        if self.max_cumulative_stall_s == 0:
+            raise ValueError("`max_cumulative_stall_s` must be > 0, got 0.")
 
-        self.observation_layout = ObservationLayout(
-            num_users=self.num_users,
-            bitrate_ladder_mbps=self.bitrate_ladder_mbps,
-            reference_bandwidth_mbps=self.mean_bandwidth_per_user_mbps,
-        )
-        low, high = self.observation_layout.bounds()
-        self.observation_space = spaces.Box(low=low, high=high, dtype=np.float32)
-        num_levels = len(self.bitrate_ladder_mbps)
-        self.action_space = spaces.MultiDiscrete(np.full(self.num_users, num_levels, np.int64))
-
-        self._ladder_mbps = np.asarray(self.bitrate_ladder_mbps)
-        self._quality_of_level = np.log(self._ladder_mbps / self._ladder_mbps[0]) / math.log(
-            self._ladder_mbps[-1] / self._ladder_mbps[0]
-        )
-        # Subtracting half the variance keeps the mean bandwidth at the configured value.
-        self._mean_link_log_mbps = (
-            math.log(self.num_users * self.mean_bandwidth_per_user_mbps) - LOG_BANDWIDTH_STD**2 / 2
-        )
-        self._rate_scale = 1.0 / self.mean_bandwidth_per_user_mbps
-        self._link_scale = self._rate_scale / self.num_users
-        self._level_scale = 1.0 / (num_levels - 1)
-        self._user_mean_scale = 1.0 / self.num_users
-        # The current observation, in float64 so histories shift without rounding drift.
-        self._observed = np.zeros(self.observation_layout.size)
+        self.observation_layout = ObservationLayout(num_users=self.num_users)
+        layout = self.observation_layout
+        self.observation_space = spaces.Box(0.0, OBSERVED_RATIO_CLIP, shape=(layout.size,), dtype=np.float32)
+        self.action_space = spaces.MultiDiscrete(np.full(self.num_users, layout.num_levels, np.int64))
+        self.stream_model = StreamModel()
+        self._top_level = layout.num_levels - 1
         self._pending_seed = seed
         self._episode_active = False
 
-    @property
-    def _observed_per_user(self) -> np.ndarray:
-        """The per-user block of `_observed` as a `[num_users, features]` view."""
-        # Rebuilt on each use: a stored view would come apart from `_observed` when the env
-        # is pickled or deep-copied.
-        return self._observed[:-LINK_HISTORY_LEN].reshape(
-            self.num_users, self.observation_layout.per_user_features
-        )
+    # --- users -------------------------------------------------------------------------------
 
-    # --- bandwidth process -------------------------------------------------------------------
-
-    def _advance_bandwidth(self) -> float:
-        """Step the link process once and return this step's total bandwidth in Mbps."""
+    def _draw_users(self, slots: np.ndarray) -> None:
+        """Give the users arriving in `slots` (a bool mask) their own stream and channel."""
+        count = int(slots.sum())
+        if count == 0:
+            return
         rng = self.np_random
-        phi = LOG_BANDWIDTH_AR_COEFFICIENT
-        self._log_bandwidth_deviation = (
-            phi * self._log_bandwidth_deviation
-            + LOG_BANDWIDTH_STD * math.sqrt(1.0 - phi * phi) * rng.standard_normal()
-        )
-        switch_probability = (
-            DEGRADED_EXIT_PROBABILITY if self._degraded else DEGRADED_ENTER_PROBABILITY
-        )
-        if rng.random() < switch_probability:
-            self._degraded = not self._degraded
-        bandwidth = math.exp(self._mean_link_log_mbps + self._log_bandwidth_deviation)
-        return bandwidth * self.degraded_bandwidth_fraction if self._degraded else bandwidth
+        frame_rate = np.asarray(FRAME_RATES)[rng.integers(0, len(FRAME_RATES), count)]
+        resolution = rng.uniform(0.7, 1.3, count)
+        complexity = rng.uniform(0.4, 2.0, count)
+        channel_log_mean = np.log(rng.uniform(0.45, 1.4, count))
+        channel_log_std = rng.uniform(0.1, 0.35, count)
+        fading_std = rng.uniform(0.1, 0.4, count)
 
-    def _record_link(self, bandwidth_mbps: float, throughput_mbps: np.ndarray) -> None:
-        """Push this step's link and per-user rates into the observed histories."""
-        # The histories live in the observation itself, already scaled and clipped, so
-        # building an observation is one copy.
-        link_history = self._observed[-LINK_HISTORY_LEN:]
-        link_history[:-1] = link_history[1:]
-        link_history[-1] = min(bandwidth_mbps * self._link_scale, OBSERVED_RATE_CLIP)
-        throughput_history = self._observed_per_user[:, 2:]
-        throughput_history[:, :-1] = throughput_history[:, 1:]
-        np.minimum(
-            throughput_mbps * self._rate_scale, OBSERVED_RATE_CLIP, out=throughput_history[:, -1]
-        )
+        self._frame_rate[slots] = frame_rate
+        self._resolution[slots] = resolution
+        self._complexity[slots] = complexity
+        self._channel_log[slots] = channel_log_mean
+        # The AR(1) per substep that compounds to CHANNEL_AR_COEFFICIENT per step.
+        coefficient = self._channel_coefficient
+        self._channel_drift[slots] = (1.0 - coefficient) * channel_log_mean
+        self._channel_innovation_std[slots] = channel_log_std * math.sqrt(1.0 - coefficient**2)
+        # A frame's transmission time scales with size / fading, both log-normal with mean 1;
+        # 1 / fading has mean exp(std^2), so the product is log-normal with these parameters.
+        factor_std = np.sqrt(FRAME_SIZE_LOG_STD**2 + fading_std**2)
+        self._frame_factor_std[slots, 0] = factor_std
+        self._frame_factor_shift[slots, 0] = fading_std**2 - 0.5 * factor_std**2
+        self._drop_after_ms[slots, 0] = MOTION_TO_PHOTON_BUDGET_MS + 1e3 / frame_rate
+        model = self.stream_model
+        self._tables[slots, 0] = model.bitrate_mbps(frame_rate, resolution)
+        self._tables[slots, 1] = model.render_ms_per_frame(resolution, complexity)
+        self._tables[slots, 2] = model.quality(complexity)
+        self._cumulative_stall_s[slots] = 0.0
+        self._has_previous_level[slots] = False
+        self._was_frozen[slots] = False
+        features = self._features
+        features[slots] = 0.0
+        features[slots, 0] = 1.0
+        features[slots, 1] = frame_rate * (1.0 / 90.0)
+        features[slots, 2] = resolution * (1.0 / 1.5)
+        features[slots, 3] = complexity * 0.5
+
+    def _set_present(self, active: np.ndarray) -> None:
+        self._active = active
+        self._present = active.astype(np.float64)
+        self._present_column = self._present[:, None]
+        self._count = int(active.sum())
 
     # --- gymnasium API -----------------------------------------------------------------------
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
         if seed is None:
             seed = self._pending_seed
         self._pending_seed = None
         super().reset(seed=seed)
-
         rng = self.np_random
-        stationary_degraded = DEGRADED_ENTER_PROBABILITY / (
-            DEGRADED_ENTER_PROBABILITY + DEGRADED_EXIT_PROBABILITY
-        )
-        self._log_bandwidth_deviation = LOG_BANDWIDTH_STD * rng.standard_normal()
-        self._degraded = bool(rng.random() < stationary_degraded)
-        # The session has been running before the agent takes over, so the histories hold
-        # real link samples; users are taken to have received their equal share meanwhile.
-        self._observed[:] = 0.0
-        for _ in range(LINK_HISTORY_LEN):
-            bandwidth = self._advance_bandwidth()
-            self._record_link(bandwidth, np.full(self.num_users, bandwidth / self.num_users))
+        regimes = TRACE_SPLITS[self.traces]
+        self._regime = regimes[int(rng.integers(len(regimes)))]
+        self._cell = CellTrace(self._regime, rng)
+        self._gpu = GpuTrace(rng)
 
-        self._buffer_s = np.full(self.num_users, INITIAL_BUFFER_S)
-        self._cumulative_stall_s = np.zeros(self.num_users)
-        self._last_levels = np.zeros(self.num_users, dtype=np.int64)
-        observed_per_user = self._observed_per_user
-        observed_per_user[:, 0] = self._buffer_s / MAX_BUFFER_S
-        observed_per_user[:, 1] = 0.0
+        n, levels = self.num_users, self.observation_layout.num_levels
+        self._slots = np.arange(n)
+        self._ones = np.ones(n)
+        self._frame_rate = np.full(n, REFERENCE_FPS)
+        self._resolution = np.ones(n)
+        self._complexity = np.ones(n)
+        self._channel_log = np.zeros(n)
+        self._channel_coefficient = CHANNEL_AR_COEFFICIENT ** (1.0 / self.simulation_substeps)
+        self._channel_drift = np.zeros(n)
+        self._channel_innovation_std = np.zeros(n)
+        self._frame_factor_std = np.zeros((n, 1))
+        self._frame_factor_shift = np.zeros((n, 1))
+        self._drop_after_ms = np.zeros((n, 1))
+        # Per slot and level: bitrate (Mbps), render time per frame (ms), quality.
+        self._tables = np.zeros((n, 3, levels))
+        self._cumulative_stall_s = np.zeros(n)
+        self._has_previous_level = np.zeros(n, dtype=bool)
+        self._was_frozen = np.zeros(n, dtype=bool)
+        self._last_levels = np.zeros(n, dtype=np.int64)
+        self._last_quality = np.zeros(n)
+        # Each slot's observed features in observation units (scaled, not yet clipped); the
+        # observation is this block masked by presence, so one step writes it only once.
+        self._features = np.zeros((n, self.observation_layout.per_user_features))
+        self._draw_users(np.ones(n, dtype=bool))
+        self._set_present(rng.random(n) < INITIAL_ACTIVE_PROBABILITY)
         self._steps_taken = 0
         self._episode_active = True
-        return self._observed.astype(np.float32), {}
+        return self._observation(), {"regime": self._regime.name}
 
-    def step(
-        self, action: np.ndarray
-    ) -> tuple[np.ndarray, float, bool, bool, dict[str, float]]:
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if not self._episode_active:
             raise RuntimeError(
                 "`step` was called without an active episode; call `reset` first "
                 "(also after an episode terminates or is truncated)."
             )
         levels = self._checked_levels(action)
-        bandwidth_mbps = self._advance_bandwidth()
-        bitrate_mbps = self._ladder_mbps[levels]
-        stall_s, throughput_mbps = self._deliver(bitrate_mbps, bandwidth_mbps)
-        self._record_link(bandwidth_mbps, throughput_mbps)
+        n = self.num_users
+        rng = self.np_random
+        substeps = self.simulation_substeps
+        normals = rng.standard_normal(2 + n * substeps + n * FRAME_SAMPLES * substeps)
+        uniforms = rng.random(1 + n)
+        cell_mbps = self._cell.advance(normals[0], uniforms[0])
+        gpu_capacity = self._gpu.advance(normals[1])
+        # Every per-user array covers all slots; `present` (1.0 or 0.0) masks the empty ones,
+        # which is cheaper than gathering the present users on every step.
+        present = self._present
+        count = self._count
+        bitrate, render_ms, quality = self._tables[self._slots, :, levels].T
+        frame_rate = self._frame_rate
 
-        observed_per_user = self._observed_per_user
-        observed_per_user[:, 0] = self._buffer_s * (1.0 / MAX_BUFFER_S)
-        observed_per_user[:, 1] = levels * self._level_scale
+        # The GPU: frames it cannot render in time are skipped; busy GPUs render slower.
+        gpu_load = float(present @ (frame_rate * render_ms)) * 1e-3 / gpu_capacity
+        rendered = 1.0 / gpu_load if gpu_load > 1.0 else 1.0
+        render_latency_ms = render_ms * (1.0 / (1.0 - GPU_CONTENTION * min(gpu_load, 1.0)))
+        fixed_ms = (PIPELINE_OVERHEAD_MS + render_latency_ms)[:, None]
+        frame_mbit = bitrate / frame_rate
 
-        quality = self._quality_of_level[levels]
-        quality_change = np.abs(quality - self._quality_of_level[self._last_levels])
-        self._last_levels = levels
+        # The cell, once per substep: slow per-user fading around each user's own mean, then
+        # airtime sharing. Past MAX_AIRTIME_LOAD the scheduler serves each user a max-min fair
+        # share of the air and the frames that do not fit are dropped.
+        channel_normals = normals[2 : 2 + n * substeps].reshape(substeps, n)
+        frame_normals = normals[2 + n * substeps :].reshape(substeps, n, FRAME_SAMPLES)
+        served = late = dropped = latency_sum = latency_max = measured_rate = 0.0
+        for channel_normal, frame_normal in zip(channel_normals, frame_normals):
+            self._channel_log = (
+                self._channel_coefficient * self._channel_log + self._channel_drift
+                + self._channel_innovation_std * channel_normal
+            )
+            phy_mbps = cell_mbps * np.exp(self._channel_log)
+            airtime = present * bitrate / phy_mbps
+            airtime_load = float(airtime @ self._ones)
+            if airtime_load > MAX_AIRTIME_LOAD:
+                served = served + _max_min_fair_allocation(airtime, MAX_AIRTIME_LOAD) / np.maximum(airtime, 1e-12)
+                airtime_load = MAX_AIRTIME_LOAD
+            else:
+                served = served + 1.0
+            # Transmission time of a mean-size frame after contention (processor sharing),
+            # times one log-normal factor per sampled frame: its size jitter over its fading.
+            transmit_ms = ((1e3 / (1.0 - airtime_load)) * frame_mbit / phy_mbps)[:, None]
+            frame_factors = np.exp(self._frame_factor_std * frame_normal + self._frame_factor_shift)
+            latency_ms = fixed_ms + transmit_ms * frame_factors
+            late = late + (latency_ms > MOTION_TO_PHOTON_BUDGET_MS).sum(axis=1)
+            dropped = dropped + (latency_ms > self._drop_after_ms).sum(axis=1)
+            latency_sum = latency_sum + latency_ms.sum(axis=1)
+            latency_max = np.maximum(latency_max, latency_ms.max(axis=1))
+            # Bits sent over time on the air: the harmonic mean of the frames' rates.
+            measured_rate = measured_rate + phy_mbps * (1.0 - airtime_load) / frame_factors.sum(axis=1)
+        inverse_substeps = 1.0 / substeps
+        inverse_samples = inverse_substeps / FRAME_SAMPLES
+        delivered = served * (rendered * inverse_substeps)
+        dropped_rate = present * (1.0 - delivered * (1.0 - dropped * inverse_samples))
+        late_rate = present * delivered * ((late - dropped) * inverse_samples)
+        on_time_rate = present - dropped_rate - late_rate
+
+        displayed_quality = quality * (on_time_rate + LATE_FRAME_CREDIT * late_rate)
+        switched = self._has_previous_level & (levels != self._last_levels)
+        quality_change = np.abs(quality - self._last_quality) * switched
+
+        stall_s = dropped_rate * STEP_DURATION_S
         self._cumulative_stall_s += stall_s
-        self._steps_taken += 1
+        frozen = dropped_rate >= 0.5
+        stall_events = int((frozen & ~self._was_frozen).sum())
+        self._was_frozen = frozen
+        self._last_levels = levels
+        self._last_quality = quality
+        self._has_previous_level = self._active.copy()
 
-        # Sums times a precomputed 1/n: `ndarray.mean` costs several times more per call.
-        mean_quality = float(quality.sum()) * self._user_mean_scale
-        mean_stall_s = float(stall_s.sum()) * self._user_mean_scale
-        stall_penalty = self.stall_penalty_per_s * mean_stall_s
-        smoothness_penalty = (
-            self.smoothness_penalty_weight * float(quality_change.sum()) * self._user_mean_scale
+        # What each client measures: its throughput while on the air (bits sent over time on
+        # the air: the harmonic mean of its frames' rates), its frame timing, and the render
+        # time the server reports.
+        features = self._features
+        features[:, _LAST_LEVEL] = levels * (1.0 / self._top_level)
+        features[:, _THROUGHPUT : _THROUGHPUT_LATEST] = features[:, _THROUGHPUT + 1 : _THROUGHPUT_LATEST + 1]
+        features[:, _THROUGHPUT_LATEST] = measured_rate * (FRAME_SAMPLES * inverse_substeps / RATE_SCALE_MBPS)
+        measured = features[:, _MEAN_LATENCY:]
+        np.stack(
+            [latency_sum * inverse_samples, latency_max, late_rate, dropped_rate, render_latency_ms],
+            axis=1, out=measured,
         )
-        reward = mean_quality - stall_penalty - smoothness_penalty
+        measured *= _MEASUREMENT_SCALE
 
-        terminated = bool(self._cumulative_stall_s.max() > self.max_cumulative_stall_s)
-        truncated = not terminated and self._steps_taken >= self.episode_length
-        self._episode_active = not (terminated or truncated)
+        scale = 1.0 / count if count else 0.0
+        ones = self._ones
+        mean_quality = float(displayed_quality @ ones) * scale
+        late_sum = float(late_rate @ ones)
+        drop_sum = float(dropped_rate @ ones)
+        late_penalty = self.late_penalty * late_sum * scale
+        drop_penalty = self.drop_penalty * drop_sum * scale
+        switch_penalty = self.switch_penalty * float(quality_change @ ones) * scale
+        reward = mean_quality - late_penalty - drop_penalty - switch_penalty
+
         info = {
             "quality": mean_quality,
-            "stall_penalty": stall_penalty,
-            "smoothness_penalty": smoothness_penalty,
-            "stall_time": mean_stall_s,
+            "late_penalty": late_penalty,
+            "drop_penalty": drop_penalty,
+            "switch_penalty": switch_penalty,
+            "late_rate": late_sum * scale,
+            "drop_rate": drop_sum * scale,
+            "stall_time": drop_sum * scale * STEP_DURATION_S,
+            "stall_events": float(stall_events),
+            "switches": float(switched.sum()),
+            "active_users": float(count),
+            "user_quality": np.where(self._active, displayed_quality, np.nan),
+            "frame_latency_ms": latency_ms[self._active].ravel(),
         }
-        return self._observed.astype(np.float32), reward, terminated, truncated, info
+
+        terminated = bool(self._cumulative_stall_s.max() > self.max_cumulative_stall_s)
+        self._steps_taken += 1
+        truncated = not terminated and self._steps_taken >= self.episode_length
+        self._episode_active = not (terminated or truncated)
+        self._churn(uniforms[1:])
+        return self._observation(), reward, terminated, truncated, info
 
     # --- internals ---------------------------------------------------------------------------
+
+    def _churn(self, uniforms: np.ndarray) -> None:
+        # Leaving is rarer than joining, so one comparison finds every slot that may change.
+        candidates = uniforms < JOIN_PROBABILITY
+        if not candidates.any():
+            return
+        leaving = self._active & (uniforms < LEAVE_PROBABILITY)
+        joining = ~self._active & candidates
+        self._draw_users(joining)
+        self._cumulative_stall_s[leaving] = 0.0
+        self._has_previous_level[leaving] = False
+        self._set_present((self._active & ~leaving) | joining)
+
+    def _observation(self) -> np.ndarray:
+        observation = np.empty(self.observation_layout.size, dtype=np.float32)
+        np.minimum(
+            self._features * self._present_column, OBSERVED_RATIO_CLIP,
+            out=observation[:-1].reshape(self._features.shape),
+        )
+        observation[-1] = self._count / self.num_users
+        return observation
 
     def _checked_levels(self, action: Any) -> np.ndarray:
         levels = np.asarray(action)
         if levels.shape != (self.num_users,) or levels.dtype.kind not in "iu":
             raise ValueError(
-                f"Expected an integer action of shape ({self.num_users},), one bitrate level "
+                f"Expected an integer action of shape ({self.num_users},), one quality level "
                 f"per user, got {levels.dtype} array of shape {levels.shape!r}."
             )
-        if levels.min() < 0 or levels.max() >= self._ladder_mbps.size:
-            raise ValueError(
-                f"Bitrate levels must lie in [0, {self._ladder_mbps.size - 1}], got {action!r}."
-            )
-        return levels.astype(np.int64)
-
-    def _deliver(
-        self, bitrate_mbps: np.ndarray, bandwidth_mbps: float
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Share the link over the step's delivery slots; return per-user stall and throughput.
-
-        Each user asks for the content that would leave its buffer full at the end of the
-        step. In every slot the link carries `bandwidth * slot duration` megabits, split
-        max-min fairly over what users still want; arrivals fill the buffer, then playout
-        drains it, and playout time the buffer cannot cover is stall.
-        """
-        slots = self.simulation_substeps
-        slot_s = STEP_DURATION_S / slots
-        slot_capacity_mbit = bandwidth_mbps * slot_s
-        remaining_mbit = bitrate_mbps * (MAX_BUFFER_S - self._buffer_s + STEP_DURATION_S)
-        received_mbit = np.zeros(self.num_users)
-        stall_s = np.zeros(self.num_users)
-        buffer_s = self._buffer_s
-        for _ in range(slots):
-            delivered_mbit = _max_min_fair_allocation(remaining_mbit, slot_capacity_mbit)
-            remaining_mbit = remaining_mbit - delivered_mbit
-            received_mbit += delivered_mbit
-            buffer_s = buffer_s + delivered_mbit / bitrate_mbps - slot_s
-            stall_s -= np.minimum(buffer_s, 0.0)
-            buffer_s = np.maximum(buffer_s, 0.0)
-        # Playback pauses during a stall, so a late burst can overfill; the player drops it.
-        self._buffer_s = np.minimum(buffer_s, MAX_BUFFER_S)
-        return stall_s, received_mbit / STEP_DURATION_S
+        if levels.min() < 0 or levels.max() > self._top_level:
+            raise ValueError(f"Quality levels must lie in [0, {self._top_level}], got {action!r}.")
+        return levels.astype(np.int64, copy=False)
 
 
 def make_env(num_users: int = 8, seed: int | None = None, **kwargs: Any) -> SyntheticVREdgeEnv:

@@ -10,10 +10,15 @@ its final observation instead of being scored as if the session had failed; see
 
 It writes to `--output-dir`:
 
-- `metrics.jsonl`: one JSON object per update (`null` for a mean over no episodes);
+- `metrics.jsonl`: one JSON object per update (`null` for a mean over no episodes, or for the
+  held-out evaluation of an update that ran none);
 - `policy.pt`: the trained weights with the arguments that rebuild the network and the env
   (`python -m examples.vr_edge.evaluate --policy .../policy.pt` compares it to the baselines);
-- `learning_curve.png` with `--plot`.
+- `learning_curve.png` with `--plot`: the deterministic policy's return on held-out seeds of
+  the test traces (every `--eval-every` updates) with the tuned baselines as horizontal lines.
+
+Training sees only the train traces. The run ends by printing a summary: the final held-out
+evaluation next to the baselines' scores on the same seeds, and every path it wrote.
 
 The same `--seed` gives the same learning curve on every backend: the collector hands out
 identical batches, and torch runs single-threaded with deterministic kernels.
@@ -35,11 +40,13 @@ import torch
 
 from examples.vr_edge.advantages import compute_gae
 from examples.vr_edge.agent import ActorCritic, CollectorPolicy, save_agent, seed_torch
+from examples.vr_edge.baselines import tuned_baselines
+from examples.vr_edge.reporting import Progress, evaluate_returns, format_summary, plot_learning_curve
 from examples.vr_edge.synthetic_env import SyntheticVREdgeEnv
 from parallel_rollouts import ParallelRolloutCollector
 from parallel_rollouts.collector import BACKENDS
 
-INFO_KEYS = ("quality", "stall_penalty", "smoothness_penalty", "stall_time")
+INFO_KEYS = ("quality", "late_penalty", "drop_penalty", "switch_penalty", "late_rate", "drop_rate", "stall_time")
 CORES = ("auto", "compiled", "python")
 
 
@@ -52,23 +59,28 @@ def option(default: Any, description: str, choices: tuple[str, ...] | None = Non
 class Args:
     """Every knob of a run; each field becomes a command-line flag (`num_envs` -> `--num-envs`).
 
-    The defaults train in about a minute and a half on two CPU cores and give a policy that
-    roughly doubles the bandwidth-share heuristic's return (see `examples.vr_edge.evaluate`).
+    The defaults train in well under ten minutes on two CPU cores (docs/vr-edge-results.md
+    gives measured times and how the policy compares with tuned baselines).
     """
 
     backend: str = option("sync", "collector backend", choices=BACKENDS)
     num_envs: int = option(8, "environments stepped in parallel")
     horizon: int = option(128, "steps per environment in each rollout")
-    total_timesteps: int = option(409_600, "transitions to train on (rounded down to whole rollouts)")
+    total_timesteps: int = option(204_800, "transitions to train on (rounded down to whole rollouts)")
     seed: int = option(1, "root seed of the environments, the network and the minibatch order")
-    num_users: int = option(8, "users sharing the edge link")
+    num_users: int = option(8, "user slots sharing the edge GPU and the cell")
     episode_length: int = option(200, "steps after which an episode is truncated")
-    simulation_substeps: int = option(1, "frame-delivery slots simulated per environment step")
+    simulation_substeps: int = option(1, "frame-sampling rounds simulated per environment step")
+    eval_every: int = option(20, "evaluate the deterministic policy on held-out seeds every this many updates")
+    eval_episodes: int = option(16, "held-out episodes (test traces) per periodic evaluation")
+    eval_first_seed: int = option(
+        2_000_000, "reset seed of the first periodic-evaluation episode (evaluate.py uses 1,000,000 on)"
+    )
     learning_rate: float = option(1e-3, "Adam learning rate, annealed linearly to zero")
     update_epochs: int = option(4, "passes over each rollout")
     num_minibatches: int = option(8, "minibatches per pass; must divide num_envs * horizon")
-    gamma: float = option(0.99, "discount factor")
-    gae_lambda: float = option(0.95, "GAE mixing factor")
+    gamma: float = option(0.95, "discount factor (a step is 0.1 s, so 0.95 looks about 2 s ahead)")
+    gae_lambda: float = option(0.9, "GAE mixing factor")
     clip_coef: float = option(0.2, "PPO ratio clipping range")
     ent_coef: float = option(0.001, "weight of the entropy bonus")
     vf_coef: float = option(0.5, "weight of the value loss")
@@ -107,7 +119,8 @@ def parse_args(argv: list[str] | None = None) -> Args:
 
 def _argument_problem(args: Args) -> str | None:
     for name in (
-        "num_envs", "horizon", "num_users", "episode_length", "simulation_substeps", "update_epochs", "num_minibatches"
+        "num_envs", "horizon", "num_users", "episode_length", "simulation_substeps", "update_epochs",
+        "num_minibatches", "eval_every", "eval_episodes",
     ):
         if getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)!r}."
@@ -144,10 +157,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "episode_length": args.episode_length,
         "simulation_substeps": args.simulation_substeps,
     }
-    env_fn = functools.partial(SyntheticVREdgeEnv, **env_kwargs)
+    # Training sees the train traces; every evaluation uses the held-out test traces.
+    env_fn = functools.partial(SyntheticVREdgeEnv, traces="train", **env_kwargs)
+    eval_env_kwargs = {**env_kwargs, "traces": "test"}
+    eval_seeds = range(args.eval_first_seed, args.eval_first_seed + args.eval_episodes)
     probe_env = env_fn()
     agent = ActorCritic.for_env(probe_env)
+    layout = probe_env.observation_layout
     probe_env.close()
+    evaluation_policy = CollectorPolicy(agent, deterministic=True)
+    evaluations: list[dict[str, Any]] = []
     observation_size = agent.observation_size
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     minibatch_rng = np.random.default_rng(args.seed)
@@ -167,7 +186,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         core=args.core,
         info_keys=INFO_KEYS,
     )
-    progress = _Progress(num_updates, enabled=not args.no_progress)
+    progress = Progress(num_updates, enabled=not args.no_progress)
     with collector, progress, metrics_path.open("w") as metrics_file:
         for update in range(1, num_updates + 1):
             # --- collect ------------------------------------------------------------------
@@ -253,29 +272,51 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "collect_seconds": collect_seconds,
                 "update_seconds": update_seconds,
                 "transitions_per_second": batch.num_transitions / collect_seconds,
+                "eval_return_mean": None,
+                "eval_return_ci95": None,
             }
+            if update % args.eval_every == 0 or update == num_updates:
+                evaluation = evaluate_returns(evaluation_policy, eval_seeds, eval_env_kwargs)
+                evaluations.append({"global_step": record["global_step"], **evaluation})
+                record["eval_return_mean"] = evaluation["mean"]
+                record["eval_return_ci95"] = evaluation["ci95"]
             history.append(record)
             metrics_file.write(json.dumps({key: _json_number(value) for key, value in record.items()}) + "\n")
             metrics_file.flush()
             progress.advance(record)
 
+    # The baselines' scores on the periodic-evaluation seeds: the horizontal lines of the plot.
+    baselines = {
+        name: evaluate_returns(policy, eval_seeds, eval_env_kwargs) for name, policy in tuned_baselines(layout).items()
+    }
     policy_path = output_dir / "policy.pt"
     save_agent(agent, policy_path, env_kwargs=env_kwargs, args=dataclasses.asdict(args))
     plot_path = None
     if args.plot:
         plot_path = output_dir / "learning_curve.png"
-        plot_learning_curve(history, plot_path, title=f"PPO on SyntheticVREdgeEnv ({args.backend}, seed {args.seed})")
-    return {
+        title = (
+            f"PPO on SyntheticVREdgeEnv: {args.num_envs} envs ({args.backend}), "
+            f"{num_updates * batch_size:,} steps, seed {args.seed}; "
+            f"{args.eval_episodes} held-out seeds"
+        )
+        plot_learning_curve(evaluations, baselines, plot_path, title)
+    summary = {
         "args": dataclasses.asdict(args),
         "num_updates": num_updates,
         "global_step": num_updates * batch_size,
         "final_episode_return_mean": _recent_return(history),
+        "final_evaluation": evaluations[-1],
+        "evaluation_episodes": args.eval_episodes,
+        "evaluations": evaluations,
+        "baselines": baselines,
         "wall_seconds": time.perf_counter() - started,
         "metrics_path": str(metrics_path),
         "policy_path": str(policy_path),
         "plot_path": None if plot_path is None else str(plot_path),
         "metrics": history,
     }
+    print(format_summary(summary), flush=True)
+    return summary
 
 
 def _mean_or_nan(values: np.ndarray) -> float:
@@ -292,73 +333,6 @@ def _recent_return(history: list[dict[str, Any]]) -> float:
     recent = history[-max(1, len(history) // 10) :]
     returns = [record["episode_return_mean"] for record in recent if not math.isnan(record["episode_return_mean"])]
     return float(np.mean(returns)) if returns else math.nan
-
-
-class _Progress:
-    """A tqdm bar when enabled and installed, otherwise about twenty plain lines per run."""
-
-    def __init__(self, total: int, enabled: bool) -> None:
-        self._total = total
-        self._bar = None
-        self._print_every = max(1, total // 20)
-        self._latest_return = math.nan
-        if enabled:
-            try:
-                from tqdm import tqdm
-            except ImportError:
-                print("tqdm is not installed (pip install -e '.[dev]'); printing plain progress lines.")
-            else:
-                self._bar = tqdm(total=total, unit="update", dynamic_ncols=True)
-
-    def advance(self, record: dict[str, Any]) -> None:
-        # Keep showing the last known return through rollouts in which no episode ended.
-        if not math.isnan(record["episode_return_mean"]):
-            self._latest_return = record["episode_return_mean"]
-        if self._bar is not None:
-            self._bar.set_postfix(
-                episode_return=f"{self._latest_return:.1f}",
-                transitions_per_s=f"{record['transitions_per_second']:.0f}",
-            )
-            self._bar.update()
-        elif record["update"] % self._print_every == 0 or record["update"] == self._total:
-            print(
-                f"update {record['update']}/{self._total}  step {record['global_step']}  "
-                f"episode return {self._latest_return:.1f}  "
-                f"{record['transitions_per_second']:.0f} transitions/s"
-            )
-
-    def __enter__(self) -> "_Progress":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._bar is not None:
-            self._bar.close()
-
-
-def plot_learning_curve(history: list[dict[str, Any]], path: Path, title: str) -> None:
-    """Draw mean episode return and the per-step reward components against training steps."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    steps = np.array([record["global_step"] for record in history])
-    returns = np.array([record["episode_return_mean"] for record in history])
-    figure, (return_axes, component_axes) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
-    ended = ~np.isnan(returns)
-    return_axes.plot(steps[ended], returns[ended], marker=".", linewidth=1)
-    return_axes.set_ylabel("mean episode return\n(episodes ended in the rollout)")
-    return_axes.set_title(title)
-    return_axes.grid(alpha=0.3)
-    for key in ("quality", "stall_penalty", "smoothness_penalty"):
-        component_axes.plot(steps, [record[f"{key}_mean"] for record in history], label=key)
-    component_axes.set_xlabel("environment steps")
-    component_axes.set_ylabel("mean per step")
-    component_axes.legend()
-    component_axes.grid(alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
 
 
 if __name__ == "__main__":

@@ -104,7 +104,9 @@ def build_groups(
         groups, start = [], 0
         for vector_env in made:
             stop = start + int(vector_env.num_envs)
-            groups.append((start, stop, VectorEnvGroup(vector_env, column_offset + start, *common)))
+            groups.append(
+                (start, stop, VectorEnvGroup(vector_env, column_offset + start, *common, observation_check=observation_check))
+            )
             start = stop
         return groups
     return [

@@ -46,10 +46,10 @@ from typing import Any
 
 import numpy as np
 from gymnasium import Env, Space
-from gymnasium import error as gymnasium_error
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from ..errors import ObservationError, SpaceError, WorkerError
+from ..observation_checks import ObservationChecker
 from ..seeding import EpisodeSeeds
 from ..spaces import SpaceLayout, check_env_spaces
 from ..storage import CompletedEpisodes, RolloutStorage
@@ -148,17 +148,18 @@ class VectorEnvGroup:
         info_keys: Sequence[str],
         core: ModuleType,
         first_episode_numbers: Sequence[int] | None = None,
+        observation_check: str = "warn",
     ) -> None:
         where = f"the vector env at env {env_offset}"
         n = check_vector_env(vector_env, where)
-        for column in range(n):
-            check_env_spaces(
-                env_offset + column,
-                vector_env.single_observation_space,
-                vector_env.single_action_space,
-                observation_layout.space,
-                action_layout.space,
-            )
+        # Every sub-env shares the single spaces: one check names the vector env's first env.
+        check_env_spaces(
+            env_offset,
+            vector_env.single_observation_space,
+            vector_env.single_action_space,
+            observation_layout.space,
+            action_layout.space,
+        )
         self.vector_env = vector_env
         self.env_offset = env_offset
         self.num_envs = n
@@ -168,6 +169,7 @@ class VectorEnvGroup:
         self._action_layout = action_layout
         self._info_keys = tuple(info_keys)
         self._core = core
+        self._checker = ObservationChecker(observation_layout, core, observation_check, env_offset)
         self._episode_seeds = [EpisodeSeeds(root_seed, env_offset + column) for column in range(n)]
         self._episodes_started = np.array(
             list(first_episode_numbers) if first_episode_numbers is not None else [0] * n, dtype=np.int64
@@ -180,6 +182,7 @@ class VectorEnvGroup:
         # NEXT_STEP: the sub-envs whose episode ended at the previous step, so that
         # this step is their reset step. It outlives a rollout, like the observations.
         self._resetting = np.zeros(n, dtype=bool)
+        self._all_counted = np.ones(n, dtype=bool)
         self._current_observations = observation_layout.allocate((1, n), np.zeros)
         self._storage: RolloutStorage | None = None
         self._completed: CompletedEpisodes | None = None
@@ -213,11 +216,15 @@ class VectorEnvGroup:
                     self._per_env_seeds = True
                     self._running_seeds[columns] = seeds
                     return observations
-                except (TypeError, ValueError, gymnasium_error.Error):
+                except Exception:
                     if self._per_env_seeds:
                         raise
-                    # One int seed only (e.g. CartPoleVectorEnv): seed the whole vector
-                    # env once from the root seed; no sub-env has a seed of its own.
+                    # The first reset refused a seed list. Vector envs signal that with
+                    # various exception types (Gymnasium's own Error, TypeError, errors from
+                    # C++ bindings), so any of them means: one int seed only (e.g.
+                    # CartPoleVectorEnv). Seed the whole vector env once from the root seed;
+                    # no sub-env has a seed of its own. A reset that fails for another reason
+                    # fails again below and is reported.
                     self._per_env_seeds = False
                     self._episodes_started[columns] -= 1
                     observations, _info = env.reset(seed=seeds[0], options=options)
@@ -238,7 +245,11 @@ class VectorEnvGroup:
         leaves = self._leaves_of(observations, "reset observation")
         for current, values in zip(self._current_observations, leaves):
             current[0] = values
-        self._check_rows(self._current_observations, "reset observation")
+        self._checker.check(
+            [leaf[0] for leaf in self._current_observations],
+            None,
+            lambda column: "an observation from its first `reset` (observations row t=0)",
+        )
 
     # -- one rollout -----------------------------------------------------------------------
 
@@ -259,29 +270,37 @@ class VectorEnvGroup:
             observations, rewards, terminations, truncations, info = self.vector_env.step(actions)
         except Exception as error:
             raise self._failure("step", error) from error
-        n = self.num_envs
-        rewards = self._per_env_array(rewards, np.float64, "rewards")
-        terminated = self._per_env_array(terminations, np.bool_, "terminations")
-        truncated = self._per_env_array(truncations, np.bool_, "truncations")
+        # Rewards and flags go straight into their rows (converted on the way), read back from there.
+        rewards = self._store_per_env(rewards, storage.rewards[t], "rewards")
+        terminated = self._store_per_env(terminations, storage.terminations[t], "terminations")
+        truncated = self._store_per_env(truncations, storage.truncations[t], "truncations")
         for leaf_storage, values in zip(storage.observations, self._leaves_of(observations, "observation")):
             leaf_storage[t + 1] = values
         ended = terminated | truncated
         mode = self.autoreset_mode
-        counted = ~self._resetting if mode is AutoresetMode.NEXT_STEP else np.ones(n, dtype=bool)
-        self._store_infos(t, info, ended, counted)
-
-        storage.rewards[t] = rewards
-        storage.terminations[t] = terminated
-        storage.truncations[t] = truncated
         storage.step_episode_seeds[t] = self._running_seeds
-        storage.reset_steps[t] = ~counted
-        self._running_returns += np.where(counted, rewards, 0.0)
-        self._running_lengths += counted
+        if mode is AutoresetMode.NEXT_STEP:
+            resetting = self._resetting
+            counted = ~resetting
+            storage.reset_steps[t] = resetting
+            self._running_returns += np.where(resetting, 0.0, rewards)
+            self._running_lengths += counted
+        else:
+            counted = self._all_counted
+            storage.reset_steps[t] = False
+            self._running_returns += rewards
+            self._running_lengths += 1
+        self._store_infos(t, info, ended, counted)
         columns = np.flatnonzero(ended)
         if mode is AutoresetMode.NEXT_STEP:
             self._resetting = ended
         if columns.size:
             self._end_episodes(t, columns, info, ended)
+        self._checker.check(
+            [leaf[t + 1] for leaf in storage.observations],
+            None,
+            lambda column: f"an observation at step t={t} (observations row t={t + 1})",
+        )
 
     def _end_episodes(self, t: int, columns: np.ndarray, info: Any, ended: np.ndarray) -> None:
         storage = self._storage
@@ -300,9 +319,16 @@ class VectorEnvGroup:
         if mode is AutoresetMode.SAME_STEP:
             self._store_same_step_finals(t, columns, info)
             self._running_seeds[columns] = UNKNOWN_SEED
+        else:
+            for finals, observations in zip(storage.final_observations, storage.observations):
+                finals[t, columns] = observations[t + 1, columns]
+        self._checker.check(
+            [leaf[t, columns] for leaf in storage.final_observations],
+            columns,
+            lambda column: f"a terminal observation at step t={t} (final_observations row t={t})",
+        )
+        if mode is AutoresetMode.SAME_STEP:
             return
-        for finals, observations in zip(storage.final_observations, storage.observations):
-            finals[t, columns] = observations[t + 1, columns]
         if mode is AutoresetMode.NEXT_STEP:
             # The vector env resets them at the next step, with seeds of its own choosing.
             self._running_seeds[columns] = UNKNOWN_SEED
@@ -336,12 +362,8 @@ class VectorEnvGroup:
                 finals[t, column] = value
 
     def finish(self) -> CompletedEpisodes:
-        """End the rollout: check the observations, remember where each sub-env is, return the episodes."""
+        """End the rollout: remember where each sub-env is, return the episodes."""
         storage = self._storage
-        self._check_rows(storage.observations, "observation")
-        ended = storage.terminations | storage.truncations
-        if ended.any():
-            self._check_terminal_rows(storage.final_observations, ended)
         for leaf_storage, current in zip(storage.observations, self._current_observations):
             current[0] = leaf_storage[storage.horizon]
         completed = self._completed.head(self._completed_count)
@@ -378,14 +400,17 @@ class VectorEnvGroup:
         )
         return WorkerError(message, failures)
 
-    def _per_env_array(self, values: Any, dtype: type, name: str) -> np.ndarray:
+    def _store_per_env(self, values: Any, row: np.ndarray, name: str) -> np.ndarray:
+        """Write one value per sub-env into ``row`` (converting to its dtype); return ``row``."""
         try:
-            array = np.asarray(values, dtype=dtype)
+            array = np.asarray(values)
+            if array.shape == row.shape:
+                row[...] = array
         except (TypeError, ValueError) as error:
             raise WorkerError.from_failures(
-                [describe_failure(self.env_offset, "step", TypeError(f"{name} cannot be converted to {np.dtype(dtype)}: {error}"))]
+                [describe_failure(self.env_offset, "step", TypeError(f"{name} cannot be converted to {row.dtype}: {error}"))]
             ) from None
-        if array.shape != (self.num_envs,):
+        if array.shape != row.shape:
             raise WorkerError.from_failures(
                 [
                     describe_failure(
@@ -398,7 +423,7 @@ class VectorEnvGroup:
                     )
                 ]
             )
-        return array
+        return row
 
     def _leaves_of(self, observations: Any, what: str) -> list[np.ndarray]:
         """The batched observation as one ``[n, *leaf_shape]`` array per leaf, shapes checked."""
@@ -472,37 +497,6 @@ class VectorEnvGroup:
             )
         row[mask] = values[mask]
         return mask
-
-    def _check_rows(self, leaves: list[np.ndarray], what: str) -> None:
-        """Check ``[rows, env, ...]`` observation leaves against the space's bounds."""
-        layout = self._observation_layout
-        for leaf_index, (leaf, values) in enumerate(zip(layout.leaves, leaves)):
-            if layout.covers_whole_dtype(leaf_index):
-                continue
-            bad = self._core.find_out_of_bounds(values.reshape((-1,) + leaf.shape), *layout.bounds(leaf_index))
-            if bad >= 0:
-                row, column = divmod(bad, self.num_envs)
-                self._raise_out_of_space(leaf_index, row, column, values[row, column], what)
-
-    def _check_terminal_rows(self, final_observations: list[np.ndarray], ended: np.ndarray) -> None:
-        layout = self._observation_layout
-        positions = np.argwhere(ended)
-        for leaf_index, finals in enumerate(final_observations):
-            if layout.covers_whole_dtype(leaf_index):
-                continue
-            ended_rows = finals[ended]
-            bad = self._core.find_out_of_bounds(ended_rows, *layout.bounds(leaf_index))
-            if bad >= 0:
-                row, column = (int(i) for i in positions[bad])
-                self._raise_out_of_space(leaf_index, row, column, ended_rows[bad], "terminal observation")
-
-    def _raise_out_of_space(self, leaf_index: int, row: int, column: int, value: Any, what: str) -> None:
-        leaf = self._observation_layout.leaves[leaf_index]
-        where = f" at {leaf.name}" if self._observation_layout.is_nested else ""
-        raise ObservationError(
-            f"env {self.env_offset + column} returned a {what}{where} (row t={row}) outside its observation "
-            f"space {leaf.space!r}: got {np.asarray(value).tolist()!r}."
-        )
 
     def _raise_shape(self, column: int, leaf_index: int, value: np.ndarray, what: str) -> None:
         leaf = self._observation_layout.leaves[leaf_index]

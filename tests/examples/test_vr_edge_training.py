@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 from examples.vr_edge import evaluate, train  # noqa: E402
 from examples.vr_edge.advantages import compute_gae  # noqa: E402
 from examples.vr_edge.agent import ActorCritic, CollectorPolicy, load_agent  # noqa: E402
+from examples.vr_edge.baselines import BASELINES  # noqa: E402
 from examples.vr_edge.synthetic_env import SyntheticVREdgeEnv  # noqa: E402
 from parallel_rollouts import ParallelRolloutCollector  # noqa: E402
 
@@ -24,10 +25,7 @@ METRIC_KEYS = {
     "global_step",
     "episode_return_mean",
     "episodes_completed",
-    "quality_mean",
-    "stall_penalty_mean",
-    "smoothness_penalty_mean",
-    "stall_time_mean",
+    *(f"{key}_mean" for key in train.INFO_KEYS),
     "policy_loss",
     "value_loss",
     "entropy",
@@ -36,6 +34,8 @@ METRIC_KEYS = {
     "collect_seconds",
     "update_seconds",
     "transitions_per_second",
+    "eval_return_mean",
+    "eval_return_ci95",
 }
 # Everything but the wall-clock timings must follow from the seed alone.
 DETERMINISTIC_KEYS = METRIC_KEYS - {"collect_seconds", "update_seconds", "transitions_per_second"}
@@ -141,6 +141,23 @@ def test_deterministic_policy_takes_the_most_probable_level():
         agent.value(torch.rand(5, 8))
 
 
+def test_levels_chosen_for_empty_slots_carry_no_log_probability_or_entropy():
+    env = SyntheticVREdgeEnv(num_users=8)
+    observation, _ = env.reset(seed=0)
+    present = env.observation_layout.per_user(observation)[:, 0] == 1
+    assert not present.all()
+    agent = ActorCritic.for_env(env)
+    observations = torch.as_tensor(observation[None])
+    actions = torch.zeros(1, 8, dtype=torch.int64)
+    other_actions = actions.clone()
+    other_actions[0, torch.as_tensor(~present)] = 5
+    first_log_probs, entropy, _ = agent.evaluate(observations, actions)
+    other_log_probs, _, _ = agent.evaluate(observations, other_actions)
+    assert torch.equal(first_log_probs, other_log_probs)
+    # Each present user contributes at most log(6) nats of entropy, empty slots none.
+    assert entropy.item() <= present.sum() * math.log(6) + 1e-5
+
+
 # --- the training script -----------------------------------------------------------------------
 
 
@@ -151,6 +168,7 @@ def _tiny_run_argv(backend: str, output_dir, seed: int = 7) -> list[str]:
         "--backend", backend, "--num-envs", "2", "--horizon", "16", "--total-timesteps", "64",
         "--num-users", "2", "--episode-length", "6", "--update-epochs", "2", "--num-minibatches", "2",
         "--seed", str(seed), "--output-dir", str(output_dir), "--no-progress", "--plot",
+        "--eval-every", "1", "--eval-episodes", "3",
     ]
 
 
@@ -180,6 +198,10 @@ def test_training_writes_finite_metrics_policy_and_plot(tiny_runs, backend):
         assert record["episodes_completed"] >= 4  # 32 steps of 6-step episodes
         assert all(math.isfinite(value) for value in record.values())
     assert [json.loads(line) for line in lines] == summary["metrics"]
+    # Every update was evaluated on the held-out seeds; the last one is the final evaluation.
+    assert [entry["global_step"] for entry in summary["evaluations"]] == [32, 64]
+    assert summary["final_evaluation"]["mean"] == summary["metrics"][-1]["eval_return_mean"]
+    assert set(summary["baselines"]) == set(BASELINES)
 
     agent, checkpoint = load_agent(summary["policy_path"])
     assert checkpoint["env_kwargs"] == {"num_users": 2, "episode_length": 6, "simulation_substeps": 1}
@@ -219,25 +241,45 @@ def test_arguments_that_cannot_train_are_rejected(capsys):
     assert "--num-minibatches (4) must divide num_envs * horizon (3 * 5 = 15)" in capsys.readouterr().err
 
 
+# --- the summary and the command line ---------------------------------------------------------
+
+
+def test_training_prints_a_summary_with_the_final_evaluation_and_every_path(tmp_path, capsys):
+    summary = train.main(_tiny_run_argv("serial", tmp_path))
+    out = capsys.readouterr().out
+    assert f"PPO {summary['final_evaluation']['mean']:.1f}" in out
+    for path in (summary["metrics_path"], summary["policy_path"], summary["plot_path"]):
+        assert path in out
+    assert "constant level" in out and "Trained 64 steps (2 updates, 2 envs, backend serial)" in out
+
+
+def test_evaluate_help_lists_the_policy_as_required(capsys):
+    with pytest.raises(SystemExit):
+        evaluate.main(["--help"])
+    help_text = capsys.readouterr().out
+    assert "required arguments:\n  --policy" in help_text
+
+
 # --- evaluation --------------------------------------------------------------------------------
 
 
-def test_evaluate_reports_every_policy_reproducibly(tiny_runs, tmp_path, capsys):
-    policy_path = tiny_runs["sync"]["policy_path"]
-    json_path = tmp_path / "eval.json"
-    rows = evaluate.main(["--policy", policy_path, "--episodes", "3", "--json", str(json_path)])
+def test_evaluate_reports_every_policy_with_paired_differences_reproducibly(tiny_runs, tmp_path, capsys):
+    policy_paths = [tiny_runs["sync"]["policy_path"], tiny_runs["serial"]["policy_path"]]
+    json_path, markdown_path = tmp_path / "eval.json", tmp_path / "eval.md"
+    argv = ["--policy", *policy_paths, "--episodes", "3", "--json", str(json_path), "--markdown", str(markdown_path)]
+    result = evaluate.main(argv)
 
-    assert [row["policy"] for row in rows] == [
-        "random", "lowest bitrate", "bandwidth-share heuristic", "PPO (deterministic)"
-    ]
-    for row in rows:
-        assert math.isfinite(row["mean_return"]) and row["std_return"] >= 0
-        assert row["episodes"] == 3
-        assert 1 <= row["mean_length"] <= 6  # the episode length the policy was trained with
-    # The lowest level earns no quality and never switches, so it can only lose reward.
-    assert rows[1]["mean_return"] <= 0.0
-    assert json.loads(json_path.read_text()) == rows
-    table = capsys.readouterr().out
-    assert "| PPO (deterministic) |" in table and table.count("\n") == 6
-
-    assert evaluate.main(["--policy", policy_path, "--episodes", "3"]) == rows
+    # Both runs trained with seed 7; the second is told apart by its position.
+    assert list(result["returns"]) == [*BASELINES, "PPO (seed 7)", "PPO (seed 7, #2)"]
+    for score in result["returns"].values():
+        assert score["ci95_low"] <= score["mean"] <= score["ci95_high"]
+    differences = result["paired_differences"]["PPO (seed 7)"]
+    per_episode = result["per_episode_returns"]
+    for baseline, score in differences.items():
+        expected = np.mean(np.array(per_episode["PPO (seed 7)"]) - np.array(per_episode[baseline]))
+        assert score["mean"] == pytest.approx(expected)
+    assert json.loads(json_path.read_text()) == json.loads(json.dumps(result))
+    tables = capsys.readouterr().out
+    assert "| PPO (seed 7) |" in tables and "| joint greedy |" in tables
+    assert markdown_path.read_text().strip() in tables
+    assert evaluate.main(argv)["per_episode_returns"] == per_episode

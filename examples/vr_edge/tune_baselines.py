@@ -1,0 +1,104 @@
+"""Tune every baseline's parameters by grid search on tuning seeds, and record the result.
+
+    python -m examples.vr_edge.tune_baselines
+
+Each baseline in `examples.vr_edge.baselines` is run with every combination of its grid below
+on `--episodes` episodes of the *train* traces, reset seeds `range(--first-seed, ...)` (0 on by
+default: disjoint from the periodic-evaluation seeds of `train.py`, 2,000,000 on, and from
+`evaluate.py`'s, 1,000,000 on, which also use the test traces). The combination with the highest
+mean return wins. The winners are written to `examples/vr_edge/tuned_baselines.json`, which
+`baselines.tuned_baselines` reads, and every score to `--report` (a JSON file), so the choice
+can be checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from examples.vr_edge.baselines import BASELINES, TUNED_PATH
+from examples.vr_edge.episodes import play_episodes
+from examples.vr_edge.synthetic_env import ObservationLayout
+
+GRIDS: dict[str, dict[str, list[Any]]] = {
+    "constant level": {"level": [0, 1, 2, 3, 4, 5]},
+    "throughput rule": {"safety": [0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0], "window": [1, 2, 3]},
+    "deadline rule": {"late_threshold": [0.02, 0.05, 0.1, 0.2, 0.3], "headroom": [0.5, 0.6, 0.7, 0.8, 0.9]},
+    "lookahead (MPC)": {
+        "horizon": [1, 2, 3, 5, 10, 20],
+        "frame_time_std": [0.2, 0.3, 0.4, 0.5, 0.7, 0.85, 1.0, 1.2, 1.5],
+    },
+    "joint greedy": {
+        "airtime_budget": [0.3, 0.4, 0.5, 0.6, 0.8, 1.0],
+        "gpu_budget": [0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
+    },
+}
+
+
+def tune(episodes: int, first_seed: int, names: list[str], num_users: int = 8) -> dict[str, Any]:
+    """Score every grid point of the named baselines; return the winners and all scores."""
+    layout = ObservationLayout(num_users)
+    seeds = range(first_seed, first_seed + episodes)
+    env_kwargs = {"num_users": num_users, "traces": "train"}
+    best: dict[str, dict[str, Any]] = {}
+    scores: dict[str, list[dict[str, Any]]] = {}
+    for name in names:
+        grid = GRIDS[name]
+        scores[name] = []
+        for values in itertools.product(*grid.values()):
+            params = dict(zip(grid, values))
+            returns = [record["return"] for record in play_episodes(BASELINES[name](layout, **params), seeds, env_kwargs)]
+            scores[name].append({"params": params, "mean_return": float(np.mean(returns))})
+        winner = max(scores[name], key=lambda entry: entry["mean_return"])
+        best[name] = winner["params"]
+        print(f"{name:<18} best {winner['params']} -> {winner['mean_return']:.1f} (of {len(scores[name])})", flush=True)
+    return {"tuned": best, "scores": scores, "episodes": episodes, "first_seed": first_seed, "traces": "train"}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(
+        description="Grid-search the baselines' parameters on tuning seeds (train traces).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--episodes", type=int, default=24, help="tuning episodes per grid point")
+    parser.add_argument("--first-seed", type=int, default=0, help="reset seed of the first tuning episode")
+    parser.add_argument("--report", default="docs/vr-edge-tuning.json", help="where every grid point's score goes")
+    parser.add_argument("--tuned", default=str(TUNED_PATH), help="where the winning parameters go")
+    parser.add_argument(
+        "--baselines", nargs="+", default=list(GRIDS), choices=list(GRIDS), metavar="NAME",
+        help="tune only these (the others keep their entries in --tuned and --report)",
+    )
+    args = parser.parse_args(argv)
+    if args.episodes < 1:
+        parser.error(f"--episodes must be >= 1; got {args.episodes}.")
+    started = time.perf_counter()
+    result = tune(args.episodes, args.first_seed, args.baselines)
+    result["wall_seconds"] = time.perf_counter() - started
+    # Baselines not tuned in this run keep what an earlier run (same seeds) recorded.
+    for path, key in ((args.report, "scores"), (args.tuned, None)):
+        if Path(path).is_file() and set(args.baselines) != set(GRIDS):
+            previous = json.loads(Path(path).read_text())
+            kept = previous if key is None else previous[key]
+            target = result["tuned"] if key is None else result[key]
+            for name in GRIDS:
+                if name not in args.baselines:
+                    target[name] = kept[name]
+    if set(args.baselines) != set(GRIDS):
+        result["tuned"] = {name: result["tuned"][name] for name in GRIDS}
+        result["scores"] = {name: result["scores"][name] for name in GRIDS}
+    for path, content in ((args.report, result), (args.tuned, result["tuned"])):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(content, indent=2) + "\n")
+    print(f"Wrote the tuned parameters to {args.tuned} and every score to {args.report} "
+          f"({result['wall_seconds'] / 60:.1f} min).")
+    return result
+
+
+if __name__ == "__main__":
+    main()
