@@ -22,7 +22,9 @@ from parallel_rollouts._core_checks import (
     check_observation_storage,
     check_step_lists,
     check_step_storage,
+    check_stepper_arguments,
 )
+from parallel_rollouts.env_returns import check_step_result, end_flag, reward_value
 from parallel_rollouts.conversion import convert_row
 
 cimport numpy as cnp
@@ -226,9 +228,7 @@ cdef class StepRecorder:
         list step_terminations not None,
         list step_truncations not None,
     ):
-        cdef Py_ssize_t column, n_done = 0, slot
-        cdef double reward
-        cdef bint terminated, truncated
+        cdef Py_ssize_t column
         if t < 0 or t >= self.rewards.shape[0]:
             raise IndexError(f"time step {t} is outside [0, {self.rewards.shape[0]}).")
         if (
@@ -251,6 +251,17 @@ cdef class StepRecorder:
             flags_now[column] = (
                 (1 if step_terminations[column] else 0) | (2 if step_truncations[column] else 0)
             )
+        return self._record_scratch(t)
+
+    cdef Py_ssize_t _record_scratch(self, Py_ssize_t t) except -1:
+        """Record step ``t`` from ``rewards_now`` / ``flags_now``; return how many episodes ended."""
+        cdef Py_ssize_t column, n_done = 0, slot
+        cdef double reward
+        cdef bint terminated, truncated
+        cdef double[::1] rewards_now = self.rewards_now
+        cdef unsigned char[::1] flags_now = self.flags_now
+        if t < 0 or t >= self.rewards.shape[0]:
+            raise IndexError(f"time step {t} is outside [0, {self.rewards.shape[0]}).")
         if self._completed_count + self.num_envs > self.completed_returns.shape[0]:
             for column in range(self.num_envs):
                 if flags_now[column]:
@@ -286,6 +297,111 @@ cdef class StepRecorder:
         return n_done
 
 
+cdef class EnvStepper:
+    """Steps every env of a group once and records the step (the per-env loop, compiled)."""
+
+    cdef list envs
+    cdef list writers
+    cdef StepRecorder recorder
+    cdef object flatten
+    cdef tuple info_keys
+    cdef list info_storage
+    cdef Py_ssize_t num_envs
+    cdef public list failures
+    cdef public object bad_observation
+
+    def __init__(self, list envs not None, list writers not None, StepRecorder recorder not None, flatten, tuple info_keys not None, list info_storage not None):
+        for writer in writers:
+            if not isinstance(writer, ObservationWriter):
+                raise TypeError(f"`writers` must hold ObservationWriter objects; got {type(writer).__name__}.")
+        check_stepper_arguments(
+            envs,
+            [((<ObservationWriter>w).observation_bytes.shape[0], (<ObservationWriter>w).num_envs) for w in writers],
+            (recorder.rewards.shape[0], recorder.num_envs),
+            flatten,
+            info_keys,
+            info_storage,
+        )
+        self.envs = envs
+        self.writers = writers
+        self.recorder = recorder
+        self.flatten = flatten
+        self.info_keys = info_keys
+        self.info_storage = info_storage
+        self.num_envs = len(envs)
+        self.failures = []
+        self.bad_observation = None
+
+    def step(self, Py_ssize_t t, list actions not None):
+        cdef Py_ssize_t column, leaf_index, n_keys = len(self.info_keys)
+        cdef double reward_number
+        cdef unsigned char flags
+        cdef double[::1] rewards_now = self.recorder.rewards_now
+        cdef unsigned char[::1] flags_now = self.recorder.flags_now
+        cdef ObservationWriter writer
+        cdef object result, observation, reward, terminated, truncated, info
+        if t < 0 or t >= self.recorder.rewards.shape[0]:
+            raise IndexError(f"time step {t} is outside [0, {self.recorder.rewards.shape[0]}).")
+        if len(actions) != self.num_envs:
+            raise ValueError(f"`actions` has {len(actions)} entries; expected {self.num_envs}.")
+        self.failures = []
+        self.bad_observation = None
+        for column in range(self.num_envs):
+            try:
+                result = self.envs[column].step(actions[column])
+                if type(result) is not tuple or len(<tuple>result) != 5:
+                    result = check_step_result(result)
+                observation, reward, terminated, truncated, info = <tuple>result
+                if type(reward) is float:
+                    reward_number = <double>reward
+                else:
+                    reward_number = reward_value(reward)
+                if terminated is True:
+                    flags = 1
+                elif terminated is False:
+                    flags = 0
+                else:
+                    flags = 1 if end_flag(terminated, "terminated") else 0
+                if truncated is True:
+                    flags |= 2
+                elif truncated is not False and end_flag(truncated, "truncated"):
+                    flags |= 2
+            except Exception as error:
+                self.failures.append((column, "step", error, None, None))
+                continue
+            rewards_now[column] = reward_number
+            flags_now[column] = flags
+            for leaf_index in range(n_keys):
+                key = self.info_keys[leaf_index]
+                try:
+                    (<cnp.ndarray>self.info_storage[leaf_index])[t, column] = float(info[key])
+                except (KeyError, TypeError, ValueError) as error:
+                    self.failures.append((column, "info", error, key, info))
+            if self.bad_observation is not None:
+                continue
+            if self.flatten is None:
+                writer = <ObservationWriter>self.writers[0]
+                if not writer._copy_into(t + 1, column, observation):
+                    self.bad_observation = (column, 0, observation)
+            else:
+                self._write_nested(t + 1, column, observation)
+        if self.failures or self.bad_observation is not None:
+            return -1
+        return self.recorder._record_scratch(t)
+
+    cdef _write_nested(self, Py_ssize_t row, Py_ssize_t column, object observation):
+        cdef Py_ssize_t leaf_index
+        try:
+            values = self.flatten(observation)
+        except Exception as error:
+            self.bad_observation = (column, -1, error)
+            return
+        for leaf_index in range(len(self.writers)):
+            if not (<ObservationWriter>self.writers[leaf_index])._copy_into(row, column, values[leaf_index]):
+                self.bad_observation = (column, leaf_index, values[leaf_index])
+                return
+
+
 ctypedef fused numeric:
     unsigned char
     signed char
@@ -300,21 +416,61 @@ ctypedef fused numeric:
 
 
 cdef Py_ssize_t _first_row_out_of_bounds(
-    const numeric[:, ::1] values, const double[::1] low, const double[::1] high
+    const numeric* values, Py_ssize_t rows, Py_ssize_t row_elements, const double* low, const double* high
 ) noexcept nogil:
     cdef Py_ssize_t row, k
     cdef double value
-    for row in range(values.shape[0]):
-        for k in range(values.shape[1]):
-            value = <double>values[row, k]
+    for row in range(rows):
+        for k in range(row_elements):
+            value = <double>values[row * row_elements + k]
             # Written so that NaN, which fails every comparison, counts as outside.
             if not (value >= low[k] and value <= high[k]):
                 return row
     return -1
 
 
+cdef inline bint _is_flat_float64(object bounds):
+    return (
+        type(bounds) is np.ndarray
+        and cnp.PyArray_TYPE(<cnp.ndarray>bounds) == cnp.NPY_FLOAT64
+        and cnp.PyArray_NDIM(<cnp.ndarray>bounds) == 1
+        and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>bounds)
+    )
+
+
+cdef inline bint _has_kernel(int type_number) noexcept:
+    return type_number in (
+        cnp.NPY_UBYTE, cnp.NPY_BYTE, cnp.NPY_SHORT, cnp.NPY_USHORT, cnp.NPY_INT, cnp.NPY_UINT,
+        cnp.NPY_LONG, cnp.NPY_ULONG, cnp.NPY_LONGLONG, cnp.NPY_ULONGLONG, cnp.NPY_FLOAT, cnp.NPY_DOUBLE,
+    )
+
+
 def find_out_of_bounds(values, low, high):
-    cdef Py_ssize_t rows
+    cdef Py_ssize_t rows, row_elements, axis
+    cdef cnp.ndarray fast
+    # The per-step path: a C-contiguous native array and flat float64 bounds (as the
+    # space layout keeps them) go straight to the kernel, with no conversions.
+    if (
+        type(values) is np.ndarray
+        and cnp.PyArray_NDIM(<cnp.ndarray>values) >= 1
+        and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>values)
+        and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>values)
+        and _is_flat_float64(low)
+        and _is_flat_float64(high)
+    ):
+        fast = <cnp.ndarray>values
+        rows = cnp.PyArray_DIMS(fast)[0]
+        row_elements = 1
+        for axis in range(1, cnp.PyArray_NDIM(fast)):
+            row_elements *= cnp.PyArray_DIMS(fast)[axis]
+        if (
+            cnp.PyArray_DIMS(<cnp.ndarray>low)[0] == row_elements
+            and cnp.PyArray_DIMS(<cnp.ndarray>high)[0] == row_elements
+            and rows > 0
+            and row_elements > 0
+            and _has_kernel(cnp.PyArray_TYPE(fast))
+        ):
+            return _dispatch_out_of_bounds(fast, rows, row_elements, low, high)
     array = np.asarray(values)
     if array.ndim == 0:
         raise ValueError("`values` must have a leading row axis.")
@@ -340,30 +496,40 @@ def find_out_of_bounds(values, low, high):
         )
     if flat.shape[1] == 0 or rows == 0:
         return -1
-    return _dispatch_out_of_bounds(flat, low_flat, high_flat)
+    return _dispatch_out_of_bounds(flat, rows, row_elements, low_flat, high_flat)
 
 
-cdef Py_ssize_t _dispatch_out_of_bounds(object flat, const double[::1] low, const double[::1] high) except -2:
-    kind = flat.dtype.kind
-    size = flat.dtype.itemsize
-    if kind == "u" and size == 1:
-        return _first_row_out_of_bounds[cython.uchar](flat, low, high)
-    if kind == "i" and size == 1:
-        return _first_row_out_of_bounds[cython.schar](flat, low, high)
-    if kind == "i" and size == 2:
-        return _first_row_out_of_bounds[cython.short](flat, low, high)
-    if kind == "u" and size == 2:
-        return _first_row_out_of_bounds[cython.ushort](flat, low, high)
-    if kind == "i" and size == 4:
-        return _first_row_out_of_bounds[cython.int](flat, low, high)
-    if kind == "u" and size == 4:
-        return _first_row_out_of_bounds[cython.uint](flat, low, high)
-    if kind == "i" and size == 8:
-        return _first_row_out_of_bounds[cython.longlong](flat, low, high)
-    if kind == "u" and size == 8:
-        return _first_row_out_of_bounds[cython.ulonglong](flat, low, high)
-    if kind == "f" and size == 4:
-        return _first_row_out_of_bounds[cython.float](flat, low, high)
-    if kind == "f" and size == 8:
-        return _first_row_out_of_bounds[cython.double](flat, low, high)
+cdef Py_ssize_t _dispatch_out_of_bounds(
+    cnp.ndarray flat, Py_ssize_t rows, Py_ssize_t k, cnp.ndarray low, cnp.ndarray high
+) except -2:
+    """``flat``: C-contiguous, ``rows * k`` elements; ``low``/``high``: C-contiguous float64, ``k`` each.
+
+    Raw pointers rather than typed memoryviews: acquiring three buffers costs more
+    than checking one step's row.
+    """
+    cdef int type_number = cnp.PyArray_TYPE(flat)
+    cdef Py_ssize_t size = cnp.PyArray_ITEMSIZE(flat)
+    cdef void* data = cnp.PyArray_DATA(flat)
+    cdef const double* lo = <const double*>cnp.PyArray_DATA(low)
+    cdef const double* hi = <const double*>cnp.PyArray_DATA(high)
+    if type_number == cnp.NPY_UBYTE:
+        return _first_row_out_of_bounds[cython.uchar](<unsigned char*>data, rows, k, lo, hi)
+    if type_number == cnp.NPY_BYTE:
+        return _first_row_out_of_bounds[cython.schar](<signed char*>data, rows, k, lo, hi)
+    if type_number == cnp.NPY_SHORT:
+        return _first_row_out_of_bounds[cython.short](<short*>data, rows, k, lo, hi)
+    if type_number == cnp.NPY_USHORT:
+        return _first_row_out_of_bounds[cython.ushort](<unsigned short*>data, rows, k, lo, hi)
+    if type_number in (cnp.NPY_INT, cnp.NPY_LONG, cnp.NPY_LONGLONG) and size == 4:
+        return _first_row_out_of_bounds[cython.int](<int*>data, rows, k, lo, hi)
+    if type_number in (cnp.NPY_UINT, cnp.NPY_ULONG, cnp.NPY_ULONGLONG) and size == 4:
+        return _first_row_out_of_bounds[cython.uint](<unsigned int*>data, rows, k, lo, hi)
+    if type_number in (cnp.NPY_INT, cnp.NPY_LONG, cnp.NPY_LONGLONG) and size == 8:
+        return _first_row_out_of_bounds[cython.longlong](<long long*>data, rows, k, lo, hi)
+    if type_number in (cnp.NPY_UINT, cnp.NPY_ULONG, cnp.NPY_ULONGLONG) and size == 8:
+        return _first_row_out_of_bounds[cython.ulonglong](<unsigned long long*>data, rows, k, lo, hi)
+    if type_number == cnp.NPY_FLOAT:
+        return _first_row_out_of_bounds[cython.float](<float*>data, rows, k, lo, hi)
+    if type_number == cnp.NPY_DOUBLE:
+        return _first_row_out_of_bounds[cython.double](<double*>data, rows, k, lo, hi)
     raise TypeError(f"unsupported dtype {flat.dtype} for a bounds check.")

@@ -69,6 +69,10 @@ def _measure(code_root: str, contender: str, workload_name: str, num_envs: int, 
             batches[:] = [collector.collect()]
             return horizon * num_envs
 
+    # Warm-up: the raw loop preallocates its arrays in its constructor; the collector's
+    # batches are recycled from the third collect on (the caller holds one batch while
+    # the next is collected), so two untimed collects reach the steady state.
+    collect()
     collect()
     # CPU time of this process: on a shared machine, time other processes take is not ours.
     clock = time.process_time if os.environ.get("STEP_OVERHEAD_CLOCK", "process") == "process" else time.perf_counter

@@ -12,7 +12,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_done_columns", "check_observation_storage", "check_step_storage", "check_step_lists"]
+__all__ = [
+    "check_done_columns",
+    "check_observation_storage",
+    "check_step_lists",
+    "check_step_storage",
+    "check_stepper_arguments",
+]
 
 
 def _require_array(value: Any, field: str, dtype: type, ndim: int) -> np.ndarray:
@@ -129,3 +135,34 @@ def check_step_lists(num_envs: int, **lists: Any) -> None:
             raise TypeError(f"`{field}` must be a list; got {type(values).__name__}.")
         if len(values) != num_envs:
             raise ValueError(f"`{field}` has {len(values)} entries; expected {num_envs}.")
+
+
+def check_stepper_arguments(
+    envs: list,
+    writer_shapes: list[tuple[int, int]],
+    recorder_shape: tuple[int, int],
+    flatten: Any,
+    info_keys: tuple,
+    info_storage: list,
+) -> None:
+    """An env stepper's parts agree: one writer per leaf over ``horizon + 1`` rows of the same envs."""
+    horizon, num_envs = recorder_shape
+    if len(envs) != num_envs:
+        raise ValueError(f"`envs` has {len(envs)} entries; the recorder covers {num_envs} envs.")
+    if not writer_shapes:
+        raise ValueError("`writers` must hold one ObservationWriter per observation leaf; got none.")
+    for index, (rows, writer_envs) in enumerate(writer_shapes):
+        if writer_envs != num_envs or rows < horizon + 1:
+            raise ValueError(
+                f"`writers[{index}]` covers {rows} rows of {writer_envs} envs; expected at least "
+                f"{horizon + 1} rows of {num_envs}."
+            )
+    if flatten is None and len(writer_shapes) != 1:
+        raise ValueError(f"`flatten` is needed to split observations over {len(writer_shapes)} leaves.")
+    if flatten is not None and not callable(flatten):
+        raise TypeError(f"`flatten` must be callable or None; got {flatten!r}.")
+    if not all(isinstance(key, str) for key in info_keys) or len(info_storage) != len(info_keys):
+        raise ValueError("`info_keys` must be strings, with one `info_storage` array each.")
+    for key, array in zip(info_keys, info_storage):
+        if _require_array(array, f"info_storage[{key!r}]", np.float64, 2).shape != (horizon, num_envs):
+            raise ValueError(f"`info_storage[{key!r}]` has shape {array.shape!r}; expected {(horizon, num_envs)!r}.")

@@ -24,10 +24,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._core_checks import check_done_columns, check_observation_storage, check_step_lists, check_step_storage
+from ._core_checks import (
+    check_done_columns,
+    check_observation_storage,
+    check_step_lists,
+    check_step_storage,
+    check_stepper_arguments,
+)
 from .conversion import convert_row
+from .env_returns import check_step_result, end_flag, reward_value
 
-__all__ = ["ObservationWriter", "StepRecorder", "find_out_of_bounds"]
+__all__ = ["EnvStepper", "ObservationWriter", "StepRecorder", "find_out_of_bounds"]
 
 
 class ObservationWriter:
@@ -237,6 +244,124 @@ class StepRecorder:
         self._running_lengths[columns] = 0
         self._done_columns[:n_done] = columns
         return n_done
+
+
+class EnvStepper:
+    """Steps every env of a group once and records the step: the per-env loop of a rollout.
+
+    Parameters
+    ----------
+    envs:
+        The group's envs, one per column of the storage.
+    writers:
+        One :class:`ObservationWriter` per observation leaf.
+    recorder:
+        The :class:`StepRecorder` of the rollout.
+    flatten:
+        ``None`` for a single-leaf space, else a callable taking one observation
+        to the list of its leaf values.
+    info_keys, info_storage:
+        Scalar info entries to store, and one ``[horizon, num_envs]`` float64
+        array for each.
+
+    :meth:`step` calls ``env.step`` for every env (even after one fails), checks
+    what it returned (:mod:`parallel_rollouts.env_returns`), writes the
+    observation into row ``t + 1`` and the info entries into row ``t``, and then,
+    if every env succeeded, records rewards and end flags with the recorder.
+    """
+
+    #: ``(column, phase, exception, info_key, info)`` for every env that failed in the
+    #: last step (the last two are set for phase ``"info"``).
+    failures: list = []
+    #: ``(column, leaf_index, value)`` of the first observation that could not be
+    #: stored in the last step (``leaf_index`` -1: it did not match the nesting).
+    bad_observation = None
+
+    def __init__(
+        self,
+        envs: list,
+        writers: list,
+        recorder: StepRecorder,
+        flatten,
+        info_keys: tuple,
+        info_storage: list,
+    ) -> None:
+        for name, value, kind in (
+            ("envs", envs, list), ("writers", writers, list), ("info_keys", info_keys, tuple), ("info_storage", info_storage, list)
+        ):
+            if value is None or type(value) is not kind:
+                raise TypeError(f"Argument '{name}' has incorrect type (expected {kind.__name__}, got {type(value).__name__})")
+        if not isinstance(recorder, StepRecorder):
+            raise TypeError(f"Argument 'recorder' has incorrect type (expected StepRecorder, got {type(recorder).__name__})")
+        for writer in writers:
+            if not isinstance(writer, ObservationWriter):
+                raise TypeError(f"`writers` must hold ObservationWriter objects; got {type(writer).__name__}.")
+        check_stepper_arguments(
+            envs,
+            [(w._observations.shape[0], w._num_envs) for w in writers],
+            recorder._rewards.shape,
+            flatten,
+            info_keys,
+            info_storage,
+        )
+        self._envs = envs
+        self._writers = writers
+        self._recorder = recorder
+        self._flatten = flatten
+        self._info = list(zip(info_keys, info_storage))
+        self.failures = []
+        self.bad_observation = None
+
+    def step(self, t: int, actions: list) -> int:
+        """Step every env with ``actions[column]``; return how many episodes ended, or -1.
+
+        -1 means nothing was recorded: see :attr:`failures` and :attr:`bad_observation`.
+        """
+        if type(actions) is not list:
+            raise TypeError(f"Argument 'actions' has incorrect type (expected list, got {type(actions).__name__})")
+        if t < 0 or t >= self._recorder._rewards.shape[0]:
+            raise IndexError(f"time step {t} is outside [0, {self._recorder._rewards.shape[0]}).")
+        if len(actions) != len(self._envs):
+            raise ValueError(f"`actions` has {len(actions)} entries; expected {len(self._envs)}.")
+        self.failures = []
+        self.bad_observation = None
+        rewards, terminations, truncations = [], [], []
+        for column, env in enumerate(self._envs):
+            try:
+                observation, reward, terminated, truncated, info = check_step_result(env.step(actions[column]))
+                reward = reward if type(reward) is float else reward_value(reward)
+                terminated = terminated if type(terminated) is bool else end_flag(terminated, "terminated")
+                truncated = truncated if type(truncated) is bool else end_flag(truncated, "truncated")
+            except Exception as error:
+                self.failures.append((column, "step", error, None, None))
+                continue
+            rewards.append(reward)
+            terminations.append(terminated)
+            truncations.append(truncated)
+            for key, storage in self._info:
+                try:
+                    storage[t, column] = float(info[key])
+                except (KeyError, TypeError, ValueError) as error:
+                    self.failures.append((column, "info", error, key, info))
+            if self.bad_observation is None:
+                self._write(t + 1, column, observation)
+        if self.failures or self.bad_observation is not None:
+            return -1
+        return self._recorder.record_step(t, rewards, terminations, truncations)
+
+    def _write(self, row: int, column: int, observation) -> None:
+        if self._flatten is None:
+            values = [observation]
+        else:
+            try:
+                values = self._flatten(observation)
+            except Exception as error:
+                self.bad_observation = (column, -1, error)
+                return
+        for leaf_index, (writer, value) in enumerate(zip(self._writers, values)):
+            if not writer._copy_into(row, column, value):
+                self.bad_observation = (column, leaf_index, value)
+                return
 
 
 def find_out_of_bounds(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> int:

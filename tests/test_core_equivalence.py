@@ -415,3 +415,119 @@ def test_both_cores_store_a_converted_row_only_when_no_value_changes(dtype, sour
             np.testing.assert_array_equal(observations[1, 0], np.asarray(source).astype(dtype))
         else:
             assert not observations.any()
+
+
+# -- EnvStepper ------------------------------------------------------------------------------
+
+
+class _ScriptedEnv:
+    """Returns scripted step results: ``script[k]`` is the k-th step's result or an exception."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.actions = []
+
+    def step(self, action):
+        self.actions.append(action)
+        outcome = self.script.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+
+def _stepper_setup(core, scripts, horizon=3, info_keys=("x",), leaf=(2,), dtype=np.float32):
+    n = len(scripts)
+    recorder, state = _recorder_state(core, horizon, n, 0)
+    observations = np.zeros((horizon + 1, n) + leaf, dtype)
+    finals = np.zeros((horizon, n) + leaf, dtype)
+    writer = core.ObservationWriter(observations, finals)
+    infos = [np.full((horizon, n), np.nan) for _ in info_keys]
+    envs = [_ScriptedEnv(script) for script in scripts]
+    stepper = core.EnvStepper(envs, [writer], recorder, None, tuple(info_keys), infos)
+    return stepper, envs, observations, infos, state
+
+
+def _obs(value, dtype=np.float32):
+    return np.full(2, value, dtype)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), num_envs=st.integers(1, 4), horizon=st.integers(1, 4))
+def test_env_stepper_matches_between_cores(data, num_envs, horizon):
+    scripts = [
+        [
+            (
+                _obs(data.draw(st.floats(-5, 5, width=32))) if data.draw(st.booleans()) else [1.0, 2.0],
+                data.draw(st.sampled_from([1.5, np.float32(2.0), 3, np.array(0.5)])),
+                data.draw(st.sampled_from([True, False, np.bool_(True), 0])),
+                data.draw(st.sampled_from([False, np.bool_(False), 1])),
+                {"x": data.draw(st.integers(-3, 3))},
+            )
+            for _ in range(horizon)
+        ]
+        for _ in range(num_envs)
+    ]
+    results = []
+    for core in CORES:
+        stepper, envs, observations, infos, state = _stepper_setup(core, [list(s) for s in scripts], horizon)
+        counts = [stepper.step(t, list(range(num_envs))) for t in range(horizon)]
+        results.append((counts, observations, infos, state))
+    (c0, o0, i0, s0), (c1, o1, i1, s1) = results
+    assert c0 == c1 and all(count >= 0 for count in c0)
+    np.testing.assert_array_equal(o0, o1)
+    np.testing.assert_array_equal(i0, i1)
+    for key in s0:
+        if key != "done_columns":
+            assert np.array_equal(s0[key], s1[key], equal_nan=True), key
+
+
+FAILING_STEPS = {
+    "raises": (ValueError("boom"), "step", ValueError),
+    "four-values": ((_obs(1), 1.0, False, {}), "step", TypeError),
+    "array-reward": ((_obs(1), np.array([1.0, 2.0]), False, False, {"x": 1}), "step", TypeError),
+    "none-terminated": ((_obs(1), 1.0, None, False, {"x": 1}), "step", TypeError),
+    "missing-info": ((_obs(1), 1.0, False, False, {}), "info", KeyError),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAILING_STEPS))
+def test_env_stepper_reports_the_same_failures_and_records_nothing(case):
+    outcome, phase, error_type = FAILING_STEPS[case]
+    for core in CORES:
+        good = (_obs(1), 1.0, False, False, {"x": 1})
+        stepper, envs, observations, infos, state = _stepper_setup(core, [[good], [outcome], [good]])
+        assert stepper.step(0, [0, 1, 2]) == -1
+        assert [(column, p, type(error)) for column, p, error, _, _ in stepper.failures] == [(1, phase, error_type)]
+        assert all(len(env.actions) == 1 for env in envs), "every env is stepped even after one fails"
+        assert np.isnan(state["rewards"]).all() and not state["running_lengths"].any()
+
+
+@pytest.mark.parametrize("bad", [np.full(2, 300, np.int64), np.zeros(3, np.uint8), "ab"], ids=["too-big", "shape", "text"])
+def test_env_stepper_names_the_first_observation_it_cannot_store(bad):
+    for core in CORES:
+        good = (np.zeros(2, np.uint8), 1.0, False, False, {})
+        stepper, _, _, _, state = _stepper_setup(
+            core, [[good], [(bad, 1.0, False, False, {})], [good]], info_keys=(), dtype=np.uint8
+        )
+        assert stepper.step(0, [0, 1, 2]) == -1
+        column, leaf_index, value = stepper.bad_observation
+        assert (column, leaf_index) == (1, 0) and value is bad
+        assert not stepper.failures and np.isnan(state["rewards"]).all()
+
+
+def test_both_cores_refuse_an_env_stepper_whose_parts_disagree():
+    for core in CORES:
+        recorder, _ = _recorder_state(core, 3, 2, 0)
+        short = core.ObservationWriter(np.zeros((3, 2, 2), np.float32), np.zeros((2, 2, 2), np.float32))
+        wide = core.ObservationWriter(np.zeros((4, 3, 2), np.float32), np.zeros((3, 3, 2), np.float32))
+        fine = core.ObservationWriter(np.zeros((4, 2, 2), np.float32), np.zeros((3, 2, 2), np.float32))
+        for writers, envs, infos, flatten in (
+            ([short], [object(), object()], [], None),
+            ([wide], [object(), object()], [], None),
+            ([fine], [object()], [], None),
+            ([fine, fine], [object(), object()], [], None),
+            ([fine], [object(), object()], [np.zeros((3, 2), np.float32)], None),
+            ([fine], (object(), object()), [], None),
+        ):
+            with pytest.raises((TypeError, ValueError)):
+                core.EnvStepper(envs, writers, recorder, flatten, ("x",) if infos else (), infos)

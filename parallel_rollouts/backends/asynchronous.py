@@ -263,6 +263,7 @@ class AsyncBackend(StepwiseBackend):
             return shared, episodes
         target, self._target = self._target, None
         shared.copy_to(target, observation_rows_copied=shared.horizon)  # the rest of the one copy
+        self._memory.record_final_rows(target, target.horizon)
         return target, episodes
 
     def request(self, command: bytes, argument: int = 0, payload: bytes = b"") -> list[bytes | None]:

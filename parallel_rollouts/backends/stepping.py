@@ -139,6 +139,7 @@ class EnvGroup:
         self._storage: RolloutStorage | None = None
         self._writers: list = []
         self._recorder = None
+        self._stepper = None
         self._completed: CompletedEpisodes | None = None
         # The storage row the envs stand at during a rollout; None while a step is
         # under way (an interruption there leaves the envs in an unknown state).
@@ -214,6 +215,15 @@ class EnvGroup:
         )
         for leaf_storage, current in zip(storage.observations, self._current_observations):
             leaf_storage[0] = current[0]
+        layout = self._observation_layout
+        self._stepper = self._core.EnvStepper(
+            self.envs,
+            writers,
+            recorder,
+            layout.flatten if layout.is_nested else None,
+            self._info_keys,
+            [storage.infos[key] for key in self._info_keys],
+        )
         self._writers, self._recorder = writers, recorder
         self._row = 0
         self._storage = storage
@@ -223,52 +233,31 @@ class EnvGroup:
         if self._row != t:
             self._refuse_step(t)
         self._row = None
-        storage = self._storage
-        actions = self._split_actions([leaf[t] for leaf in storage.actions])
-        observations: list = []
-        rewards: list = []
-        terminations: list = []
-        truncations: list = []
-        add_observation, add_reward = observations.append, rewards.append
-        add_termination, add_truncation = terminations.append, truncations.append
-        info_keys = self._info_keys
-        info_values: dict[str, list] = {key: [] for key in info_keys}
-        failures = []
-        for column, env in enumerate(self.envs):
-            try:
-                observation, reward, terminated, truncated, info = check_step_result(env.step(actions[column]))
-                # Checked here, per env, so a bad value is reported with its env index.
-                if type(reward) is not float:
-                    reward = reward_value(reward)
-                if terminated is not True and terminated is not False:
-                    terminated = end_flag(terminated, "terminated")
-                if truncated is not True and truncated is not False:
-                    truncated = end_flag(truncated, "truncated")
-            except Exception as error:
-                failures.append((describe_failure(self.env_offset + column, "step", error), error))
-                continue
-            add_observation(observation)
-            add_reward(reward)
-            add_termination(terminated)
-            add_truncation(truncated)
-            for key in info_keys:
-                try:
-                    info_values[key].append(float(info[key]))
-                except (KeyError, TypeError, ValueError) as error:
-                    reason = _info_error(key, info, error)
-                    failures.append((describe_failure(self.env_offset + column, "info", reason), error))
-        if failures:
-            _raise_failures(failures)
-
-        describe = lambda column: f"an observation at step t={t} (observations row t={t + 1})"  # noqa: E731
-        self._write_observations(t + 1, observations, describe)
-        for key, values in info_values.items():
-            storage.infos[key][t] = values
-        n_done = self._recorder.record_step(t, rewards, terminations, truncations)
+        n_done = self._stepper.step(t, self._split_actions(t))
+        if n_done < 0:
+            self._raise_step_failures(t)
         if n_done:
             self._end_episodes(t, n_done)
-        self._checker.check([leaf[t + 1] for leaf in storage.observations], None, self._describe_row(t, n_done))
+        self._checker.check([leaf[t + 1] for leaf in self._storage.observations], None, self._describe_row(t, n_done))
         self._row = t + 1
+
+    def _raise_step_failures(self, t: int) -> None:
+        """Turn what the stepper noted into the error: env failures first, else the observation."""
+        stepper = self._stepper
+        if stepper.failures:
+            failures = []
+            for column, phase, error, key, info in stepper.failures:
+                reason = _info_error(key, info, error) if phase == "info" else error
+                failures.append((describe_failure(self.env_offset + column, phase, reason), error))
+            _raise_failures(failures)
+        column, leaf_index, value = stepper.bad_observation
+        describe = lambda column: f"an observation at step t={t} (observations row t={t + 1})"  # noqa: E731
+        if leaf_index < 0:
+            raise ObservationError(
+                f"env {self.env_offset + column} returned {describe(column)} that does not match its "
+                f"observation space: {value}"
+            )
+        self._raise_write_error(column, leaf_index, value, describe)
 
     def _describe_row(self, t: int, n_done: int):
         def describe(column: int) -> str:
@@ -309,7 +298,7 @@ class EnvGroup:
         for leaf_storage, current in zip(storage.observations, self._current_observations):
             current[0] = leaf_storage[horizon]
         completed = self._completed.head(self._recorder.completed_count)
-        self._storage, self._writers, self._recorder, self._completed = None, [], None, None
+        self._storage, self._writers, self._recorder, self._completed, self._stepper = None, [], None, None, None
         return completed
 
     def abandon(self, t: int) -> None:
@@ -329,7 +318,7 @@ class EnvGroup:
             self._refuse_step(t)
         for leaf_storage, current in zip(storage.observations, self._current_observations):
             current[0] = leaf_storage[self._row]
-        self._storage, self._writers, self._recorder, self._completed = None, [], None, None
+        self._storage, self._writers, self._recorder, self._completed, self._stepper = None, [], None, None, None
 
     def _refuse_step(self, t: int) -> None:
         if self._row is None:
@@ -352,32 +341,21 @@ class EnvGroup:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _split_actions(self, leaf_rows: list[np.ndarray]) -> list:
-        """One action per env from the ``[n, ...]`` action rows of each leaf.
+    def _split_actions(self, t: int) -> list:
+        """One action per env from row ``t`` of each action leaf.
 
         Envs receive what Gymnasium's vector envs hand them: NumPy scalars for
         scalar leaves (Discrete), arrays otherwise. Array actions are views of a
         copy made for this step alone, so an env may keep its action (as
         ``StickyAction`` does) or change it without touching the batch.
         """
-        per_leaf = [list(row.copy() if row.ndim > 1 else row) for row in leaf_rows]
+        leaves = self._storage.actions
         if not self._action_layout.is_nested:
-            return per_leaf[0]
+            row = leaves[0][t]
+            return list(row.copy() if row.ndim > 1 else row)
+        per_leaf = [list(row.copy() if row.ndim > 1 else row) for row in (leaf[t] for leaf in leaves)]
         unflatten = self._action_layout.unflatten
         return [unflatten([values[column] for values in per_leaf]) for column in range(self.num_envs)]
-
-    def _write_observations(self, row: int, observations: list, describe) -> None:
-        layout = self._observation_layout
-        if not layout.is_nested:
-            bad = self._writers[0].write_rows(row, observations)
-            if bad >= 0:
-                self._raise_write_error(bad, 0, observations[bad], describe)
-            return
-        per_env = [self._flatten_observation(column, observation, describe) for column, observation in enumerate(observations)]
-        for leaf_index, writer in enumerate(self._writers):
-            bad = writer.write_rows(row, [values[leaf_index] for values in per_env])
-            if bad >= 0:
-                self._raise_write_error(bad, leaf_index, per_env[bad][leaf_index], describe)
 
     def _write_observation(self, writers: list, row: int, column: int, observation: Any, describe) -> None:
         for leaf_index, (writer, value) in enumerate(
