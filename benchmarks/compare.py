@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from .contenders import COLLECTOR_CONTENDERS, REFERENCE_CONTENDER, Contender, make_contender
+from .contenders import COLLECTOR_CONTENDERS, REFERENCE_CONTENDER, Contender, make_contender, unavailable_reason
 from .envs import measure_step_cpu_seconds
 from .summary import summarize_ratios, summarize_throughputs
 from .workloads import Workload, get_workload
@@ -36,9 +36,9 @@ class ComparisonSettings:
     ``workloads`` x ``num_envs_list`` gives the groups; within a group every
     contender in ``contenders`` runs ``rounds`` timed collects of ``horizon``
     steps after ``warmup_collects`` untimed ones. ``num_workers`` applies to the async
-    backend (``None``: its default). ``reuse_buffers`` is passed to the
-    collector: on by default, because the hand-written loops also fill arrays
-    they allocated once.
+    backend (``None``: its default). Each collector contender runs with the settings its
+    name says (the defaults unless it says ``/reuse`` etc.); an optional contender that
+    cannot run here is skipped and the reason recorded.
     """
 
     workloads: tuple[str, ...]
@@ -48,7 +48,6 @@ class ComparisonSettings:
     seed: int
     contenders: tuple[str, ...]
     num_workers: int | None = None
-    reuse_buffers: bool = True
     warmup_collects: int = 2
 
 
@@ -72,18 +71,16 @@ def _run_group(
     workload: Workload, num_envs: int, settings: ComparisonSettings, progress: Callable[[str], None]
 ) -> dict:
     contenders: list[Contender] = []
+    skipped: dict[str, str] = {}
     try:
         for name in settings.contenders:
+            reason = unavailable_reason(name, workload)
+            if reason is not None:
+                skipped[name] = reason
+                progress(f"  skipping {name}: {reason}")
+                continue
             contenders.append(
-                make_contender(
-                    name,
-                    workload,
-                    num_envs,
-                    settings.horizon,
-                    settings.seed,
-                    num_workers=settings.num_workers,
-                    reuse_buffers=settings.reuse_buffers,
-                )
+                make_contender(name, workload, num_envs, settings.horizon, settings.seed, num_workers=settings.num_workers)
             )
         # The first collects pay one-time costs (allocating and first touching buffers,
         # lazy imports); with reused buffers the second collect still touches fresh pages.
@@ -101,7 +98,8 @@ def _run_group(
             progress(f"  round {round_index + 1}/{settings.rounds} done")
     finally:
         _close_all(contenders)
-    return _summarize_group(workload, num_envs, settings, seconds, useful)
+    processes = {contender.name: contender.processes for contender in contenders}
+    return _summarize_group(workload, num_envs, settings, seconds, useful, processes, skipped)
 
 
 def _close_all(contenders: list[Contender]) -> None:
@@ -119,6 +117,8 @@ def _summarize_group(
     settings: ComparisonSettings,
     seconds: dict[str, list[float]],
     useful: dict[str, list[int]],
+    processes: dict[str, int],
+    skipped: dict[str, str],
 ) -> dict:
     transitions = settings.horizon * num_envs
     rates = {name: [transitions / elapsed for elapsed in values] for name, values in seconds.items()}
@@ -126,6 +126,7 @@ def _summarize_group(
     for name, elapsed in seconds.items():
         entry = {
             "kind": "collector" if name in COLLECTOR_CONTENDERS else "peer",
+            "processes": processes[name],
             "seconds_per_collect": elapsed,
             "transitions_per_s": summarize_throughputs(rates[name]),
             "useful_transitions_per_s": summarize_throughputs(
@@ -135,10 +136,12 @@ def _summarize_group(
         }
         if REFERENCE_CONTENDER in rates:
             entry["ratio_vs_reference"] = summarize_ratios(rates[name], rates[REFERENCE_CONTENDER])
-        if name.startswith("async/"):
-            sync_name = "sync/" + name.split("/")[1]
-            if sync_name in rates:
-                entry["ratio_vs_sync"] = summarize_ratios(rates[name], rates[sync_name])
+        if name.startswith("async") and "sync" in rates:
+            # What the worker processes buy (or cost) against stepping in this process.
+            entry["ratio_vs_sync"] = summarize_ratios(rates[name], rates["sync"])
+        if name.startswith("async/") and "async" in rates:
+            # What a mode buys against the async backend's default per-step mode.
+            entry["ratio_vs_async"] = summarize_ratios(rates[name], rates["async"])
         results[name] = entry
     return {
         "env": workload.name,
@@ -152,4 +155,5 @@ def _summarize_group(
         "reference": REFERENCE_CONTENDER,
         "order": list(seconds),
         "contenders": results,
+        "skipped": skipped,
     }

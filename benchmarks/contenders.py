@@ -1,27 +1,50 @@
-"""The contenders of a throughput comparison: the collector and the loops users write by hand.
+"""The contenders of a throughput comparison: the collector and what users run instead.
 
 Every contender runs one workload with ``num_envs`` envs and ``horizon`` steps per
 ``collect()``, so every collect is ``horizon * num_envs`` transitions. ``collect()``
-returns how many of those were *useful*: Gymnasium's vector envs (in their
-default ``NEXT_STEP`` autoreset mode) spend the step after an episode ends on a
-reset row whose action is ignored; every other contender has none.
+returns how many of those were *useful*: Gymnasium's vector envs and EnvPool (in their
+default next-step autoreset mode) spend the step after an episode ends on a reset row
+whose action is ignored; every other contender has none.
 
-Contenders, by name:
+Contenders, by name (``processes`` in the report says how many processes each uses):
 
-``<backend>/<core>``
-    ``ParallelRolloutCollector`` with that backend and per-step core.
-``gym-sync-loop``, ``gym-async-loop``
-    A CleanRL-style storage loop: preallocated ``[T, N, ...]`` NumPy arrays filled
-    step by step from ``SyncVectorEnv`` / ``AsyncVectorEnv(shared_memory=True)``.
-``raw-loop``
-    No framework: a Python loop over a list of envs writing into preallocated
-    arrays, keeping final observations and resetting each finished env at once
-    with a seed from a precomputed list (the per-episode reseeding the collector
-    does too). The floor a collector's overhead is measured against.
+``serial``, ``sync``, ``async``
+    ``ParallelRolloutCollector`` with that backend and its DEFAULT settings: a fresh
+    batch per collect that the caller owns, the compiled core, ``min(cpu_count,
+    num_envs)`` async workers unless ``--num-workers`` says otherwise.
+``sync/reuse``, ``async/reuse``
+    The same with ``reuse_buffers=True`` (every collect overwrites the same arrays).
+``sync/python``
+    ``sync`` with the pure-Python core.
+``async/pipelined``, ``async/workers``
+    ``async`` with ``pipelined=True`` / with ``policy_placement="workers"`` (rollout workers).
+``bare-loop``
+    No framework, the floor every ratio is taken against: a Python loop over a list of
+    envs writing into preallocated arrays, keeping final observations and resetting each
+    finished env at once with a seed from a precomputed list (the per-episode reseeding
+    the collector does too). One process.
+``gym-sync``
+    A CleanRL-style storage loop (preallocated ``[T, N, ...]`` arrays) over Gymnasium's
+    ``SyncVectorEnv(copy=False)``. One process.
+``gym-async``
+    The same loop over ``AsyncVectorEnv(shared_memory=True, copy=False)``, spawn context:
+    one worker process per env, plus this one.
+``envpool`` (optional)
+    The same loop over EnvPool's own C++ ``CartPole-v1`` (``cartpole`` workload only),
+    synchronous mode, ``batch_size = num_envs``, one thread per core. One process.
+``sb3-subproc`` (optional)
+    The same loop over Stable-Baselines3's ``SubprocVecEnv``: one worker process per env,
+    plus this one. Its step returns the final observation in ``infos`` and the reset one in
+    the batch, as the collector does.
+
+An optional contender whose package is not installed (or that has no equivalent of a
+workload) is skipped with the reason recorded in the results.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from typing import Any, Protocol
 
 import gymnasium as gym
@@ -33,34 +56,59 @@ from parallel_rollouts import ParallelRolloutCollector
 from .workloads import Workload
 
 __all__ = [
-    "BACKENDS",
     "COLLECTOR_CONTENDERS",
-    "CORES",
     "Contender",
+    "HEADLINE_CONTENDERS",
     "PEER_CONTENDERS",
     "REFERENCE_CONTENDER",
     "make_contender",
+    "unavailable_reason",
 ]
 
-BACKENDS = ("serial", "sync", "async")
-CORES = ("compiled", "python")
-COLLECTOR_CONTENDERS = tuple(f"{backend}/{core}" for backend in BACKENDS for core in CORES)
-PEER_CONTENDERS = ("gym-sync-loop", "gym-async-loop", "raw-loop")
+#: The collector's settings per contender name (everything else: the collector's defaults).
+COLLECTOR_CONTENDERS: dict[str, dict[str, Any]] = {
+    "serial": {"backend": "serial"},
+    "sync": {"backend": "sync"},
+    "sync/reuse": {"backend": "sync", "reuse_buffers": True},
+    "sync/python": {"backend": "sync", "core": "python"},
+    "async": {"backend": "async"},
+    "async/reuse": {"backend": "async", "reuse_buffers": True},
+    "async/pipelined": {"backend": "async", "pipelined": True},
+    "async/workers": {"backend": "async", "policy_placement": "workers"},
+}
+PEER_CONTENDERS = ("bare-loop", "gym-sync", "gym-async", "envpool", "sb3-subproc")
 #: Every ratio in a comparison is taken against this contender.
-REFERENCE_CONTENDER = "gym-sync-loop"
+REFERENCE_CONTENDER = "bare-loop"
+#: What the comparison runs by default.
+HEADLINE_CONTENDERS = ("bare-loop", "sync", "sync/reuse", "async", "async/reuse", "async/pipelined",
+                       "async/workers", "gym-sync", "gym-async", "envpool", "sb3-subproc")
 
-# Episode seeds the raw loop draws up front per env; it cycles through them if a run
+# Episode seeds the bare loop draws up front per env; it cycles through them if a run
 # outlasts them (only the cost of a seeded reset matters here, not the seed's value).
 RAW_LOOP_SEEDS_PER_ENV = 1024
 
 
 class Contender(Protocol):
     name: str
+    #: Processes the contender runs in, this one included.
+    processes: int
 
     def collect(self) -> int:
         """Collect ``horizon * num_envs`` transitions; return how many were useful."""
 
     def close(self) -> None: ...
+
+
+def unavailable_reason(name: str, workload: Workload) -> str | None:
+    """Why ``name`` cannot run ``workload`` here (a package missing, no equivalent env), else ``None``."""
+    if name == "envpool":
+        if importlib.util.find_spec("envpool") is None:
+            return "envpool is not installed (pip install envpool)"
+        if workload.envpool_task is None:
+            return f"EnvPool has no built-in equivalent of the {workload.name!r} workload"
+    if name == "sb3-subproc" and importlib.util.find_spec("stable_baselines3") is None:
+        return "stable-baselines3 is not installed (pip install stable-baselines3)"
+    return None
 
 
 # -- storage shaped like a space ---------------------------------------------------------------
@@ -98,31 +146,19 @@ def select(storage: Any, index: Any) -> Any:
 
 
 class CollectorContender:
-    """``ParallelRolloutCollector`` with one backend and core."""
+    """``ParallelRolloutCollector`` with the settings ``COLLECTOR_CONTENDERS[name]``."""
 
-    def __init__(
-        self,
-        workload: Workload,
-        num_envs: int,
-        horizon: int,
-        seed: int,
-        backend: str,
-        core: str,
-        num_workers: int | None,
-        reuse_buffers: bool,
-    ) -> None:
-        self.name = f"{backend}/{core}"
-        async_options = {"num_workers": num_workers} if backend == "async" else {}
+    def __init__(self, name: str, workload: Workload, num_envs: int, horizon: int, seed: int, num_workers: int | None) -> None:
+        self.name = name
+        options = dict(COLLECTOR_CONTENDERS[name])
+        backend = options.pop("backend")
+        if backend == "async" and num_workers is not None:
+            options["num_workers"] = num_workers
         self.collector = ParallelRolloutCollector(
-            workload.env_fns(num_envs),
-            workload.policy,
-            backend=backend,
-            horizon=horizon,
-            seed=seed,
-            core=core,
-            reuse_buffers=reuse_buffers,
-            **async_options,
+            workload.env_fns(num_envs), workload.policy, backend=backend, horizon=horizon, seed=seed, **options
         )
+        workers = options.get("num_workers") or min(os.cpu_count() or 1, num_envs)
+        self.processes = 1 + (workers if backend == "async" else 0)
 
     def collect(self) -> int:
         return self.collector.collect().num_transitions
@@ -134,27 +170,36 @@ class CollectorContender:
 # -- the peers ---------------------------------------------------------------------------------
 
 
-class GymnasiumVectorLoop:
-    """CleanRL's rollout loop over a Gymnasium vector env, storage preallocated ``[T, N, ...]``."""
+class VectorLoop:
+    """CleanRL's rollout loop over a vector env, storage preallocated ``[T, N, ...]``.
 
-    def __init__(self, name: str, envs: gym.vector.VectorEnv, policy: Any, horizon: int, seed: int) -> None:
+    ``envs`` follows Gymnasium's vector API (``reset(seed=)`` and a five-tuple ``step``)
+    and autoresets in the next step, as Gymnasium's and EnvPool's vector envs do by default.
+    ``seed`` goes to the first ``reset`` (``None`` for envs seeded at construction).
+    """
+
+    def __init__(
+        self, name: str, envs: Any, observation_space: gym.Space, action_space: gym.Space,
+        num_envs: int, processes: int, policy: Any, horizon: int, seed: int | None,
+    ) -> None:
         self.name = name
+        self.processes = processes
         self.envs = envs
         self.policy = policy
         self.horizon = horizon
-        num_envs = envs.num_envs
-        self.observations = allocate_like(envs.single_observation_space, (horizon, num_envs))
-        self.actions = allocate_like(envs.single_action_space, (horizon, num_envs))
+        self.num_envs = num_envs
+        self.observations = allocate_like(observation_space, (horizon, num_envs))
+        self.actions = allocate_like(action_space, (horizon, num_envs))
         self.rewards = np.zeros((horizon, num_envs), dtype=np.float64)
         self.terminations = np.zeros((horizon, num_envs), dtype=bool)
         self.truncations = np.zeros((horizon, num_envs), dtype=bool)
-        self._next_observation, _ = envs.reset(seed=seed)
+        # EnvPool takes its seed at construction and ignores (with a warning) one passed here.
+        self._next_observation, _ = envs.reset() if seed is None else envs.reset(seed=seed)
         # Envs whose previous step ended an episode: their next step is an autoreset row.
         self._autoreset = np.zeros(num_envs, dtype=bool)
 
     def collect(self) -> int:
-        envs, policy = self.envs, self.policy
-        num_envs = envs.num_envs
+        envs, policy, num_envs = self.envs, self.policy, self.num_envs
         next_observation, autoreset = self._next_observation, self._autoreset
         useful = 0
         for step in range(self.horizon):
@@ -174,11 +219,65 @@ class GymnasiumVectorLoop:
         self.envs.close()
 
 
-class RawLoop:
+class StableBaselinesLoop:
+    """The same storage loop over Stable-Baselines3's ``SubprocVecEnv``.
+
+    SB3 resets a finished env within the same step (the batch holds the reset observation,
+    ``infos[i]["terminal_observation"]`` the final one) and reports ``dones``, with
+    ``infos[i]["TimeLimit.truncated"]`` telling truncations apart; the loop stores both and
+    keeps final observations, as an SB3 user bootstrapping truncated episodes does.
+    """
+
+    def __init__(self, workload: Workload, num_envs: int, horizon: int, seed: int) -> None:
+        from stable_baselines3.common.vec_env import SubprocVecEnv
+
+        self.name = "sb3-subproc"
+        self.processes = 1 + num_envs
+        self.envs = SubprocVecEnv(workload.env_fns(num_envs))
+        try:
+            self.policy = workload.policy
+            self.horizon = horizon
+            observation_space = self.envs.observation_space
+            self.observations = allocate_like(observation_space, (horizon, num_envs))
+            self.final_observations = allocate_like(observation_space, (horizon, num_envs))
+            self.actions = allocate_like(self.envs.action_space, (horizon, num_envs))
+            self.rewards = np.zeros((horizon, num_envs), dtype=np.float64)
+            self.terminations = np.zeros((horizon, num_envs), dtype=bool)
+            self.truncations = np.zeros((horizon, num_envs), dtype=bool)
+            self.envs.seed(seed)
+            self._next_observation = self.envs.reset()
+        except BaseException:
+            self.envs.close()
+            raise
+
+    def collect(self) -> int:
+        envs, policy = self.envs, self.policy
+        next_observation = self._next_observation
+        for step in range(self.horizon):
+            store(self.observations, step, next_observation)
+            action = policy(next_observation)
+            self.actions[step] = action
+            next_observation, reward, dones, infos = envs.step(action)
+            self.rewards[step] = reward
+            for column in np.flatnonzero(dones):
+                info = infos[column]
+                truncated = bool(info.get("TimeLimit.truncated", False))
+                self.truncations[step, column] = truncated
+                self.terminations[step, column] = not truncated
+                store(self.final_observations, (step, column), info["terminal_observation"])
+        self._next_observation = next_observation
+        return self.horizon * envs.num_envs
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+class BareLoop:
     """No framework: step a list of envs in Python, write into preallocated arrays."""
 
     def __init__(self, workload: Workload, num_envs: int, horizon: int, seed: int) -> None:
-        self.name = "raw-loop"
+        self.name = "bare-loop"
+        self.processes = 1
         self.policy = workload.policy
         self.horizon = horizon
         self.envs = [env_fn() for env_fn in workload.env_fns(num_envs)]
@@ -227,29 +326,47 @@ class RawLoop:
 
 
 def make_contender(
-    name: str,
-    workload: Workload,
-    num_envs: int,
-    horizon: int,
-    seed: int,
-    num_workers: int | None = None,
-    reuse_buffers: bool = True,
+    name: str, workload: Workload, num_envs: int, horizon: int, seed: int, num_workers: int | None = None
 ) -> Contender:
     """Build the contender called ``name`` (see the module docstring for the names)."""
     if name in COLLECTOR_CONTENDERS:
-        backend, core = name.split("/")
-        return CollectorContender(workload, num_envs, horizon, seed, backend, core, num_workers, reuse_buffers)
-    env_fns = workload.env_fns(num_envs)
-    if name == "gym-sync-loop":
-        return GymnasiumVectorLoop(name, gym.vector.SyncVectorEnv(env_fns), workload.policy, horizon, seed)
-    if name == "gym-async-loop":
-        envs = gym.vector.AsyncVectorEnv(env_fns, shared_memory=True, context="spawn")
+        return CollectorContender(name, workload, num_envs, horizon, seed, num_workers)
+    reason = unavailable_reason(name, workload)
+    if reason is not None:
+        raise ValueError(f"contender {name!r} cannot run here: {reason}.")
+    if name == "bare-loop":
+        return BareLoop(workload, num_envs, horizon, seed)
+    if name == "gym-sync":
+        envs = gym.vector.SyncVectorEnv(workload.env_fns(num_envs), copy=False)
+        return _vector_loop(name, envs, 1, workload, horizon, seed)
+    if name == "gym-async":
+        envs = gym.vector.AsyncVectorEnv(workload.env_fns(num_envs), shared_memory=True, copy=False, context="spawn")
+        return _vector_loop(name, envs, 1 + num_envs, workload, horizon, seed)
+    if name == "envpool":
+        import envpool
+
+        threads = min(os.cpu_count() or 1, num_envs)
+        envs = envpool.make(
+            workload.envpool_task, env_type="gymnasium", num_envs=num_envs, batch_size=num_envs,
+            num_threads=threads, seed=seed,
+        )
         try:
-            return GymnasiumVectorLoop(name, envs, workload.policy, horizon, seed)
+            return VectorLoop(name, envs, envs.observation_space, envs.action_space, num_envs, 1, workload.policy, horizon, None)
         except BaseException:
-            envs.close()  # its worker processes must not outlive a failed start
+            envs.close()
             raise
-    if name == "raw-loop":
-        return RawLoop(workload, num_envs, horizon, seed)
-    known = COLLECTOR_CONTENDERS + PEER_CONTENDERS
+    if name == "sb3-subproc":
+        return StableBaselinesLoop(workload, num_envs, horizon, seed)
+    known = tuple(COLLECTOR_CONTENDERS) + PEER_CONTENDERS
     raise ValueError(f"unknown contender {name!r}; choose from {known!r}.")
+
+
+def _vector_loop(name: str, envs, processes: int, workload: Workload, horizon: int, seed: int) -> VectorLoop:
+    try:
+        return VectorLoop(
+            name, envs, envs.single_observation_space, envs.single_action_space, envs.num_envs, processes,
+            workload.policy, horizon, seed,
+        )
+    except BaseException:
+        envs.close()  # worker processes must not outlive a failed start
+        raise

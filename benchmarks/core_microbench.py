@@ -6,7 +6,11 @@ and end flags, and for the envs whose episode just ended ``scatter_final`` and a
 ``write_row`` of their reset observation. A fixed share of envs ends each step
 (``DONE_FRACTION``, episodes of 32 steps on average, spread evenly over envs).
 
-Each case (env count x dtype x observation shape) times blocks of steps with
+Besides observations that arrive with the storage's exact dtype, the slow paths envs
+really take are covered: float64 arrays into a float32 space (a common Box), Python
+ints for a ``Discrete`` observation, and Python lists of floats.
+
+Each case (env count x dtype x observation shape x source) times blocks of steps with
 the compiled core and the pure twin alternately, so machine drift hits both
 alike, and reports the median time per step and the median per-block speed-up.
 
@@ -44,11 +48,19 @@ MAX_BLOCK_STEPS = 64
 MIN_BLOCK_STEPS = 4
 
 
+#: How an env hands over its observation: ``exact`` (an array of the storage's dtype),
+#: ``float64`` (a float64 array into float32 storage), ``python-int`` (a Python int for a
+#: scalar Discrete observation), ``list`` (a Python list of floats).
+SOURCES = ("exact", "float64", "python-int", "list")
+SLOW_PATH_CASES = (("float32", SMALL_SHAPE, "float64"), ("int64", (), "python-int"), ("float32", SMALL_SHAPE, "list"))
+
+
 @dataclass(frozen=True)
 class Case:
     num_envs: int
     dtype: str
     shape: tuple[int, ...]
+    source: str = "exact"
 
     def block_steps(self) -> int:
         row_bytes = int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize * self.num_envs
@@ -62,6 +74,7 @@ def cases_for(env_counts: tuple[int, ...]) -> list[Case]:
     for num_envs in env_counts:
         cases += [Case(num_envs, dtype, SMALL_SHAPE) for dtype in DTYPES]
         cases += [Case(num_envs, dtype, LARGE_SHAPE) for dtype in LARGE_DTYPES]
+        cases += [Case(num_envs, dtype, shape, source) for dtype, shape, source in SLOW_PATH_CASES]
     return cases
 
 
@@ -80,6 +93,12 @@ class StepWorkload:
             self.sources = [rng.integers(0, 100, size=case.shape).astype(case.dtype) for _ in range(n)]
         else:
             self.sources = [rng.random(case.shape).astype(case.dtype) for _ in range(n)]
+        if case.source == "float64":
+            self.sources = [source.astype(np.float64) for source in self.sources]
+        elif case.source == "python-int":
+            self.sources = [int(source) for source in self.sources]
+        elif case.source == "list":
+            self.sources = [source.astype(np.float64).tolist() for source in self.sources]
         # Python scalars, as envs return them.
         self.rewards = [float(value) for value in rng.random(n)]
         self.terminations = [[(t + column) % EPISODE_PERIOD == 0 for column in range(n)] for t in range(steps)]
@@ -128,6 +147,7 @@ def run_case(case: Case, repeats: int, cores: dict[str, ModuleType]) -> dict:
         "num_envs": case.num_envs,
         "dtype": case.dtype,
         "shape": list(case.shape),
+        "source": case.source,
         "steps_per_block": workload.steps,
         "done_fraction": DONE_FRACTION,
         "compiled_us_per_step": statistics.median(compiled) * 1e6,
@@ -141,13 +161,14 @@ def run_case(case: Case, repeats: int, cores: dict[str, ModuleType]) -> dict:
 
 
 def format_results(cases: list[dict]) -> str:
-    header = f"{'case':<28} {'compiled us/step':>16} {'python us/step':>15} {'speedup (median [min, max])':>28}"
+    header = f"{'case':<40} {'compiled us/step':>16} {'python us/step':>15} {'speedup (median [min, max])':>28}"
     lines = [header, "-" * len(header)]
     for result in cases:
-        label = f"N={result['num_envs']} {result['dtype']}{result['shape']}"
+        source = "" if result["source"] == "exact" else f" from {result['source']}"
+        label = f"N={result['num_envs']} {result['dtype']}{result['shape']}{source}"
         speedup = f"{result['speedup']:.2f}x [{result['speedup_min']:.2f}, {result['speedup_max']:.2f}]"
         lines.append(
-            f"{label:<28} {result['compiled_us_per_step']:>16.2f} {result['python_us_per_step']:>15.2f} {speedup:>28}"
+            f"{label:<40} {result['compiled_us_per_step']:>16.2f} {result['python_us_per_step']:>15.2f} {speedup:>28}"
         )
     return "\n".join(lines)
 

@@ -19,6 +19,7 @@ __all__ = [
     "DictObservationEnv",
     "FrameImageEnv",
     "HalfMillisecondEnv",
+    "RowBurnPolicy",
     "measure_step_cpu_seconds",
 ]
 
@@ -79,6 +80,29 @@ class HalfMillisecondEnv(gym.Env):
         self._steps += 1
         observation = self._observation()
         return observation, float(observation[0]), False, self._steps >= self.episode_length, {}
+
+
+class RowBurnPolicy:
+    """A policy whose cost grows with the rows it is given, as a wide CPU network's does.
+
+    Per row it runs the same arithmetic as ``HalfMillisecondEnv.step`` (``burn_iterations``
+    of the LCG, seeded from the row), so with equal burns one batched call costs as much as
+    stepping every env once. The action is 1 where the row's first entry is positive:
+    deterministic per row.
+    """
+
+    def __init__(self, burn_iterations: int) -> None:
+        self.burn_iterations = burn_iterations
+
+    def __call__(self, observations: np.ndarray) -> np.ndarray:
+        checksum = 0
+        for row in observations:
+            state = int(abs(float(row[0])) * 1e6) + 1
+            for _ in range(self.burn_iterations):
+                state = (state * _LCG_MULTIPLIER + _LCG_INCREMENT) & _LCG_MASK
+            checksum ^= state
+        # The checksum keeps the burn from looking unused; it cannot change the action.
+        return ((observations[:, 0] > 0) | (checksum < 0)).astype(np.int64)
 
 
 FRAME_SHAPE = (84, 84, 4)

@@ -49,7 +49,7 @@ def _connection_worker(connection, work_us):
 
 
 def _spin_then_block_worker(connection, work_us):
-    from parallel_rollouts.backends.waiting import SpinThenBlock
+    from parallel_rollouts.processes.waiting import SpinThenBlock
 
     spin = SpinThenBlock(connection, 100e-6).spin
     while True:
@@ -111,7 +111,7 @@ class _Option:
                 self.processes.append(process)
             self.fds = [c.fileno() for c in self.connections]
             if name == "spin-then-block":
-                from parallel_rollouts.backends.waiting import SpinThenBlock
+                from parallel_rollouts.processes.waiting import SpinThenBlock
 
                 self.waiters = [SpinThenBlock(c, 100e-6) for c in self.connections]
         elif name == "semaphore":

@@ -6,16 +6,19 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["comparison_markdown", "format_group_table", "plot_throughput", "write_json"]
+from .summary import summarize_ratios
+
+__all__ = ["TARGETS", "comparison_markdown", "format_group_table", "plot_throughput", "target_rows", "write_json"]
 
 _HEADERS = (
     "contender",
+    "processes",
     "median t/s",
     "best t/s",
     "spread",
     "useful median t/s",
-    "vs gym-sync-loop (median [min, max])",
-    "async vs sync (median [min, max])",
+    "vs bare-loop (median [min, max])",
+    "vs async (median [min, max])",
 )
 
 
@@ -33,12 +36,13 @@ def _rows(group: dict) -> list[tuple[str, ...]]:
         rows.append(
             (
                 name,
+                str(entry["processes"]),
                 f"{rates['median']:,.0f}",
                 f"{rates['best']:,.0f}",
                 f"{rates['spread']:.2f}x",
                 f"{entry['useful_transitions_per_s']['median']:,.0f}",
                 _ratio_cell(entry.get("ratio_vs_reference")),
-                _ratio_cell(entry.get("ratio_vs_sync")),
+                _ratio_cell(entry.get("ratio_vs_async")),
             )
         )
     return rows
@@ -53,16 +57,20 @@ def _group_title(group: dict) -> str:
 
 
 def _notes(group: dict) -> list[str]:
-    return [
+    notes = [
         "t/s = transitions per second, horizon x num_envs per collect for every contender; "
-        "best = fastest round; spread = fastest / slowest round.",
+        "best = fastest round; spread = fastest / slowest round; processes = processes the "
+        "contender runs in, this one included.",
         "Ratios are per-round (both contenders timed in the same round), then the median, min "
-        f"and max over rounds, against {group['reference']} (and async against sync with the same core).",
-        "Gymnasium's vector envs autoreset in NEXT_STEP mode: the step after an episode ends is a "
-        "reset row whose action is ignored, one of every episode_length + 1 steps "
+        f"and max over rounds, against {group['reference']} (and each async mode against the "
+        "default async).",
+        "Gymnasium's vector envs and EnvPool autoreset in the next step: the step after an episode "
+        "ends is a reset row whose action is ignored, one of every episode_length + 1 steps "
         f"(~{group['autoreset_row_share']:.1%} at {group['episode_length']} steps); "
         "'useful' t/s leaves those rows out.",
     ]
+    notes += [f"skipped {name}: {reason}" for name, reason in group.get("skipped", {}).items()]
+    return notes
 
 
 def format_group_table(group: dict) -> str:
@@ -85,6 +93,7 @@ def comparison_markdown(result: dict) -> str:
     lines += [f"- {key}: {value}" for key, value in result["machine"].items()]
     lines += ["", "## Settings", ""]
     lines += [f"- {key}: {value}" for key, value in result["settings"].items()]
+    lines += targets_markdown(result)
     for group in result["groups"]:
         lines += ["", f"## {group['env']}, {group['num_envs']} envs", "", _group_title(group), ""]
         lines.append("| " + " | ".join(_HEADERS) + " |")
@@ -134,3 +143,44 @@ def plot_throughput(result: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+#: The speed targets the comparison reports: (label, workload, num_envs, contender, reference, at least).
+TARGETS = (
+    ("sync with default settings vs a bare loop, CartPole", "cartpole", 16, "sync", "bare-loop", 0.95),
+    ("sync with default settings vs a bare loop, 84x84x4 frames", "image", 16, "sync", "bare-loop", 0.90),
+    ("rollout workers (2) vs a bare loop, CartPole", "cartpole", 16, "async/workers", "bare-loop", 1.50),
+    ("rollout workers (2) vs a bare loop, ~0.5 ms env", "half_ms", 16, "async/workers", "bare-loop", 1.60),
+    ("pipelined vs default async, policy costing one env step per row", "costly_policy", 16, "async/pipelined", "async", 1.40),
+)
+
+
+def target_rows(result: dict) -> list[dict]:
+    """Each target's per-round ratio (median, min, max) from the groups that measured it."""
+    groups = {(group["env"], group["num_envs"]): group for group in result["groups"]}
+    rows = []
+    for label, env, num_envs, contender, reference, threshold in TARGETS:
+        group = groups.get((env, num_envs))
+        if group is None or contender not in group["contenders"] or reference not in group["contenders"]:
+            continue
+        ours = group["contenders"][contender]["transitions_per_s"]["samples"]
+        theirs = group["contenders"][reference]["transitions_per_s"]["samples"]
+        ratio = summarize_ratios(ours, theirs)
+        rows.append({
+            "label": label, "contender": contender, "reference": reference, "target": threshold,
+            "median": ratio["median"], "min": ratio["min"], "max": ratio["max"], "met": ratio["median"] >= threshold,
+        })
+    return rows
+
+
+def targets_markdown(result: dict) -> list[str]:
+    rows = target_rows(result)
+    if not rows:
+        return []
+    lines = ["", "## Targets", "", "| target | ratio (median [min, max] over rounds) | at least | met |", "|---|---:|---:|---|"]
+    for row in rows:
+        lines.append(
+            f"| {row['label']} (`{row['contender']}` / `{row['reference']}`) | {row['median']:.2f}x "
+            f"[{row['min']:.2f}, {row['max']:.2f}] | {row['target']:.2f}x | {'yes' if row['met'] else 'no'} |"
+        )
+    return lines

@@ -22,9 +22,12 @@ from parallel_rollouts import ParallelRolloutCollector
 
 from .cli import parse_counts, parse_names
 from .compare import ComparisonSettings, run_comparison
-from .contenders import BACKENDS, COLLECTOR_CONTENDERS, PEER_CONTENDERS
+from .contenders import COLLECTOR_CONTENDERS, HEADLINE_CONTENDERS, PEER_CONTENDERS
+
+BACKENDS = ("serial", "sync", "async")
+ALL_CONTENDERS = tuple(COLLECTOR_CONTENDERS) + PEER_CONTENDERS
 from .machine import format_machine_record, machine_record
-from .report import comparison_markdown, format_group_table, plot_throughput, write_json
+from .report import comparison_markdown, format_group_table, plot_throughput, target_rows, write_json
 from .summary import summarize_throughputs
 from .workloads import WORKLOADS, get_workload
 
@@ -56,11 +59,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-workers", type=int, help="async backend worker count (default: the collector's)")
     parser.add_argument("--seed", type=int, default=0, help="root seed of every contender (default 0)")
     parser.add_argument(
-        "--fresh-buffers",
+        "--reuse-buffers",
         action="store_true",
-        help="collector allocates a new batch per collect (reuse_buffers=False); default reuses, "
-        "as the hand-written loops do",
+        help="single mode: reuse_buffers=True (every collect overwrites the same arrays); the default is "
+        "the collector's default, a fresh batch per collect",
     )
+    parser.add_argument(
+        "--policy-placement", choices=("main", "workers"), help="single mode, async: where the policy runs"
+    )
+    parser.add_argument("--pipelined", action="store_true", help="single mode, async: pipelined=True")
     parser.add_argument("--json", type=Path, help="write the result as JSON to this path")
     parser.add_argument("--quick", action="store_true", help="tiny sizes for a CI smoke run")
     compare = parser.add_argument_group("comparison mode")
@@ -70,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--rounds", type=int, help="timed rounds per group (default 7)")
     compare.add_argument(
         "--contenders",
-        default=",".join(COLLECTOR_CONTENDERS + PEER_CONTENDERS),
-        help="contenders, comma-separated (default: all of them)",
+        default=",".join(HEADLINE_CONTENDERS),
+        help=f"contenders, comma-separated, from {', '.join(ALL_CONTENDERS)} (default: {','.join(HEADLINE_CONTENDERS)})",
     )
     compare.add_argument("--out", type=Path, default=DEFAULT_RESULTS_DIR, help="directory for comparison.{json,md,png} (default ./benchmark-results)")
     compare.add_argument("--plot", action="store_true", help="also draw throughput against number of envs")
@@ -86,7 +93,7 @@ def _resolve_defaults(args: argparse.Namespace, parser: argparse.ArgumentParser)
     try:
         args.envs = parse_names(args.envs, WORKLOADS, "--envs")
         args.num_envs_list = parse_counts(args.num_envs_list, "--num-envs-list")
-        args.contenders = parse_names(args.contenders, COLLECTOR_CONTENDERS + PEER_CONTENDERS, "--contenders")
+        args.contenders = parse_names(args.contenders, ALL_CONTENDERS, "--contenders")
     except argparse.ArgumentTypeError as error:
         parser.error(str(error))
     for option in ("horizon", "repeats", "rounds", "num_envs"):
@@ -94,14 +101,18 @@ def _resolve_defaults(args: argparse.Namespace, parser: argparse.ArgumentParser)
             parser.error(f"--{option.replace('_', '-')} must be >= 1; got {getattr(args, option)!r}.")
     if args.warmup < 0:
         parser.error(f"--warmup must be >= 0; got {args.warmup!r}.")
-    if args.num_workers is not None and not args.compare and args.backend != "async":
-        parser.error(f"--num-workers applies to --backend async only; got --backend {args.backend}.")
+    if not args.compare and args.backend != "async":
+        for option in ("num_workers", "policy_placement", "pipelined"):
+            if getattr(args, option):
+                parser.error(f"--{option.replace('_', '-')} applies to --backend async only; got --backend {args.backend}.")
 
 
 def run_single(args: argparse.Namespace) -> dict:
     """Time ``args.repeats`` collects of one collector after ``args.warmup`` untimed ones."""
     workload = get_workload(args.env)
-    async_options = {"num_workers": args.num_workers} if args.backend == "async" else {}
+    async_options = {}
+    if args.backend == "async":
+        async_options = {"num_workers": args.num_workers, "policy_placement": args.policy_placement, "pipelined": args.pipelined}
     collector = ParallelRolloutCollector(
         workload.env_fns(args.num_envs),
         workload.policy,
@@ -109,7 +120,7 @@ def run_single(args: argparse.Namespace) -> dict:
         horizon=args.horizon,
         seed=args.seed,
         core=args.core,
-        reuse_buffers=not args.fresh_buffers,
+        reuse_buffers=args.reuse_buffers,
         **async_options,
     )
     with collector:
@@ -134,7 +145,9 @@ def run_single(args: argparse.Namespace) -> dict:
             "repeats": args.repeats,
             "warmup_collects": args.warmup,
             "seed": args.seed,
-            "reuse_buffers": not args.fresh_buffers,
+            "reuse_buffers": args.reuse_buffers,
+            "policy_placement": args.policy_placement,
+            "pipelined": args.pipelined,
         },
         "result": {
             "transitions_per_collect": transitions,
@@ -163,12 +176,16 @@ def run_compare(args: argparse.Namespace, machine: dict) -> dict:
         seed=args.seed,
         contenders=args.contenders,
         num_workers=args.num_workers,
-        reuse_buffers=not args.fresh_buffers,
         warmup_collects=args.warmup,
     )
     result = {"machine": machine, **run_comparison(settings, progress=lambda line: print(line, flush=True))}
     for group in result["groups"]:
         print("\n" + format_group_table(group), flush=True)
+    result["targets"] = target_rows(result)
+    for row in result["targets"]:
+        verdict = "met" if row["met"] else "MISSED"
+        print(f"target {row['label']}: {row['median']:.2f}x [{row['min']:.2f}, {row['max']:.2f}] "
+              f"(at least {row['target']:.2f}x) {verdict}", flush=True)
     json_path = args.json or args.out / "comparison.json"
     write_json(result, json_path)
     markdown_path = args.out / "comparison.md"

@@ -20,13 +20,15 @@ import numpy as np
 
 from examples.vr_edge.synthetic_env import ObservationLayout, SyntheticVREdgeEnv
 
-from .envs import DictObservationEnv, FrameImageEnv, HalfMillisecondEnv
+from .envs import DictObservationEnv, FrameImageEnv, HalfMillisecondEnv, RowBurnPolicy
 
 __all__ = ["WORKLOADS", "Workload", "get_workload"]
 
 # `simulation_substeps` that makes a SyntheticVREdgeEnv step cost about 0.5 ms (docs/vr-edge.md).
 VR_EDGE_COSTLY_SUBSTEPS = 15
 VR_EDGE_USERS = 8
+# A fifth of HalfMillisecondEnv's burn: about 0.1 ms per env step, and per policy row.
+COSTLY_POLICY_BURN = 1120
 VR_EDGE_LAYOUT = ObservationLayout(VR_EDGE_USERS)
 
 
@@ -49,6 +51,8 @@ class Workload:
     episode_length:
         Steps per episode when it is fixed, else the typical length under ``policy``; used
         to explain the share of autoreset rows in Gymnasium's vector envs.
+    envpool_task:
+        EnvPool's own task id for the same env, if it has one (its C++ implementation).
     """
 
     name: str
@@ -56,6 +60,7 @@ class Workload:
     env_factory: Callable[[], gym.Env]
     policy: Callable[[Any], Any]
     episode_length: int
+    envpool_task: str | None = None
 
     def env_fns(self, num_envs: int) -> list[Callable[[], gym.Env]]:
         return [self.env_factory] * num_envs
@@ -96,6 +101,7 @@ WORKLOADS: dict[str, Workload] = {
             functools.partial(gym.make, "CartPole-v1"),
             cartpole_policy,
             episode_length=40,
+            envpool_task="CartPole-v1",
         ),
         Workload(
             "vr_edge_cheap",
@@ -118,6 +124,14 @@ WORKLOADS: dict[str, Workload] = {
             "HalfMillisecondEnv: fixed pure-Python arithmetic, ~0.5 ms per step, 200-step episodes",
             functools.partial(HalfMillisecondEnv, episode_length=200),
             sign_policy,
+            episode_length=200,
+        ),
+        Workload(
+            "costly_policy",
+            f"HalfMillisecondEnv at ~0.1 ms per step with a policy costing one env step per row "
+            f"({COSTLY_POLICY_BURN} iterations each): a batched call costs as much as stepping every env",
+            functools.partial(HalfMillisecondEnv, episode_length=200, burn_iterations=COSTLY_POLICY_BURN),
+            RowBurnPolicy(COSTLY_POLICY_BURN),
             episode_length=200,
         ),
         Workload(

@@ -108,7 +108,7 @@ class RolloutBatch:
 
     @classmethod
     def from_result(cls, result, observation_layout: SpaceLayout, action_layout: SpaceLayout, seed: int) -> RolloutBatch:
-        """Assemble the batch from a backend's :class:`~parallel_rollouts.backends.base.RolloutResult`."""
+        """Assemble the batch from a runner's :class:`~parallel_rollouts.runners.base.RolloutResult`."""
         storage, episodes = result.storage, result.episodes
         has_values, has_log_probs = result.has_values, result.has_log_probs
         horizon = storage.horizon

@@ -1,11 +1,23 @@
-"""One owner of the arrays rollouts are written into: allocation, reuse and stale-row clearing.
+"""The one owner of batch memory: where a rollout is written, and what a batch hands out.
+
+Every runner asks this object, and only this object, for storage:
+
+- ``begin()`` gives the storage the rollout is written into: a fresh allocation, the
+  same arrays again (``reuse_buffers=True``), or a shared-memory working copy that
+  worker processes write into;
+- ``policy_rows(t, start, stop)`` gives the observation rows the policy is called with:
+  rows of the batch the caller gets, so that a policy may keep them (copied out of the
+  working copy first when there is one);
+- ``finish()`` gives the storage the batch is built from: the same arrays, or the
+  caller's private copy of the working storage;
+- ``abandon(rows_done)`` records a dropped rollout.
 
 ``final_observations`` is the one field that is not rewritten in full by every
 rollout: only rows where an episode ended get a value, and every other row must
 read as zero. Fresh storage comes from ``np.zeros``, whose pages the kernel maps
-lazily, so rows no episode ends in cost nothing. Storage written again has
-only the rows the earlier rollout wrote cleared, so the cost follows the
-number of episode ends, never the size of the array.
+lazily, so rows no episode ends in cost nothing. Storage written again has only
+the rows the earlier rollout wrote cleared, so the cost follows the number of
+episode ends, never the size of the array.
 
 Storage is written again in two cases: ``reuse_buffers=True`` (the caller asked
 for it), and a fresh batch whose arrays nobody references any more. A returned
@@ -27,7 +39,6 @@ import numpy as np
 from .storage import RolloutStorage
 
 __all__ = ["BatchMemory"]
-
 
 #: How many dropped batches are kept for recycling. Two cover a training loop
 #: holding the previous batch while the next one is collected.
@@ -68,20 +79,124 @@ class _Recycled:
 
 
 class BatchMemory:
-    """Hands out storage for rollouts and keeps its ``final_observations`` clean.
+    """Allocation, reuse, copy-out and clearing of one collector's rollout storage.
 
-    ``allocate()`` makes new storage whose ``final_observations`` are zero.
+    Parameters
+    ----------
+    allocate:
+        ``allocate() -> RolloutStorage`` with the collector's layout, whose
+        ``final_observations`` are zero.
+    reuse_buffers:
+        Hand out the same arrays on every collect instead of new ones.
+    working:
+        Storage that the rollout is always written into (shared memory that worker
+        processes write); ``None`` when the rollout is written straight into the
+        batch's arrays.
     """
 
-    def __init__(self, allocate: Callable[[], RolloutStorage]) -> None:
+    def __init__(
+        self,
+        allocate: Callable[[], RolloutStorage],
+        reuse_buffers: bool,
+        working: RolloutStorage | None = None,
+    ) -> None:
         self._allocate = allocate
-        self._pool: list[_Recycled] = []
+        self._reuse = bool(reuse_buffers)
+        self._working = working
+        #: The storage the current rollout writes into.
+        self._written: RolloutStorage | None = None
+        #: The caller's batch when the rollout is written into a working copy.
+        self._target: RolloutStorage | None = None
+        #: Per row of the target: how many env columns the policy feed already copied.
+        self._fed_columns: np.ndarray | None = None
+        #: Storage handed out again and again (``reuse_buffers=True``).
         self._reused: RolloutStorage | None = None
+        #: Fresh batches handed out, recycled once the caller has dropped them.
+        self._pool: list[_Recycled] = []
         # [T, N] rows of the reused storage's final_observations that may hold values;
         # None while a rollout is writing into it and has not yet said which.
         self._written_rows: np.ndarray | None = None
 
-    def fresh(self) -> RolloutStorage:
+    # -- one rollout -------------------------------------------------------------------
+
+    def begin(self) -> RolloutStorage:
+        """The storage to write this rollout into, ready (terminal observations of earlier ones cleared)."""
+        self._target = self._fed_columns = None
+        if self._reuse:
+            storage = self._prepare_reused(self._working if self._working is not None else self._reused)
+        elif self._working is not None:
+            storage = self._working
+            # The working copy's stale terminal rows never reach the caller: finish() copies
+            # only the rows where an episode ended in this rollout into fresh zeroed arrays.
+            self._target = self._fresh()
+            self._fed_columns = np.zeros(storage.horizon + 1, dtype=np.int64)
+        else:
+            storage = self._fresh()
+        self._written = storage
+        return storage
+
+    def policy_rows(self, t: int, start: int = 0, stop: int | None = None) -> list[np.ndarray]:
+        """Row ``t`` of every observation leaf for env columns ``start:stop``, as the policy gets it.
+
+        The rows are the batch's own (views of what the caller gets), so a policy that
+        keeps them keeps the batch's data, on every backend.
+        """
+        if self._target is None:
+            return [leaf[t, start:stop] for leaf in self._written.observations]
+        stop = self._written.rewards.shape[1] if stop is None else stop
+        rows = []
+        for source, destination in zip(self._written.observations, self._target.observations):
+            np.copyto(destination[t, start:stop], source[t, start:stop])
+            rows.append(destination[t, start:stop])
+        self._fed_columns[t] += stop - start
+        return rows
+
+    def finish(self) -> RolloutStorage:
+        """The storage the batch is built from; every row of ``begin()``'s storage is written."""
+        storage = self._written
+        self.record_final_rows(storage.horizon)
+        if self._target is None:
+            return storage
+        target, self._target = self._target, None
+        num_envs = storage.rewards.shape[1]
+        fed = self._fed_columns[: storage.horizon] == num_envs
+        rows_copied = int(np.argmin(fed)) if not fed.all() else storage.horizon
+        storage.copy_to(target, observation_rows_copied=rows_copied)  # the rest of the one copy
+        self._note_written_rows(target, _ended_rows(target, target.horizon))
+        return target
+
+    def abandon(self, rows_done: int) -> None:
+        """The rollout was dropped after ``rows_done`` rows; remember what it left behind."""
+        self.record_final_rows(rows_done)
+        if self._target is not None:
+            # Terminal observations reach the caller's batch only in finish(): none were written.
+            self._note_written_rows(self._target, np.zeros_like(self._target.terminations))
+        self._target = None
+
+    def lose_columns(self, start: int, stop: int) -> None:
+        """Columns ``start:stop`` of this rollout hold no valid data: zero them."""
+        columns = self._written.columns(start, stop)
+        columns.map(lambda array: array.fill(0) or array)
+
+    def record_final_rows(self, steps: int) -> None:
+        """Note the rows of reused storage the rollout wrote, after ``steps`` steps.
+
+        One row more than ``steps`` is counted when it exists: a step that ran after the
+        caller last counted (an interruption) may have written it.
+        """
+        storage = self._written
+        if storage is not None:
+            self._note_written_rows(storage, _ended_rows(storage, min(steps + 1, storage.horizon)))
+
+    def release(self) -> None:
+        """Forget every array (on close: shared working storage must not outlive its pool)."""
+        self._working = self._written = self._target = self._reused = None
+        self._fed_columns = self._written_rows = None
+        self._pool = []
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _fresh(self) -> RolloutStorage:
         """Storage no batch uses, with zero ``final_observations``: recycled when one is free."""
         for entry in self._pool:
             if entry.unreferenced():
@@ -95,14 +210,21 @@ class BatchMemory:
         self._pool.append(entry)
         return storage
 
-    def reused(self, storage: RolloutStorage | None = None) -> RolloutStorage:
-        """The storage every rollout writes into (``storage``, else one kept here), made ready.
+    def _note_written_rows(self, storage: RolloutStorage, written: np.ndarray) -> None:
+        if storage is self._reused:
+            self._written_rows = written
+        for entry in self._pool:
+            if entry.storage is storage:
+                entry.written_rows = written
 
-        Rows of ``final_observations`` an earlier rollout wrote are zeroed; if that
-        rollout was cut off before recording them, the whole field is.
+    def _prepare_reused(self, storage: RolloutStorage | None) -> RolloutStorage:
+        """The storage every rollout writes into (``storage``, else a new one), made ready.
+
+        Rows of ``final_observations`` an earlier rollout wrote are zeroed; if that rollout
+        was cut off before recording them, the whole field is.
         """
         if storage is None:
-            storage = self._reused if self._reused is not None else self._allocate()
+            storage = self._allocate()
         if storage is not self._reused:
             # Never written by a rollout: zero from its allocator.
             self._reused = storage
@@ -111,24 +233,12 @@ class BatchMemory:
         self._written_rows = None
         return storage
 
-    def release(self) -> None:
-        """Forget every storage kept here (on close), so that nothing here pins its memory."""
-        self.__init__(self._allocate)
 
-    def record_final_rows(self, storage: RolloutStorage, steps: int) -> None:
-        """Note the rows of ``storage`` its rollout wrote, after ``steps`` steps.
-
-        One row more than ``steps`` is counted when it exists: a step that ran
-        after the caller last counted (an interruption) may have written it.
-        """
-        rows = min(steps + 1, storage.horizon)
-        written = np.zeros_like(storage.terminations)
-        np.logical_or(storage.terminations[:rows], storage.truncations[:rows], out=written[:rows])
-        if storage is self._reused:
-            self._written_rows = written
-        for entry in self._pool:
-            if entry.storage is storage:
-                entry.written_rows = written
+def _ended_rows(storage: RolloutStorage, rows: int) -> np.ndarray:
+    """``[T, N]``: where an episode ended in the first ``rows`` rows."""
+    written = np.zeros_like(storage.terminations)
+    np.logical_or(storage.terminations[:rows], storage.truncations[:rows], out=written[:rows])
+    return written
 
 
 def _clear_final_rows(storage: RolloutStorage, written_rows: np.ndarray | None) -> None:

@@ -9,15 +9,15 @@ from typing import Any
 
 from gymnasium import Env, Space
 
-from .backends.base import Backend, BackendSpec
-from .backends.vector_source import check_vector_env, is_vector_env
 from .batch import RolloutBatch
 from .core import load_core
 from .errors import CollectorClosedError, ConfigurationError
 from .observation_checks import check_observation_check
-from .policy import PolicyOutputWriter, RandomActionSampler
-from .rollout_loop import RolloutLoop
+from .runners.base import RolloutRunner
+from .runners.build import build_runner, check_placement
 from .seeding import draw_root_seed, validate_seed
+from .spec import RolloutSpec
+from .vector_source import check_vector_env, is_vector_env
 
 __all__ = ["BACKENDS", "ParallelRolloutCollector"]
 
@@ -65,7 +65,7 @@ class ParallelRolloutCollector:
         views of its shared memory: no copy at all), so a batch, and the arrays
         the policy was called with, are overwritten by the next ``collect()``.
         Off by default: a returned batch, and every array handed to the policy,
-        are yours to keep. ``ray`` always returns new arrays.
+        are yours to keep.
     observation_check:
         What to do when an env returns an observation value outside its space,
         checked at the step that writes it, before the policy sees it:
@@ -79,6 +79,20 @@ class ParallelRolloutCollector:
     num_workers:
         Async and Ray backends: worker processes / actors, each owning a
         contiguous slice of the envs (default ``min(cpu_count, num_envs)``).
+    policy_placement:
+        Where the policy runs. ``"main"`` (default for serial, sync and async): in
+        this process, batched over all envs, once per step. ``"workers"`` (async;
+        always so for ray): each worker process holds its own copy and runs whole
+        rollouts of its slice, one exchange per ``collect()``; the policy must be
+        picklable, and a policy with ``state_dict()`` / ``load_state_dict()`` has
+        its state sent through shared memory on every ``collect()`` (any other
+        policy is sent once, at construction). Pays for cheap envs with a cheap
+        CPU policy; keep a GPU policy in the main process.
+    pipelined:
+        Async backend with the policy in the main process: split the envs into two
+        halves (by worker) and run the policy on one half while the workers step
+        the other. Pays when a policy call costs about as much as a step of the
+        envs and grows with the number of rows. Needs ``num_workers >= 2``.
     context:
         Async backend only: multiprocessing start method (default ``"spawn"``
         everywhere).
@@ -89,7 +103,7 @@ class ParallelRolloutCollector:
         is ``horizon * step_timeout`` per rollout.
     ray_options:
         Ray backend only: ``{"address", "num_cpus", "num_gpus", "max_restarts"}``
-        (see :class:`~parallel_rollouts.backends.distributed.RayOptions`). The
+        (see :class:`~parallel_rollouts.runners.ray.RayOptions`). The
         policy must be picklable; it runs inside each actor.
 
     Raises
@@ -116,10 +130,12 @@ class ParallelRolloutCollector:
         context: str | None = None,
         step_timeout: float | None = None,
         ray_options: dict | None = None,
+        policy_placement: str | None = None,
+        pipelined: bool = False,
     ) -> None:
         # First, so that __del__ can close whatever a failing constructor already made.
         self._owner_pid = os.getpid()
-        self._backend: Backend | None = None
+        self._backend: RolloutRunner | None = None
         self._closed = False
         self._broken: BaseException | None = None
         env_fns = _check_env_fns(env_fns, backend)
@@ -148,21 +164,29 @@ class ParallelRolloutCollector:
             isinstance(step_timeout, bool) or not isinstance(step_timeout, (int, float)) or not step_timeout > 0
         ):
             raise ConfigurationError(f"`step_timeout` must be a positive number of seconds or None; got {step_timeout!r}.")
+        policy_placement = check_placement(backend, policy_placement, pipelined)
         self._seed = draw_root_seed() if seed is None else validate_seed(seed)
         self._core_name, core_module = load_core(core)
         self._backend_name = backend
         self._horizon = horizon
         self._reuse_buffers = bool(reuse_buffers)
-        spec = BackendSpec(
+        spec = RolloutSpec(
             env_fns, self._seed, horizon, tuple(info_keys), self._core_name, core_module,
             observation_check=check_observation_check(observation_check),
         )
         self._spec = spec
-        self._backend = _make_backend(backend, spec, policy, num_workers, context, step_timeout, ray_options)
-        self._loop = RolloutLoop(
-            spec.observation_layout,
-            PolicyOutputWriter(spec.action_layout, spec.num_envs, core_module),
-            policy if policy is not None else RandomActionSampler(spec.action_layout, self._seed, range(spec.num_envs)),
+        # The runner: named `_backend` because it is what `backend=` chose.
+        self._backend = build_runner(
+            backend,
+            spec,
+            policy,
+            reuse_buffers=self._reuse_buffers,
+            policy_placement=policy_placement,
+            pipelined=pipelined,
+            num_workers=num_workers,
+            context=context,
+            step_timeout=step_timeout,
+            ray_options=ray_options,
         )
 
     # -- public properties -----------------------------------------------------------------
@@ -217,7 +241,7 @@ class ParallelRolloutCollector:
         """
         self._check_usable()
         try:
-            result = self._backend.collect(self._loop, self._reuse_buffers)
+            result = self._backend.collect()
         except BaseException:
             self._broken = self._backend.broken
             raise
@@ -320,22 +344,3 @@ class _GivenVectorEnv:
 
     def __call__(self) -> Any:
         return self.vector_env
-
-
-def _make_backend(name: str, spec: BackendSpec, policy, num_workers, context, step_timeout, ray_options) -> Backend:
-    if name == "serial":
-        from .backends.serial import SerialBackend
-
-        return SerialBackend.build(spec)
-    if name == "sync":
-        from .backends.sync import SyncBackend
-
-        return SyncBackend.build(spec)
-    if name == "async":
-        from .backends.asynchronous import AsyncBackend
-
-        return AsyncBackend.build(spec, num_workers=num_workers, context=context, step_timeout=step_timeout)
-    from .backends.distributed import RayBackend, RayOptions
-
-    return RayBackend(spec, policy, num_workers, RayOptions.parse(ray_options), step_timeout)
-

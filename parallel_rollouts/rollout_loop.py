@@ -45,18 +45,22 @@ class RolloutLoop:
     ) -> None:
         """Run the rollout; ``policy_observations(storage, t)`` gives the policy's rows.
 
-        By default the policy gets views of ``storage`` row ``t``; a backend whose
+        By default the policy gets views of ``storage`` row ``t``; a runner whose
         storage is not the caller's batch supplies rows that are.
         """
-        unflatten = self._observation_layout.unflatten
-        write = self.output_writer.write
-        policy = self.policy
         rows_of = policy_observations or _storage_rows
+        act = self.act
         self.output_writer.reset_rollout()
         self.steps_done = 0
         for t in range(storage.horizon):
-            # The policy sees read-only arrays: it cannot corrupt the batch.
-            observations = unflatten([_read_only(row) for row in rows_of(storage, t)])
-            write(t, policy(observations), storage)
+            act(t, storage, rows_of(storage, t))
             step(t)
             self.steps_done = t + 1
+
+    def act(self, t: int, storage: RolloutStorage, rows: list[np.ndarray] | None = None) -> None:
+        """Call the policy on ``rows`` (default: views of row ``t``); write its checked output into row ``t``."""
+        if rows is None:
+            rows = _storage_rows(storage, t)
+        # The policy sees read-only arrays: it cannot corrupt the batch.
+        observations = self._observation_layout.unflatten([_read_only(row) for row in rows])
+        self.output_writer.write(t, self.policy(observations), storage)

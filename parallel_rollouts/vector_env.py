@@ -6,7 +6,7 @@ For training loops that step a Gymnasium vector env themselves. With
 ``ParallelRolloutCollector(backend="async")`` uses); with ``backend="sync"``
 they run in this process. Either way each env is stepped exactly as
 ``gymnasium.vector.SyncVectorEnv`` steps it (see
-:mod:`~parallel_rollouts.backends.gymnasium_group`), so the two give the same
+:mod:`~parallel_rollouts.gymnasium_group`), so the two give the same
 observations, rewards, flags and infos for the same seeds and actions.
 """
 
@@ -23,12 +23,12 @@ from gymnasium import Env
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from .backends.base import BackendSpec
-from .backends.groups import close_made, make_all
-from .backends.gymnasium_group import GymnasiumGroup, build_gymnasium_group
+from .groups import close_made, make_all
+from .gymnasium_group import GymnasiumGroup, build_gymnasium_group
 from .core import load_core
 from .errors import CollectorClosedError, ConfigurationError
 from .spaces import SpaceLayout, check_env_spaces
+from .spec import RolloutSpec
 from .storage import RolloutStorage
 
 __all__ = ["ParallelVectorEnv"]
@@ -142,17 +142,17 @@ class ParallelVectorEnv(VectorEnv):
         self._group.begin(self._storage)
 
     def _start_async(self, env_fns, builder, core_name, core_module, num_workers, context, step_timeout) -> None:
-        from .backends import _worker
-        from .backends.asynchronous import AsyncBackend
+        from .processes import worker_main as protocol
+        from .processes.pool import WorkerPool
 
-        spec = BackendSpec(env_fns, 0, 1, (), core_name, core_module)
+        spec = RolloutSpec(env_fns, 0, 1, (), core_name, core_module)
         spec.group_builder = builder
-        self._backend = AsyncBackend.build(spec, num_workers=num_workers, context=context, step_timeout=step_timeout)
-        self._worker = _worker
+        self._backend = WorkerPool.start(spec, num_workers=num_workers, context=context, step_timeout=step_timeout)
+        self._worker = protocol
         self._observation_layout = spec.observation_layout
         self._action_layout = spec.action_layout
-        self._storage = self._backend.storage
-        self._request(_worker.BEGIN)
+        self._storage = self._backend.shared.storage
+        self._request(protocol.BEGIN)
 
     # -- talking to the envs ---------------------------------------------------------------
 
@@ -160,7 +160,7 @@ class ParallelVectorEnv(VectorEnv):
         """Run one request on every worker; the unpickled results in worker order (``None`` where empty)."""
         self._check_usable()
         try:
-            replies = self._backend.request(command, argument, payload)
+            replies = self._backend.request(command, argument, payload=payload)
         except BaseException as error:
             self._broken = error
             raise
@@ -291,7 +291,6 @@ class ParallelVectorEnv(VectorEnv):
         """Close every env and release the workers and shared memory."""
         if self._backend is not None:
             self._backend.close()
-            self._backend.broken = None
         elif self._group is not None:
             for index, error in self._group.close():
                 logger.warning("env %d raised while closing: %s", index, error)

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 from multiprocessing import resource_tracker
 
-from parallel_rollouts.backends.shared_memory import SEGMENT_PREFIX
+from parallel_rollouts.processes.shared_memory import SEGMENT_PREFIX
 
 SHM_DIR = Path("/dev/shm")
 REPO_ROOT = Path(__file__).resolve().parent.parent

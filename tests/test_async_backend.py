@@ -207,7 +207,7 @@ def test_a_fork_context_worker_still_exits_when_the_main_process_is_killed():
             collector = ParallelRolloutCollector([partial(CountingEnv, env_id=i) for i in range(2)], None, "async",
                                                  horizon=4, seed=0, num_workers=2, context="fork")
             collector.collect()
-            print(*[w.process.pid for w in collector._backend._workers], flush=True)
+            print(*[w.process.pid for w in collector._backend.stepper.pool.workers], flush=True)
             time.sleep(600)
     """
     process = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)

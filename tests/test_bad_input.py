@@ -124,7 +124,7 @@ def test_bad_actions_are_rejected_before_any_env_steps(backend, actions, match, 
         counting_fns(2, episode_length=50), lambda obs: returned["actions"], backend, horizon=3, seed=0, core=core
     )
     with collector:
-        envs = collector._backend._envs
+        envs = collector._backend.stepper._envs
         with pytest.raises(ActionError, match=match):
             collector.collect()
         assert all(env._step == 0 for env in envs), "no env may be stepped with a rejected action"

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from benchmarks import core_microbench, run_rollout_benchmark, soak
-from benchmarks.contenders import COLLECTOR_CONTENDERS, PEER_CONTENDERS
+from benchmarks import core_microbench, report, run_rollout_benchmark, soak
+from benchmarks.contenders import COLLECTOR_CONTENDERS, PEER_CONTENDERS, unavailable_reason
 from benchmarks.workloads import WORKLOADS
 
 THROUGHPUT_KEYS = {"median", "min", "max", "best", "spread", "samples"}
@@ -63,33 +63,41 @@ def test_single_backend_run_writes_positive_throughput(backend, tmp_path):
 
 def test_compare_mode_reports_every_contender_against_the_reference(tmp_path):
     out = tmp_path / "results"
+    everything = ",".join(tuple(COLLECTOR_CONTENDERS) + PEER_CONTENDERS)
     exit_code = run_rollout_benchmark.main(
-        ["--compare", "--quick", "--envs", "cartpole", "--num-envs-list", "2", "--out", str(out), "--plot"]
+        ["--compare", "--quick", "--envs", "cartpole", "--num-envs-list", "2", "--contenders", everything,
+         "--out", str(out), "--plot"]
     )
     assert exit_code == 0
     result = _load(out / "comparison.json")
     assert {"machine", "settings", "groups"} <= result.keys()
     (group,) = result["groups"]
     assert (group["env"], group["num_envs"]) == ("cartpole", 2)
-    assert set(group["contenders"]) == set(COLLECTOR_CONTENDERS + PEER_CONTENDERS)
+    workload = WORKLOADS["cartpole"]
+    # An optional contender is skipped only when it cannot run here, and then says why.
+    expected_skips = {name for name in PEER_CONTENDERS if unavailable_reason(name, workload) is not None}
+    assert set(group["skipped"]) == expected_skips
+    assert set(group["contenders"]) == set(COLLECTOR_CONTENDERS).union(PEER_CONTENDERS) - expected_skips
     for entry in group["contenders"].values():
         assert THROUGHPUT_KEYS <= entry["transitions_per_s"].keys()
         assert entry["transitions_per_s"]["min"] > 0
         assert entry["useful_transitions_per_s"]["min"] > 0
         assert entry["ratio_vs_reference"]["median"] > 0
         assert len(entry["ratio_vs_reference"]["per_round"]) == group["rounds"]
-    for core in ("compiled", "python"):
-        assert group["contenders"][f"async/{core}"]["ratio_vs_sync"]["median"] > 0
-    assert group["contenders"]["raw-loop"]["useful_fraction"] == 1.0
-    assert 0 < group["contenders"]["gym-sync-loop"]["useful_fraction"] <= 1.0
+        assert entry["processes"] >= 1
+    for mode in ("async/reuse", "async/pipelined", "async/workers"):
+        assert group["contenders"][mode]["ratio_vs_async"]["median"] > 0
+    assert group["contenders"]["bare-loop"]["useful_fraction"] == 1.0
+    assert 0 < group["contenders"]["gym-sync"]["useful_fraction"] <= 1.0
+    assert group["contenders"]["gym-async"]["processes"] == 3
     assert "| contender |" in (out / "comparison.md").read_text(encoding="utf-8")
     assert (out / "comparison.png").stat().st_size > 0
 
 
-@pytest.mark.parametrize("name", ["half_ms", "image", "dict_obs", "vr_edge_cheap"])
+@pytest.mark.parametrize("name", ["half_ms", "image", "dict_obs", "vr_edge_cheap", "costly_policy"])
 def test_compare_mode_runs_each_workload_through_the_in_process_contenders(name, tmp_path):
     path = tmp_path / "compare.json"
-    contenders = "sync/compiled,sync/python,gym-sync-loop,raw-loop"
+    contenders = "sync,sync/python,gym-sync,bare-loop"
     run_rollout_benchmark.main(
         ["--compare", "--quick", "--envs", name, "--contenders", contenders, "--horizon", "4",
          "--out", str(tmp_path), "--json", str(path)]
@@ -104,10 +112,12 @@ def test_core_microbench_times_both_cores_for_every_case(tmp_path):
     assert core_microbench.main(["--quick", "--repeats", "2", "--json", str(path)]) == 0
     report = _load(path)
     assert {"machine", "settings", "cases"} <= report.keys()
-    cases = {(case["dtype"], tuple(case["shape"])) for case in report["cases"]}
-    assert cases == {(dtype, core_microbench.SMALL_SHAPE) for dtype in core_microbench.DTYPES} | {
-        (dtype, core_microbench.LARGE_SHAPE) for dtype in core_microbench.LARGE_DTYPES
-    }
+    cases = {(case["dtype"], tuple(case["shape"]), case["source"]) for case in report["cases"]}
+    assert cases == (
+        {(dtype, core_microbench.SMALL_SHAPE, "exact") for dtype in core_microbench.DTYPES}
+        | {(dtype, core_microbench.LARGE_SHAPE, "exact") for dtype in core_microbench.LARGE_DTYPES}
+        | set(core_microbench.SLOW_PATH_CASES)
+    )
     for case in report["cases"]:
         assert case["compiled_us_per_step"] > 0
         assert case["python_us_per_step"] > 0
@@ -131,9 +141,29 @@ def test_soak_samples_the_process_tree_and_keeps_descriptors_flat(tmp_path):
 def test_compare_mode_by_default_writes_to_the_working_directory_and_says_where(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     run_rollout_benchmark.main(
-        ["--compare", "--quick", "--envs", "cartpole", "--contenders", "sync/compiled,gym-sync-loop", "--horizon", "4"]
+        ["--compare", "--quick", "--envs", "cartpole", "--contenders", "sync,gym-sync", "--horizon", "4"]
     )
     out = tmp_path / "benchmark-results"
     assert sorted(path.name for path in out.iterdir()) == ["comparison.json", "comparison.md"]
     printed = capsys.readouterr().out
     assert f"wrote {out / 'comparison.json'}, {out / 'comparison.md'}" in printed
+
+
+def test_targets_are_per_round_ratios_judged_against_their_threshold():
+    def group(env, rates):
+        return {"env": env, "num_envs": 16, "contenders": {
+            name: {"transitions_per_s": {"samples": samples}} for name, samples in rates.items()}}
+
+    result = {"groups": [
+        group("cartpole", {"sync": [90.0, 100.0, 50.0], "bare-loop": [100.0, 100.0, 100.0], "async/workers": [200.0, 100.0, 160.0]}),
+        group("costly_policy", {"async": [10.0, 10.0, 10.0], "async/pipelined": [15.0, 13.0, 14.0]}),
+    ]}
+    rows = {row["label"]: row for row in report.target_rows(result)}
+    sync_row = rows["sync with default settings vs a bare loop, CartPole"]
+    assert (sync_row["median"], sync_row["min"], sync_row["max"], sync_row["met"]) == (0.9, 0.5, 1.0, False)
+    workers_row = rows["rollout workers (2) vs a bare loop, CartPole"]
+    assert (workers_row["median"], workers_row["met"]) == (1.6, True)
+    assert rows["pipelined vs default async, policy costing one env step per row"]["met"] is True
+    # Workloads that were not run report no target.
+    assert not any("frames" in label or "0.5 ms" in label for label in rows)
+    assert "| rollout workers (2) vs a bare loop, CartPole" in "\n".join(report.targets_markdown(result))

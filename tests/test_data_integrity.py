@@ -342,7 +342,7 @@ class LoggingEnv(CountingEnv):
         return result
 
 
-_WATCHED = ("rollout_loop.py", "base.py", "stepping.py", "batch_memory.py", "collector.py")
+_WATCHED = ("rollout_loop.py", "local.py", "in_process.py", "env_group.py", "groups.py", "batch_memory.py", "collector.py")
 
 
 def _interrupt_at_line(number):

@@ -115,7 +115,7 @@ def test_a_worker_dying_hard_is_named_with_its_envs_and_exit_status(how, descrip
 def test_a_worker_killed_between_collects_is_reported_on_the_next_one(no_leaks):
     collector = make("async", [partial(CountingEnv, env_id=i) for i in range(2)])
     collector.collect()
-    victim = collector._backend._workers[0].process
+    victim = collector._backend.stepper.pool.workers[0].process
     os.kill(victim.pid, signal.SIGKILL)
     victim.join(5)
     with pytest.raises(WorkerDiedError, match=r"worker 0 \(pid \d+, env 0\) was killed by signal SIGKILL"):
@@ -186,8 +186,8 @@ def test_ctrl_c_gives_one_traceback_and_leaves_nothing_behind():
         if __name__ == "__main__":
             fns = [partial(CountingEnv, env_id=i) for i in range(4)]
             with ParallelRolloutCollector(fns, slow_policy, "async", horizon=100000, seed=0, num_workers=2) as collector:
-                print("segment", collector._backend._pool.shared.name, flush=True)
-                print("pids", *[w.process.pid for w in collector._backend._workers], flush=True)
+                print("segment", collector._backend.stepper.pool.shared.name, flush=True)
+                print("pids", *[w.process.pid for w in collector._backend.stepper.pool.workers], flush=True)
                 collector.collect()
     """
     import subprocess
@@ -235,7 +235,7 @@ def test_workers_exit_and_memory_is_released_when_the_main_process_is_killed():
         if __name__ == "__main__":
             collector = ParallelRolloutCollector([partial(CountingEnv, env_id=i) for i in range(4)], None, "async", horizon=8, seed=0, num_workers=2)
             collector.collect()
-            print(collector._backend._pool.shared.name, *[w.process.pid for w in collector._backend._workers], flush=True)
+            print(collector._backend.stepper.pool.shared.name, *[w.process.pid for w in collector._backend.stepper.pool.workers], flush=True)
             time.sleep(600)
     """
     process = subprocess.Popen(
@@ -287,7 +287,7 @@ def test_a_collector_open_at_interpreter_exit_neither_hangs_nor_leaks():
         if __name__ == "__main__":
             collector = ParallelRolloutCollector([partial(CountingEnv, env_id=i) for i in range(4)], None, "async", horizon=8, seed=0, num_workers=2)
             collector.collect()
-            print(os.getpid(), *[worker.process.pid for worker in collector._backend._workers], flush=True)
+            print(os.getpid(), *[worker.process.pid for worker in collector._backend.stepper.pool.workers], flush=True)
     """
     # A hang is caught by the timeout: generous, since a loaded machine starts slowly.
     result = run_script(script, timeout=120)

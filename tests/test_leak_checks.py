@@ -32,7 +32,7 @@ HOLDER = """
         with ParallelRolloutCollector([partial(CountingEnv, env_id=i) for i in range(2)], None, "async", horizon=4, seed=0, num_workers=2) as collector:
             collector.collect()
             with open(out + ".tmp", "w") as file:
-                file.write(collector._backend._pool.shared.name)
+                file.write(collector._backend.stepper.pool.shared.name)
             os.replace(out + ".tmp", out)
             deadline = time.monotonic() + 120
             while not os.path.exists(stop) and time.monotonic() < deadline:

@@ -358,7 +358,7 @@ def test_without_ray_installed_the_error_says_what_to_install(monkeypatch):
 
 
 def test_actors_the_cluster_cannot_place_are_an_error_not_a_hang(monkeypatch):
-    from parallel_rollouts.backends import distributed
+    from parallel_rollouts.runners import ray as distributed
 
     monkeypatch.setattr(distributed, "START_TIMEOUT", 3.0)
     with pytest.raises(ConfigurationError, match=r"2 of 2 Ray actors did not start within 3 s. Each asks for num_cpus=8"):

@@ -72,8 +72,8 @@ def expected_backend_rows(results: dict) -> dict[str, str]:
     rows = {}
     for label, workload in TABLE_WORKLOADS.items():
         group = groups[(workload, TABLE_NUM_ENVS)]
-        sync = group["contenders"]["sync/compiled"]
-        asynchronous = group["contenders"]["async/compiled"]
+        sync = group["contenders"]["sync"]
+        asynchronous = group["contenders"]["async"]
         rows[label] = (
             f"| {label} | {group['env_step_cpu_us']:,.0f} µs | {sync['transitions_per_s']['median']:,.0f} | "
             f"{asynchronous['transitions_per_s']['median']:,.0f} | {asynchronous['ratio_vs_sync']['median']:.2f}x |"

@@ -2,11 +2,13 @@
 
 A per-step round trip through a cluster costs far more than an env step, so an
 actor runs a whole rollout: it owns a contiguous slice of the envs, holds a
-copy of the policy, and runs the same :class:`~parallel_rollouts.rollout_loop.RolloutLoop`
-over an :class:`~parallel_rollouts.backends.stepping.EnvGroup` that the
-``sync`` backend runs. The whole policy travels at start-up; each
+copy of the policy, and runs the same
+:class:`~parallel_rollouts.runners.slice_rollout.SliceRollout` as the async
+backend's rollout workers (the ``RolloutLoop`` over an
+:class:`~parallel_rollouts.env_group.EnvGroup` that the ``sync`` backend runs).
+The whole policy travels at start-up; each
 ``collect()`` then brings every actor's copy up to date with the driver's
-(:mod:`~parallel_rollouts.backends.policy_shipping`: the weights, plus the whole
+(:mod:`~parallel_rollouts.runners.policy_shipping`: the weights, plus the whole
 policy whenever anything else about it changed), gathers the slices and
 assembles them along the env axis.
 
@@ -34,18 +36,19 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
+from ..batch_memory import BatchMemory
 from ..core import load_core
-from ..errors import ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError, WorkerError
-from ..policy import PolicyOutputWriter, RandomActionSampler
-from ..rollout_loop import RolloutLoop
+from ..env_group import EnvGroup, describe_failure, make_env
+from ..errors import ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError
+from ..processes.slicing import pickle_env_fns, resolve_num_workers, split_envs
 from ..spaces import SpaceLayout, check_env_spaces
+from ..spec import RolloutSpec
 from ..storage import CompletedEpisodes, RolloutStorage
-from .base import Backend, BackendSpec, RolloutResult
+from .base import RolloutResult, RolloutRunner
 from .policy_shipping import PolicyReplica, PolicyShipper, PolicySnapshot
-from .slicing import pickle_env_fns, resolve_num_workers, split_envs
-from .stepping import EnvGroup, describe_failure, make_env
+from .slice_rollout import PolicyFailed, SliceRollout
 
-__all__ = ["RayBackend", "RayOptions"]
+__all__ = ["RayOptions", "RayRunner"]
 
 logger = logging.getLogger("parallel_rollouts")
 
@@ -109,7 +112,7 @@ class SliceActor:
         self._first_episode_numbers = first_episode_numbers
         self._envs = [make_env(cloudpickle.loads(p), env_offset + i) for i, p in enumerate(pickled_env_fns)]
         self._group: EnvGroup | None = None
-        self._loop: RolloutLoop | None = None
+        self._rollout: SliceRollout | None = None
 
     def spaces(self) -> list[tuple[Any, Any]]:
         return [(env.observation_space, env.action_space) for env in self._envs]
@@ -118,7 +121,6 @@ class SliceActor:
         _, core = load_core(self._core_name)
         self._observation_layout = SpaceLayout(observation_space, "observation")
         self._action_layout = SpaceLayout(action_space, "action")
-        n = len(self._envs)
         self._group = EnvGroup(
             self._envs,
             self._env_offset,
@@ -131,27 +133,32 @@ class SliceActor:
             observation_check=self._observation_check,
         )
         self._group.reset_all()
-        if policy is None:
-            self._replica = None
-            runner = RandomActionSampler(self._action_layout, self._root_seed, range(self._env_offset, self._env_offset + n))
-        else:
-            self._replica = PolicyReplica(policy)
-            runner = self._replica.policy
-        self._loop = RolloutLoop(self._observation_layout, PolicyOutputWriter(self._action_layout, n, core), runner)
+        # No policy: SliceRollout samples random actions per env.
+        self._replica = None if policy is None else PolicyReplica(policy)
+        self._rollout = SliceRollout(
+            self._group,
+            self._env_offset,
+            len(self._envs),
+            self._observation_layout,
+            self._action_layout,
+            core,
+            None if self._replica is None else self._replica.policy,
+            self._root_seed,
+        )
 
     def collect(self, policy: PolicySnapshot | None):
         if policy is not None:
             self._replica.apply(policy)
-            self._loop.policy = self._replica.policy
+            self._rollout.loop.policy = self._replica.policy
         storage = RolloutStorage.allocate(
             self._observation_layout, self._action_layout, self._horizon, len(self._envs), self._info_keys
         )
-        group = self._group
-        group.begin(storage)
-        self._loop.run(storage, group.step)
-        episodes = group.finish()
-        writer = self._loop.output_writer
-        return storage, episodes, bool(writer.has_values), bool(writer.has_log_probs), group.episodes_started
+        try:
+            result = self._rollout.run(storage)
+        except PolicyFailed as failed:
+            # Reported as the policy raised it; the runner breaks on any actor failure.
+            raise failed.error from None
+        return storage, result.episodes, result.has_values, result.has_log_probs, self._group.episodes_started
 
     def pid(self) -> int:
         return os.getpid()
@@ -200,9 +207,15 @@ class _LocalRay:
             ray.shutdown()
 
 
-class RayBackend(Backend):
+class RayRunner(RolloutRunner):
     def __init__(
-        self, spec: BackendSpec, policy: Any, num_workers: int | None, options: RayOptions, step_timeout: float | None = None
+        self,
+        spec: RolloutSpec,
+        policy: Any,
+        num_workers: int | None,
+        options: RayOptions,
+        step_timeout: float | None = None,
+        reuse_buffers: bool = False,
     ) -> None:
         self._ray = ray = _import_ray()
         self._spec = spec
@@ -212,6 +225,8 @@ class RayBackend(Backend):
         self._uses_local_ray = False
         self._actors: list = []
         self._restarts_left = options.max_restarts
+        # The actors' slices come back as new arrays and are copied into the batch's columns.
+        self._memory = BatchMemory(spec.allocate_storage, reuse_buffers)
         self.broken = None
         self._shipper = None if policy is None else PolicyShipper(policy, "backend='ray' ships the policy to every actor")
         # Checked here, before any actor starts, so that an unpicklable policy fails fast.
@@ -334,8 +349,7 @@ class RayBackend(Backend):
             raise self._died_error(dead, "")
         return results
 
-    def collect(self, loop: RolloutLoop, reuse_storage: bool) -> RolloutResult:
-        # The driver's `loop` is not used: each actor runs its own copy of it.
+    def collect(self) -> RolloutResult:
         # Serialised once (an unserialisable policy raises here, before anything ran).
         policy = None if self._shipper is None else self._ray.put(self._shipper.snapshot())
         timeout = None if self._step_timeout is None else self._spec.horizon * self._step_timeout
@@ -377,12 +391,14 @@ class RayBackend(Backend):
             self._episodes_started[start:stop] += 1
 
     def _assemble(self, parts: list) -> RolloutResult:
-        storage = self._spec.allocate_storage(allocator=np.zeros)
+        memory = self._memory
+        storage = memory.begin()
         episodes, lost = [], []
         has_values = has_log_probs = False
         for (start, stop), part in zip(self._slices, parts):
             if part is None:
                 lost.extend(range(start, stop))
+                memory.lose_columns(start, stop)
                 continue
             slice_storage, slice_episodes, values, log_probs, episodes_started = part
             slice_storage.copy_to(storage.columns(start, stop))
@@ -390,7 +406,7 @@ class RayBackend(Backend):
             has_values, has_log_probs = has_values or values, has_log_probs or log_probs
             self._episodes_started[start:stop] = episodes_started
         merged = CompletedEpisodes.merge(episodes) if episodes else CompletedEpisodes.empty_buffers(0)
-        return RolloutResult(storage, merged, has_values, has_log_probs, np.asarray(lost, dtype=np.int64))
+        return RolloutResult(memory.finish(), merged, has_values, has_log_probs, np.asarray(lost, dtype=np.int64))
 
     def close(self) -> None:
         """Kill the actors this collector created; leave a cluster it joined running."""

@@ -26,10 +26,10 @@ import numpy as np
 from gymnasium import Env
 from gymnasium.vector import AutoresetMode
 
-from ..errors import ObservationError, SpaceError, WorkerError
-from ..spaces import SpaceLayout
-from ..storage import RolloutStorage
-from .stepping import describe_failure
+from .errors import ObservationError, SpaceError, WorkerError
+from .spaces import SpaceLayout
+from .storage import RolloutStorage
+from .env_group import describe_failure
 
 __all__ = ["GymnasiumGroup", "build_gymnasium_group"]
 

@@ -1,4 +1,7 @@
-"""The async backend's worker process: one EnvGroup on a view of shared memory.
+"""The async backend's worker program: one EnvGroup on a view of shared memory.
+
+A worker steps its envs one row at a time on request (the per-step stepper), or, as a
+rollout worker, runs whole rollouts of its slice with its own copy of the policy.
 
 Protocol, over one duplex ``multiprocessing`` connection per worker (portable:
 the same code runs on Windows). Every request gets exactly one reply, so the
@@ -10,7 +13,9 @@ Start-up (pickled messages):
    or ``("error", exception)``;
 2. the main process checks every env's spaces, creates the shared segment and
    sends ``("attach", AttachOrder)``; the worker attaches, builds its group,
-   resets its envs and replies ``("ready", None)`` or ``("error", exception)``.
+   resets its envs (and, as a rollout worker, unpickles its copy of the policy and
+   maps the segment of the policy's state) and replies ``("ready", None)`` or
+   ``("error", exception)``.
 
 Rollouts (the per-step fast path: 9-byte requests, 1-byte replies, no pickling):
 
@@ -19,11 +24,15 @@ Rollouts (the per-step fast path: 9-byte requests, 1-byte replies, no pickling):
     b"s" t   step t                   (reads actions[t], writes rows t and t + 1)
     b"f" 0   finish                   -> reply b"f" + pickled CompletedEpisodes
     b"a" t   abandon after t steps
+    b"r" v   rollout workers: load the policy state version v if not loaded yet, run
+             a whole rollout with the worker's policy
+                              -> reply b"f" + pickled SliceResult, or
+                                 b"p" + pickled (exception, steps done) if the policy failed
     b"c" 0   close the envs and exit
     b"x" 0   + pickled request: ``group.handle(request)`` -> reply b"f" + pickled result
              (the VectorEnv adapter's reset, call and set_attr; never on the per-step path)
 
-    reply    = b"k" (done) | b"f" + payload | b"e" + pickled exception
+    reply    = b"k" (done) | b"f" + payload | b"p" + payload | b"e" + pickled exception
 
 A step replies ``b"f"`` + pickled result instead of ``b"k"`` when the group's
 ``step`` returns something (the VectorEnv adapter's infos); rollout groups return
@@ -40,25 +49,38 @@ import multiprocessing
 import pickle
 import signal
 import struct
+import sys
+import traceback
 from dataclasses import dataclass
 
 import cloudpickle
 from multiprocessing.connection import wait
 
 from ..core import load_core
+from ..env_group import EnvGroup, describe_failure
 from ..errors import ObservationError, WorkerError
+from ..groups import GroupChain, build_groups, close_made, make_all, spaces_per_env
+from ..runners.slice_rollout import PolicyFailed, SliceRollout
 from ..spaces import SpaceLayout
 from ..storage import RolloutStorage
+from .policy_state import StateLayout, StateReader
 from .shared_memory import SharedStorage
-from .groups import GroupChain, build_groups, close_made, make_all, spaces_per_env
-from .stepping import EnvGroup, describe_failure
 from .waiting import SpinThenBlock, spin_budget_seconds
 
-__all__ = ["AttachOrder", "REQUEST", "worker_main"]
+__all__ = ["AttachOrder", "REQUEST", "ShippedPolicy", "worker_main"]
 
 REQUEST = struct.Struct("<cq")
-BEGIN, STEP, FINISH, ABANDON, CLOSE, HANDLE = b"b", b"s", b"f", b"a", b"c", b"x"
-DONE, FINISHED, FAILED = b"k", b"f", b"e"
+BEGIN, STEP, FINISH, ABANDON, ROLLOUT, CLOSE, HANDLE = b"b", b"s", b"f", b"a", b"r", b"c", b"x"
+DONE, FINISHED, POLICY_FAILED, FAILED = b"k", b"f", b"p", b"e"
+
+
+@dataclass(frozen=True)
+class ShippedPolicy:
+    """What makes a worker a rollout worker: its copy of the policy (``None``: random actions)."""
+
+    pickled_policy: bytes | None
+    #: Hand the policy copies of its rows (the shared rows are rewritten by the next collect).
+    private_policy_rows: bool = True
 
 
 @dataclass(frozen=True)
@@ -79,6 +101,8 @@ class AttachOrder:
     #: ``builder(envs, env_offset, observation_layout, action_layout, core)`` -> the group to
     #: host instead of the rollout groups (the VectorEnv adapter's); picklable.
     group_builder: object = None
+    policy: ShippedPolicy | None = None
+    policy_state: StateLayout | None = None
 
 
 def _picklable(error: BaseException, env_offset: int) -> BaseException:
@@ -98,6 +122,7 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     group = None
     shared: SharedStorage | None = None
+    state_reader: StateReader | None = None
     envs = []
     try:
         try:
@@ -128,11 +153,25 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
             columns = shared.storage.columns(env_offset, env_offset + groups[-1][1])
             group = groups[0][2] if len(groups) == 1 else GroupChain(groups)
             group.reset_all()
+            rollout = None
+            if order.policy is not None:
+                policy = order.policy.pickled_policy
+                policy = None if policy is None else cloudpickle.loads(policy)
+                if "torch" in sys.modules:
+                    # Each worker is one of as many processes as cores: one thread each,
+                    # not a full-machine thread pool per worker.
+                    sys.modules["torch"].set_num_threads(1)
+                rollout = SliceRollout(
+                    group, env_offset, groups[-1][1], observation_layout, action_layout, core, policy, order.root_seed,
+                    private_policy_rows=order.policy.private_policy_rows,
+                )
+                if order.policy_state is not None:
+                    state_reader = StateReader(order.policy_state)
         except Exception as error:
             connection.send(("error", _picklable(error, env_offset)))
             return
         connection.send(("ready", None))
-        _serve(connection, group, columns, env_offset)
+        _serve(connection, group, columns, env_offset, rollout, state_reader)
     except (EOFError, OSError):
         pass  # the main process is gone: nothing left to report to
     finally:
@@ -140,6 +179,8 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
             close_made(envs)
         if shared is not None:
             shared.release()
+        if state_reader is not None:
+            state_reader.release()
 
 
 def _receiver(connection):
@@ -162,7 +203,7 @@ def _receiver(connection):
     return receive
 
 
-def _serve(connection, group: EnvGroup | GroupChain, columns, env_offset: int) -> None:
+def _serve(connection, group: EnvGroup | GroupChain, columns, env_offset: int, rollout, state_reader) -> None:
     receive, send = _receiver(connection), connection.send_bytes
     while True:
         message = receive()
@@ -171,6 +212,8 @@ def _serve(connection, group: EnvGroup | GroupChain, columns, env_offset: int) -
             if command == STEP:
                 result = group.step(argument)
                 send(DONE if result is None else FINISHED + pickle.dumps(result))
+            elif command == ROLLOUT:
+                send(_run_rollout(rollout, state_reader, argument, columns, env_offset))
             elif command == BEGIN:
                 group.begin(columns)
                 send(DONE)
@@ -192,6 +235,38 @@ def _serve(connection, group: EnvGroup | GroupChain, columns, env_offset: int) -
         except Exception as error:
             # A failure outside any env (a bug, or storage gone): report it with its traceback.
             _reply_error(connection, WorkerError.from_failures([describe_failure(env_offset, "worker", error)]), env_offset)
+
+
+def _run_rollout(rollout: SliceRollout, state_reader: StateReader | None, version: int, columns, env_offset: int) -> bytes:
+    """One whole rollout of this worker's slice; the reply to send."""
+    try:
+        if state_reader is not None:
+            try:
+                state_reader.load_into(rollout.policy, version)
+            except Exception as error:
+                raise PolicyFailed(_state_error(error), 0) from error
+        result = rollout.run(columns)
+    except PolicyFailed as failed:
+        return POLICY_FAILED + pickle.dumps((_picklable_policy_error(failed.error, env_offset), failed.steps_done))
+    return FINISHED + pickle.dumps(result)
+
+
+def _state_error(error: BaseException) -> BaseException:
+    return RuntimeError(
+        f"the policy's load_state_dict() raised {type(error).__name__}: {error} while loading the "
+        "state sent for this collect; the rollout was not run."
+    )
+
+
+def _picklable_policy_error(error: BaseException, env_offset: int) -> BaseException:
+    """The policy's own exception (with its remote traceback as a note) if it pickles, else a description."""
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    try:
+        error.add_note(f"Raised in the rollout worker hosting envs from {env_offset}:\n{text}")
+        pickle.loads(pickle.dumps(error))
+        return error
+    except Exception:
+        return RuntimeError(f"the policy raised {type(error).__name__}: {error}\n{text}")
 
 
 def _close_error(errors) -> WorkerError:

@@ -17,10 +17,10 @@ from typing import Any
 
 from gymnasium import Env, Space
 
-from ..errors import SpaceError, WorkerError
-from ..spaces import SpaceLayout
-from ..storage import CompletedEpisodes, RolloutStorage
-from .stepping import EnvGroup, describe_failure
+from .errors import SpaceError, WorkerError
+from .spaces import SpaceLayout
+from .storage import CompletedEpisodes, RolloutStorage
+from .env_group import EnvGroup, describe_failure
 from .vector_source import VectorEnvGroup, check_vector_env, is_vector_env
 
 __all__ = ["GroupChain", "build_groups", "close_made", "make_all", "spaces_per_env"]

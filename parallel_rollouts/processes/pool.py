@@ -1,17 +1,14 @@
-"""The async backend: envs in spawned worker processes, writing into shared memory.
+"""The pool of worker processes behind ``backend="async"``.
 
 Each worker owns a contiguous slice of the envs and runs the same
-:class:`~parallel_rollouts.backends.stepping.EnvGroup` as the in-process
-backends, on a view of a shared-memory copy of the rollout storage. The
-policy runs batched in the main process, which writes actions into the shared
-``actions`` rows; a step is one 9-byte request and one 1-byte reply per worker
-(see ``_worker`` for the protocol). The batch is copied out of shared memory
-once, at the end of ``collect()``.
+:class:`~parallel_rollouts.env_group.EnvGroup` as the in-process backends, on a view
+of a shared-memory copy of the rollout storage; with rollout workers it also holds a
+copy of the policy (see ``worker_main`` for the protocol).
 
-Ownership: the main process owns the workers, their connections and the
-segment. :class:`_WorkerPool` holds them and frees them on every exit path:
-``close()``, a failure during start-up, garbage collection of the collector,
-and interpreter exit (through ``weakref.finalize``).
+Ownership: the main process owns the workers, their connections and the segments.
+:class:`WorkerPool` holds them and frees them on every exit path: ``close()``, a
+failure during start-up, garbage collection of the collector, and interpreter exit
+(through ``weakref.finalize``).
 """
 
 from __future__ import annotations
@@ -27,19 +24,16 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 
 
-import numpy as np
-
-from ..batch_memory import BatchMemory
 from ..errors import CollectorClosedError, ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError, WorkerError
 from ..spaces import check_env_spaces
-from ..storage import CompletedEpisodes, RolloutStorage
-from . import _worker
-from .base import BackendSpec, StepwiseBackend
+from ..spec import RolloutSpec
+from . import worker_main as protocol
+from .policy_state import PolicyState
 from .shared_memory import SharedStorage
 from .slicing import pickle_env_fns, resolve_num_workers, split_envs
 from .waiting import SpinThenBlock, spin_budget_seconds
 
-__all__ = ["AsyncBackend"]
+__all__ = ["WorkerPool"]
 
 logger = logging.getLogger("parallel_rollouts")
 
@@ -58,6 +52,8 @@ class _Worker:
     connection: Connection
     alive: bool = True
     waiter: SpinThenBlock | None = None
+    #: A request was sent and its reply not read yet (an interruption can leave it so).
+    awaiting_reply: bool = False
 
     def describe(self) -> str:
         envs = f"env {self.start}" if self.stop - self.start == 1 else f"envs {self.start}..{self.stop - 1}"
@@ -65,11 +61,12 @@ class _Worker:
 
 
 @dataclass
-class _WorkerPool:
-    """Everything the backend owns that must be freed; no reference back to the backend."""
+class _Resources:
+    """Everything the pool owns that must be freed; no reference back to the pool."""
 
     workers: list[_Worker] = field(default_factory=list)
     shared: SharedStorage | None = None
+    policy_state: PolicyState | None = None
     closed: bool = False
 
     def shutdown(self, graceful: bool = True) -> list[WorkerError]:
@@ -83,7 +80,7 @@ class _WorkerPool:
             for worker in self.workers:
                 if worker.alive:
                     try:
-                        worker.connection.send_bytes(_worker.REQUEST.pack(_worker.CLOSE, 0))
+                        worker.connection.send_bytes(protocol.REQUEST.pack(protocol.CLOSE, 0))
                     except OSError:
                         worker.alive = False
             for worker in self.workers:
@@ -93,7 +90,7 @@ class _WorkerPool:
                 try:
                     if worker.connection.poll(max(remaining, 0)):
                         reply = worker.connection.recv_bytes()
-                        if reply[:1] == _worker.FAILED:
+                        if reply[:1] == protocol.FAILED:
                             errors.append(pickle.loads(reply[1:]))
                 except (EOFError, OSError):
                     pass
@@ -114,10 +111,13 @@ class _WorkerPool:
         if self.shared is not None:
             self.shared.release()
             self.shared = None
+        if self.policy_state is not None:
+            self.policy_state.release()
+            self.policy_state = None
         return errors
 
 
-def _shutdown_in_owner(pool: _WorkerPool, owner_pid: int) -> None:
+def _shutdown_in_owner(pool: _Resources, owner_pid: int) -> None:
     if os.getpid() == owner_pid:
         pool.shutdown(graceful=True)
 
@@ -134,42 +134,51 @@ def _exit_description(process) -> str:
     return f"exited with code {code}"
 
 
-class AsyncBackend(StepwiseBackend):
-    def __init__(self, spec: BackendSpec, pool: _WorkerPool, step_timeout: float | None) -> None:
-        self._spec = spec
-        self._pool = pool
-        self._workers = pool.workers
-        self._step_timeout = step_timeout
-        self._reuse_storage = False
-        self._in_flight = False
-        self._memory = BatchMemory(spec.allocate_storage)
-        # Without reuse: the caller's batch, filled row by row as the policy reads
-        # (so the policy's inputs are the batch's own arrays) and completed at the end.
-        self._target: RolloutStorage | None = None
+class WorkerPool:
+    """Worker processes, each hosting a contiguous slice of the envs, and the shared storage.
+
+    ``exchange(command, argument, workers)`` sends one request to each of ``workers`` and
+    returns their replies in order; a dead worker raises :class:`WorkerDiedError`, a
+    worker silent past ``step_timeout`` raises :class:`StepTimeoutError`. Failure replies
+    are returned as they are, for the caller to interpret (see :meth:`raise_failures`).
+    """
+
+    def __init__(self, spec: RolloutSpec, resources: _Resources, step_timeout: float | None) -> None:
+        self.spec = spec
+        self._resources = resources
+        self.workers = resources.workers
+        self.step_timeout = step_timeout
         # Runs on garbage collection or at interpreter exit if close() was never called,
         # but only in the process that created the pool (not in a forked child).
-        self._finalizer = weakref.finalize(self, _shutdown_in_owner, pool, os.getpid())
+        self._finalizer = weakref.finalize(self, _shutdown_in_owner, resources, os.getpid())
 
     # -- construction ----------------------------------------------------------------------
 
     @classmethod
-    def build(
+    def start(
         cls,
-        spec: BackendSpec,
+        spec: RolloutSpec,
         num_workers: int | None = None,
         context: str | object | None = None,
         step_timeout: float | None = None,
-    ) -> AsyncBackend:
-        num_workers = resolve_num_workers(num_workers, spec.num_envs)
-        mp_context = _resolve_context(context)
-        pickled = pickle_env_fns(spec.env_fns, "a worker process")
+        policy: protocol.ShippedPolicy | None = None,
+        policy_state: PolicyState | None = None,
+    ) -> WorkerPool:
+        """Start the workers, check every env's spaces, create the segment, attach the workers.
 
-        pool = _WorkerPool()
+        With ``policy`` (rollout workers), each worker unpickles its own copy of the
+        policy; ``policy_state`` is the segment its state is written into each collect
+        (owned by the pool from here on).
+        """
+        resources = _Resources(policy_state=policy_state)
         try:
+            num_workers = resolve_num_workers(num_workers, spec.num_envs)
+            mp_context = _resolve_context(context)
+            pickled = pickle_env_fns(spec.env_fns, "a worker process")
             for index, (start, stop) in enumerate(split_envs(spec.num_envs, num_workers)):
                 parent_end, child_end = mp_context.Pipe(duplex=True)
                 process = mp_context.Process(
-                    target=_worker.worker_main,
+                    target=protocol.worker_main,
                     args=(child_end, start, pickled[start:stop]),
                     name=f"parallel-rollouts-worker-{index}",
                     daemon=True,
@@ -177,131 +186,71 @@ class AsyncBackend(StepwiseBackend):
                 process.start()
                 child_end.close()
                 waiter = SpinThenBlock(parent_end, spin_budget_seconds())
-                pool.workers.append(_Worker(index, start, stop, process, parent_end, waiter=waiter))
-            cls._start(spec, pool)
+                resources.workers.append(_Worker(index, start, stop, process, parent_end, waiter=waiter))
+            _attach(spec, resources, policy, policy_state)
         except BaseException:
-            pool.shutdown(graceful=False)
+            resources.shutdown(graceful=False)
             raise
-        return cls(spec, pool, step_timeout)
-
-    @staticmethod
-    def _start(spec: BackendSpec, pool: _WorkerPool) -> None:
-        replies = [_startup_reply(worker, "spaces") for worker in pool.workers]
-        _raise_startup_errors(replies)
-        # A worker's columns are known once its envs exist: a vector env spans its num_envs.
-        column = 0
-        for worker, reply in zip(pool.workers, replies):
-            worker.start, worker.stop = column, column + len(reply)
-            column = worker.stop
-        env_spaces = [pair for reply in replies for pair in reply]
-        observation_space, action_space = env_spaces[0]
-        for index, (observation, action) in enumerate(env_spaces):
-            check_env_spaces(index, observation, action, observation_space, action_space)
-        spec.adopt_spaces(observation_space, action_space, num_envs=len(env_spaces))
-        pool.shared = SharedStorage.create(spec.allocate_storage)
-        order = _worker.AttachOrder(
-            segment_name=pool.shared.name,
-            observation_space=observation_space,
-            action_space=action_space,
-            root_seed=spec.root_seed,
-            horizon=spec.horizon,
-            num_envs=spec.num_envs,
-            info_keys=spec.info_keys,
-            core_name=spec.core_name,
-            observation_check=spec.observation_check,
-            group_builder=spec.group_builder,
-        )
-        for worker in pool.workers:
-            worker.connection.send(("attach", replace(order, column_offset=worker.start)))
-        _raise_startup_errors([_startup_reply(worker, "ready") for worker in pool.workers])
-
-    # -- one rollout -----------------------------------------------------------------------
+        return cls(spec, resources, step_timeout)
 
     @property
-    def _storage(self) -> RolloutStorage:
-        return self._pool.shared.storage
+    def shared(self) -> SharedStorage:
+        return self._resources.shared
 
     @property
-    def storage(self) -> RolloutStorage:
-        """The shared-memory storage the workers write into (views; valid until close)."""
-        return self._pool.shared.storage
+    def policy_state(self) -> PolicyState | None:
+        return self._resources.policy_state
 
-    def start_rollout(self, reuse_storage: bool) -> RolloutStorage:
-        self._reuse_storage = reuse_storage
-        if reuse_storage:
-            self._memory.reused(self._storage)
-            self._target = None
-        else:
-            self._target = self._memory.fresh()
-        self._request_all(_worker.BEGIN, 0)
-        return self._storage
+    # -- requests --------------------------------------------------------------------------
 
-    def policy_observations(self, storage: RolloutStorage, t: int) -> list:
-        if self._target is None:
-            # Reused: views of shared memory, valid until the next collect() as documented.
-            return super().policy_observations(storage, t)
-        rows = []
-        for shared_leaf, target_leaf in zip(storage.observations, self._target.observations):
-            np.copyto(target_leaf[t], shared_leaf[t])
-            rows.append(target_leaf[t])
-        return rows
-
-    def step(self, t: int) -> None:
-        self._request_all(_worker.STEP, t)
-
-    def abandon_rollout(self, t: int) -> None:
-        self._request_all(_worker.ABANDON, t)
-
-    def finish_rollout(self) -> tuple[RolloutStorage, CompletedEpisodes]:
-        payloads = self._request_all(_worker.FINISH, 0)
-        episodes = CompletedEpisodes.merge([pickle.loads(payload) for payload in payloads])
-        shared = self._storage
-        if self._reuse_storage:
-            # Zero copies, as asked: the batch's arrays are views of shared memory that the
-            # next collect overwrites. They stay valid after close() (the mapping lives
-            # until the last view is gone).
-            return shared, episodes
-        target, self._target = self._target, None
-        shared.copy_to(target, observation_rows_copied=shared.horizon)  # the rest of the one copy
-        self._memory.record_final_rows(target, target.horizon)
-        return target, episodes
-
-    def request(self, command: bytes, argument: int = 0, payload: bytes = b"") -> list[bytes | None]:
-        """Send one request to every worker; return each one's reply payload (``None`` for a bare "done")."""
-        return self._request_all(command, argument, payload)
-
-    def _request_all(self, command: bytes, argument: int, payload: bytes = b"") -> list[bytes | None]:
-        if self._in_flight:
-            # An interruption fell between a request and its replies: the replies
-            # still queued would answer the wrong request.
+    def send(self, command: bytes, argument: int, workers: list[_Worker] | None = None, payload: bytes = b"") -> None:
+        """Send one request (a payload may follow the 9-byte header) to each of ``workers``."""
+        request = protocol.REQUEST.pack(command, argument) + payload
+        workers = self.workers if workers is None else workers
+        if any(worker.awaiting_reply for worker in workers):
+            # An interruption fell between a request and its reply: the reply still
+            # queued would answer the wrong request.
             raise CollectorClosedError(
                 "an earlier request to the workers was interrupted before all of them replied; "
                 "their state is unknown. Close this collector and create a new one."
             )
-        self._in_flight = True
-        request = _worker.REQUEST.pack(command, argument) + payload
-        for worker in self._workers:
+        for worker in workers:
             try:
                 worker.connection.send_bytes(request)
             except OSError:
                 self._raise_died(worker)
-        payloads: list[bytes | None] = []
-        errors: list[BaseException] = []
-        deadline = None if self._step_timeout is None else time.monotonic() + self._step_timeout
-        for worker in self._workers:
-            reply = self._receive(worker, deadline)
-            status = reply[:1]
-            if status == _worker.FAILED:
-                errors.append(pickle.loads(reply[1:]))
-            else:
-                payloads.append(reply[1:] if status == _worker.FINISHED else None)
-        self._in_flight = False
-        if errors:
-            worker_errors = [error for error in errors if isinstance(error, WorkerError)]
-            if len(worker_errors) == len(errors) and len(errors) > 1:
-                raise WorkerError.from_failures([f for error in worker_errors for f in error.failures])
-            raise errors[0]
-        return payloads
+            worker.awaiting_reply = True
+
+    def receive(self, workers: list[_Worker] | None = None, steps: int = 1) -> list[bytes]:
+        """One reply from each of ``workers`` (all by default), in order, within ``steps`` step timeouts."""
+        deadline = None if self.step_timeout is None else time.monotonic() + self.step_timeout * steps
+        return [self._receive(worker, deadline) for worker in (self.workers if workers is None else workers)]
+
+    def exchange(
+        self, command: bytes, argument: int, workers: list[_Worker] | None = None, steps: int = 1, payload: bytes = b""
+    ) -> list[bytes]:
+        self.send(command, argument, workers, payload)
+        return self.receive(workers, steps)
+
+    def request(
+        self, command: bytes, argument: int = 0, workers: list[_Worker] | None = None, payload: bytes = b""
+    ) -> list[bytes | None]:
+        """``exchange``, raising what the workers reported; each worker's reply payload in
+        order (``None`` for a bare "done")."""
+        replies = self.exchange(command, argument, workers, payload=payload)
+        self.raise_failures(replies)
+        return [reply[1:] if reply[:1] == protocol.FINISHED else None for reply in replies]
+
+    @staticmethod
+    def raise_failures(replies: list[bytes]) -> None:
+        """Raise every env failure reported, together; else the first other error."""
+        errors = [pickle.loads(reply[1:]) for reply in replies if reply[:1] == protocol.FAILED]
+        if not errors:
+            return
+        worker_errors = [error for error in errors if isinstance(error, WorkerError)]
+        if len(worker_errors) == len(errors) and len(errors) > 1:
+            raise WorkerError.from_failures([f for error in worker_errors for f in error.failures])
+        raise errors[0]
 
     def _receive(self, worker: _Worker, deadline: float | None) -> bytes:
         connection = worker.connection
@@ -313,16 +262,19 @@ class AsyncBackend(StepwiseBackend):
                     if worker.process.sentinel in ready:
                         self._raise_died(worker)
                     raise StepTimeoutError(
-                        f"{worker.describe()} did not finish within step_timeout={self._step_timeout} s; "
+                        f"{worker.describe()} did not finish within step_timeout={self.step_timeout} s "
+                        "per step; "
                         "its envs may hang. The collector is now unusable.",
                         tuple(
                             EnvFailure(index, "step", "StepTimeoutError", "timed out", "")
                             for index in range(worker.start, worker.stop)
                         ),
                     )
-            return connection.recv_bytes()
+            reply = connection.recv_bytes()
         except (EOFError, ConnectionError):
             self._raise_died(worker)
+        worker.awaiting_reply = False
+        return reply
 
     def _raise_died(self, worker: _Worker) -> None:
         worker.alive = False
@@ -334,13 +286,43 @@ class AsyncBackend(StepwiseBackend):
         )
 
     def close(self) -> None:
-        # Arrays kept for reuse are views of the segment: drop them so it can be unmapped.
-        self._memory.release()
-        self._target = None
-        errors = self._pool.shutdown(graceful=True)
+        errors = self._resources.shutdown(graceful=True)
         self._finalizer.detach()
         for error in errors:
             logger.warning("an env raised while closing: %s", error)
+
+
+def _attach(spec: RolloutSpec, resources: _Resources, policy, policy_state: PolicyState | None) -> None:
+    replies = [_startup_reply(worker, "spaces") for worker in resources.workers]
+    _raise_startup_errors(replies)
+    # A worker's columns are known once its envs exist: a vector env spans its num_envs.
+    column = 0
+    for worker, reply in zip(resources.workers, replies):
+        worker.start, worker.stop = column, column + len(reply)
+        column = worker.stop
+    env_spaces = [pair for reply in replies for pair in reply]
+    observation_space, action_space = env_spaces[0]
+    for index, (observation, action) in enumerate(env_spaces):
+        check_env_spaces(index, observation, action, observation_space, action_space)
+    spec.adopt_spaces(observation_space, action_space, num_envs=len(env_spaces))
+    resources.shared = SharedStorage.create(spec.allocate_storage)
+    order = protocol.AttachOrder(
+        segment_name=resources.shared.name,
+        observation_space=observation_space,
+        action_space=action_space,
+        root_seed=spec.root_seed,
+        horizon=spec.horizon,
+        num_envs=spec.num_envs,
+        info_keys=spec.info_keys,
+        core_name=spec.core_name,
+        observation_check=spec.observation_check,
+        group_builder=spec.group_builder,
+        policy=policy,
+        policy_state=None if policy_state is None else policy_state.layout,
+    )
+    for worker in resources.workers:
+        worker.connection.send(("attach", replace(order, column_offset=worker.start)))
+    _raise_startup_errors([_startup_reply(worker, "ready") for worker in resources.workers])
 
 
 def _resolve_context(context):

@@ -2,7 +2,7 @@
 
 A :class:`VectorEnvGroup` owns one vector env of ``n`` sub-envs (global indices
 ``env_offset .. env_offset + n - 1``) and has the interface of
-:class:`~parallel_rollouts.backends.stepping.EnvGroup`: ``reset_all``, then per
+:class:`~parallel_rollouts.env_group.EnvGroup`: ``reset_all``, then per
 rollout ``begin(storage)``, ``step(t)`` for each row, ``finish()`` (or
 ``abandon(t)``), and ``close()``. Every backend that hosts groups (serial,
 sync, each async worker) therefore runs it unchanged. One call of the vector
@@ -48,12 +48,12 @@ import numpy as np
 from gymnasium import Env, Space
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from ..errors import ObservationError, SpaceError, WorkerError
-from ..observation_checks import ObservationChecker
-from ..seeding import EpisodeSeeds
-from ..spaces import SpaceLayout, check_env_spaces
-from ..storage import CompletedEpisodes, RolloutStorage
-from .stepping import describe_failure
+from .errors import ObservationError, SpaceError, WorkerError
+from .observation_checks import ObservationChecker
+from .seeding import EpisodeSeeds
+from .spaces import SpaceLayout, check_env_spaces
+from .storage import CompletedEpisodes, RolloutStorage
+from .env_group import describe_failure
 
 __all__ = ["UNKNOWN_SEED", "VectorEnvGroup", "autoreset_mode_of", "is_vector_env"]
 
@@ -134,7 +134,7 @@ def _same(first: Space, second: Space) -> bool:
 class VectorEnvGroup:
     """One vector env, stepped into a column slice of rollout storage.
 
-    Parameters are those of :class:`~parallel_rollouts.backends.stepping.EnvGroup`,
+    Parameters are those of :class:`~parallel_rollouts.env_group.EnvGroup`,
     except that ``vector_env`` replaces the list of envs.
     """
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..storage import RolloutStorage
 
-__all__ = ["SEGMENT_PREFIX", "SharedStorage"]
+__all__ = ["SEGMENT_PREFIX", "SharedStorage", "attach_segment", "create_segment", "release_segment"]
 
 SEGMENT_PREFIX = "prl"
 _ALIGNMENT = 64
@@ -102,16 +102,13 @@ class SharedStorage:
     @classmethod
     def create(cls, allocate: Callable[..., RolloutStorage]) -> SharedStorage:
         _, size = carve(allocate, None)
-        name = f"{SEGMENT_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
-        segment = _Segment(name=name, create=True, size=max(size, 1))
-        _drop_descriptor(segment)
+        segment = create_segment(size)
         storage, _ = carve(allocate, segment)
         return cls(segment, storage, owner=True)
 
     @classmethod
     def attach(cls, name: str, allocate: Callable[..., RolloutStorage]) -> SharedStorage:
-        segment = _attach_untracked(name)
-        _drop_descriptor(segment)
+        segment = attach_segment(name)
         storage, _ = carve(allocate, segment)
         return cls(segment, storage, owner=False)
 
@@ -121,13 +118,8 @@ class SharedStorage:
         # If a caller still holds a view (a reused batch, an observation row a policy
         # kept, a traceback's frame), the mapping lives until that view is freed (see
         # _Segment); the name goes now either way.
-        self.segment.close()
-        if self.owner:
-            try:
-                self.segment.unlink()
-            except FileNotFoundError:
-                pass
-            self.owner = False
+        release_segment(self.segment, self.owner)
+        self.owner = False
 
 
 def _attach_untracked(name: str) -> shared_memory.SharedMemory:
@@ -144,3 +136,28 @@ def _attach_untracked(name: str) -> shared_memory.SharedMemory:
         return _Segment(name=name, create=False)
     finally:
         resource_tracker.register = original
+
+
+def create_segment(size: int) -> shared_memory.SharedMemory:
+    """A new segment of ``size`` bytes named with this library's prefix, owned by this process."""
+    name = f"{SEGMENT_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
+    segment = _Segment(name=name, create=True, size=max(size, 1))
+    _drop_descriptor(segment)
+    return segment
+
+
+def attach_segment(name: str) -> shared_memory.SharedMemory:
+    """Map an existing segment without taking ownership of it."""
+    segment = _attach_untracked(name)
+    _drop_descriptor(segment)
+    return segment
+
+
+def release_segment(segment: shared_memory.SharedMemory, owner: bool) -> None:
+    """Drop this process's mapping; the owner also removes the name."""
+    segment.close()
+    if owner:
+        try:
+            segment.unlink()
+        except FileNotFoundError:
+            pass

@@ -1,4 +1,4 @@
-"""The step semantics, written once: every backend steps its envs through :class:`EnvGroup`.
+"""The step semantics, written once: every stepper and runner steps its envs through :class:`EnvGroup`.
 
 An ``EnvGroup`` owns a contiguous run of envs (global indices
 ``env_offset .. env_offset + len(envs) - 1``) and writes their part of a
@@ -35,13 +35,13 @@ from typing import Any
 import numpy as np
 from gymnasium import Env
 
-from ..conversion import explain_rejected_row
-from ..env_returns import check_reset_result, check_step_result, end_flag, reward_value
-from ..errors import CollectorClosedError, EnvFailure, ObservationError, SpaceError, WorkerError
-from ..observation_checks import ObservationChecker
-from ..seeding import EpisodeSeeds
-from ..spaces import SpaceLayout, check_env_spaces
-from ..storage import CompletedEpisodes, RolloutStorage
+from .conversion import explain_rejected_row
+from .env_returns import check_reset_result, check_step_result, end_flag, reward_value
+from .errors import CollectorClosedError, EnvFailure, ObservationError, SpaceError, WorkerError
+from .observation_checks import ObservationChecker
+from .seeding import EpisodeSeeds
+from .spaces import SpaceLayout, check_env_spaces
+from .storage import CompletedEpisodes, RolloutStorage
 
 __all__ = ["EnvGroup", "describe_failure", "make_env"]
 

@@ -1,1 +1,0 @@
-"""Backends: one module each; the step semantics they share live in ``stepping``."""

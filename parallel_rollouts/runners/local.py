@@ -1,0 +1,51 @@
+"""The policy in this process, driving a per-step stepper one row at a time."""
+
+from __future__ import annotations
+
+from ..batch_memory import BatchMemory
+from ..rollout_loop import RolloutLoop
+from ..steppers.base import EnvStepper
+from .base import RolloutResult, RolloutRunner
+
+__all__ = ["LocalRunner"]
+
+
+class LocalRunner(RolloutRunner):
+    """For each row: policy -> checked actions -> ``stepper.step(t)`` (``serial``, ``sync``, ``async``)."""
+
+    def __init__(self, stepper: EnvStepper, memory: BatchMemory, loop: RolloutLoop) -> None:
+        self.stepper = stepper
+        self._memory = memory
+        self._loop = loop
+
+    def collect(self) -> RolloutResult:
+        memory, loop = self._memory, self._loop
+        storage = memory.begin()
+        self._guarded(self.stepper.begin, storage)
+        try:
+            loop.run(storage, self._guarded_step, self._policy_rows)
+        except BaseException:
+            if self.broken is None:
+                # The policy (or its output) failed before step `steps_done` ran:
+                # the envs are intact, so drop the rollout and stay usable.
+                memory.abandon(loop.steps_done)
+                try:
+                    self.stepper.abandon(loop.steps_done)
+                except BaseException as abandon_error:
+                    # The caller sees the policy's error (its chain intact); the
+                    # abandon failure is what later calls report.
+                    self.broken = abandon_error
+            raise
+        episodes = self._guarded(self.stepper.finish)
+        writer = loop.output_writer
+        return RolloutResult(memory.finish(), episodes, bool(writer.has_values), bool(writer.has_log_probs))
+
+    def _policy_rows(self, storage, t: int) -> list:
+        return self._memory.policy_rows(t)
+
+    def _guarded_step(self, t: int) -> None:
+        self._guarded(self.stepper.step, t)
+
+    def close(self) -> None:
+        self._memory.release()
+        self.stepper.close()

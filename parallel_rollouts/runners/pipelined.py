@@ -1,0 +1,136 @@
+"""Pipelined stepping: the policy runs on one half of the envs while workers step the other.
+
+The envs are split into two parts along worker boundaries (part A: the first half of the
+workers, part B: the rest). Per row ``t``::
+
+    main process:  policy(A, t)  policy(B, t)  [wait A, t]  policy(A, t+1)  [wait B, t] ...
+    A's workers:                 step(A, t) ...............
+    B's workers:                               step(B, t) ...............
+
+so the main process's policy call on one part overlaps the other part's step. Each env
+still sees exactly the actions the policy chose from its own row ``t``, so the batch is
+the full ``[T, N]`` batch ``sync`` returns for a policy that treats each row on its own;
+the policy is called twice per row, on half the rows each time.
+
+It pays when a policy call costs about as much as a step of the envs and its cost grows
+with the number of rows (a wide network on the CPU); a policy whose cost is a fixed
+overhead per call (a small network, a GPU launch) pays that overhead twice per row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..batch_memory import BatchMemory
+from ..errors import ActionError, ConfigurationError
+from ..policy import PolicyOutputWriter, RandomActionSampler
+from ..rollout_loop import RolloutLoop
+from ..steppers.processes import ProcessStepper
+from ..storage import RolloutStorage
+from .base import RolloutResult, RolloutRunner
+
+__all__ = ["PipelinedRunner"]
+
+
+@dataclass
+class _Part:
+    workers: list
+    start: int
+    stop: int
+    loop: RolloutLoop
+    steps_done: int = 0
+    pending: bool = False
+    columns: RolloutStorage | None = field(default=None, repr=False)
+
+
+class PipelinedRunner(RolloutRunner):
+    """Runs the policy in this process on alternating halves of the envs (``pipelined=True``)."""
+
+    def __init__(self, stepper: ProcessStepper, memory: BatchMemory, policy: Any) -> None:
+        workers = stepper.pool.workers
+        if len(workers) < 2:
+            raise ConfigurationError(
+                "`pipelined=True` overlaps the policy on one half of the workers with the other half "
+                f"stepping, so it needs num_workers >= 2; got {len(workers)}."
+            )
+        spec = stepper.pool.spec
+        self.stepper = stepper
+        self._memory = memory
+        half = len(workers) // 2
+        self._parts = []
+        for part_workers in (workers[:half], workers[half:]):
+            start, stop = part_workers[0].start, part_workers[-1].stop
+            part_policy = policy
+            if policy is None:
+                part_policy = RandomActionSampler(spec.action_layout, spec.root_seed, range(start, stop))
+            writer = PolicyOutputWriter(spec.action_layout, stop - start, spec.core)
+            self._parts.append(_Part(part_workers, start, stop, RolloutLoop(spec.observation_layout, writer, part_policy)))
+
+    @property
+    def pool(self):
+        return self.stepper.pool
+
+    def collect(self) -> RolloutResult:
+        memory, stepper, parts = self._memory, self.stepper, self._parts
+        storage = memory.begin()
+        self._guarded(stepper.begin, storage)
+        for part in parts:
+            part.columns = storage.columns(part.start, part.stop)
+            part.loop.output_writer.reset_rollout()
+            part.steps_done, part.pending = 0, False
+        try:
+            for t in range(storage.horizon):
+                for part in parts:
+                    self._wait(part)
+                    part.loop.act(t, part.columns, memory.policy_rows(t, part.start, part.stop))
+                    self._guarded(stepper.step_begin, t, part.workers)
+                    part.pending = True
+            for part in parts:
+                self._wait(part)
+            has_values, has_log_probs = self._optional_fields()
+        except BaseException:
+            if self.broken is None:
+                self._drop_rollout()
+            raise
+        episodes = self._guarded(stepper.finish)
+        return RolloutResult(memory.finish(), episodes, has_values, has_log_probs)
+
+    def _wait(self, part: _Part) -> None:
+        if part.pending:
+            part.pending = False
+            self._guarded(self.stepper.step_end, part.workers)
+            part.steps_done += 1
+
+    def _optional_fields(self) -> tuple[bool, bool]:
+        first, second = (part.loop.output_writer for part in self._parts)
+        for name in ("has_values", "has_log_probs"):
+            if getattr(first, name) != getattr(second, name):
+                field_name = name.removeprefix("has_")
+                raise ActionError(
+                    f"the policy returned `{field_name}` for some envs but not others; return it for "
+                    "every call or never."
+                )
+        return bool(first.has_values), bool(first.has_log_probs)
+
+    def _drop_rollout(self) -> None:
+        """The policy failed: finish the steps in flight, then drop the rollout.
+
+        Each part stops at its own row (one part may be a step ahead); every env keeps
+        its own continuous trajectory and the next rollout starts from where it stands.
+        """
+        try:
+            for part in self._parts:
+                self._wait(part)
+            self._memory.abandon(max(part.steps_done for part in self._parts))
+            for part in self._parts:
+                self.stepper.abandon_part(part.steps_done, part.workers)
+        except BaseException as error:
+            # The caller sees the policy's error; this one is what later calls report.
+            self.broken = error
+
+    def close(self) -> None:
+        self._memory.release()
+        for part in self._parts:
+            part.columns = None
+        self.stepper.close()

@@ -1,0 +1,102 @@
+"""Rollout workers: each async worker process runs whole rollouts with its own copy of the policy.
+
+One exchange per ``collect()`` instead of one per step: the main process writes the
+policy's current state into a shared segment (:mod:`parallel_rollouts.processes.policy_state`),
+sends each worker one rollout request, and waits. Each worker runs the same
+:class:`~parallel_rollouts.runners.slice_rollout.SliceRollout` a Ray actor runs, writing its
+columns of the shared storage; the batch is then copied out once (or handed out, with
+``reuse_buffers=True``).
+
+It pays when the per-step handshake is a large share of a step (cheap envs) and the
+policy is cheap enough to run on every worker's CPU. A policy that needs the GPU, or
+one much costlier per call than a step of a worker's envs, belongs in the main process.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import cloudpickle
+
+from ..batch_memory import BatchMemory
+from ..errors import ActionError, ConfigurationError
+from ..processes import worker_main as protocol
+from ..processes.policy_state import PolicyState, has_state
+from ..processes.pool import WorkerPool
+from ..spec import RolloutSpec
+from ..storage import CompletedEpisodes
+from .base import RolloutResult, RolloutRunner
+
+__all__ = ["RolloutWorkersRunner"]
+
+
+class RolloutWorkersRunner(RolloutRunner):
+    """``backend="async", policy_placement="workers"``."""
+
+    def __init__(self, pool: WorkerPool, memory: BatchMemory, policy: Any) -> None:
+        self.pool = pool
+        self._memory = memory
+        self._policy = policy
+
+    @classmethod
+    def build(
+        cls, spec: RolloutSpec, policy: Any, reuse_buffers: bool, num_workers=None, context=None, step_timeout=None
+    ) -> RolloutWorkersRunner:
+        pickled = None
+        if policy is not None:
+            try:
+                pickled = cloudpickle.dumps(policy)
+            except Exception as error:
+                raise ConfigurationError(
+                    "policy_placement='workers' sends the policy to every worker process, but it cannot be "
+                    f"serialised ({type(error).__name__}: {error}). Make it picklable (a module, a top-level "
+                    "class or function), or keep it in the main process (policy_placement='main')."
+                ) from error
+        state = PolicyState.create(policy) if has_state(policy) else None
+        try:
+            pool = WorkerPool.start(
+                spec,
+                num_workers,
+                context,
+                step_timeout,
+                policy=protocol.ShippedPolicy(pickled, private_policy_rows=not reuse_buffers),
+                policy_state=state,
+            )
+        except BaseException:
+            if state is not None:
+                state.release()
+            raise
+        return cls(pool, BatchMemory(spec.allocate_storage, reuse_buffers, pool.shared.storage), policy)
+
+    def collect(self) -> RolloutResult:
+        memory, pool = self._memory, self.pool
+        memory.begin()
+        state = pool.policy_state
+        version = state.write(self._policy) if state is not None else 0
+        replies = self._guarded(pool.exchange, protocol.ROLLOUT, version, None, pool.spec.horizon)
+        try:
+            pool.raise_failures(replies)
+        except BaseException as error:
+            # An env failed in some worker while the others ran on: broken.
+            self.broken = error
+            raise
+        policy_failures = [pickle.loads(reply[1:]) for reply in replies if reply[:1] == protocol.POLICY_FAILED]
+        if policy_failures:
+            # Each worker dropped its rollout at its own row; every env continues from where
+            # it stands (workers whose policy did not fail ran to the end of the horizon).
+            memory.abandon(pool.spec.horizon)
+            raise policy_failures[0][0]
+        results = [pickle.loads(reply[1:]) for reply in replies]
+        if len({(result.has_values, result.has_log_probs) for result in results}) > 1:
+            memory.abandon(pool.spec.horizon)
+            raise ActionError(
+                "the policy returned `values` or `log_probs` in some workers but not others; return them "
+                "from every call or never."
+            )
+        episodes = CompletedEpisodes.merge([result.episodes for result in results])
+        return RolloutResult(memory.finish(), episodes, results[0].has_values, results[0].has_log_probs)
+
+    def close(self) -> None:
+        self._memory.release()
+        self.pool.close()

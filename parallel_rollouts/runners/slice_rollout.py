@@ -1,0 +1,105 @@
+"""Whole rollouts of one slice of the envs with this process's copy of the policy.
+
+The same code runs inside a Ray actor and inside an async rollout worker: the
+:class:`~parallel_rollouts.rollout_loop.RolloutLoop` the in-process runner runs, over the
+slice's :class:`~parallel_rollouts.env_group.EnvGroup`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from ..env_group import EnvGroup
+from ..policy import PolicyOutputWriter, RandomActionSampler
+from ..rollout_loop import RolloutLoop
+from ..spaces import SpaceLayout
+from ..storage import CompletedEpisodes, RolloutStorage
+
+__all__ = ["PolicyFailed", "SliceResult", "SliceRollout"]
+
+
+@dataclass
+class SliceResult:
+    episodes: CompletedEpisodes
+    has_values: bool
+    has_log_probs: bool
+
+
+class PolicyFailed(Exception):
+    """The policy (or its output, or loading its state) failed; the envs are intact.
+
+    The slice's rollout was dropped after ``steps_done`` steps; ``error`` is what
+    was raised.
+    """
+
+    def __init__(self, error: BaseException, steps_done: int) -> None:
+        super().__init__(error, steps_done)
+        self.error = error
+        self.steps_done = steps_done
+
+
+class SliceRollout:
+    """Runs the envs of ``group`` for whole rollouts with ``policy`` (``None``: random actions).
+
+    ``group`` covers env columns ``env_offset .. env_offset + num_envs - 1`` (an
+    :class:`EnvGroup`, or a chain of groups when factories return vector envs).
+    """
+
+    def __init__(
+        self,
+        group: EnvGroup,
+        env_offset: int,
+        num_envs: int,
+        observation_layout: SpaceLayout,
+        action_layout: SpaceLayout,
+        core: ModuleType,
+        policy: Any,
+        root_seed: int,
+        private_policy_rows: bool = False,
+    ) -> None:
+        self.group = group
+        # Storage that the next rollout overwrites (a worker's shared columns) hands the
+        # policy copies, so that a policy keeping its inputs keeps what it was given.
+        self._policy_rows = _copied_rows if private_policy_rows else None
+        if policy is None:
+            policy = RandomActionSampler(action_layout, root_seed, range(env_offset, env_offset + num_envs))
+        self.loop = RolloutLoop(observation_layout, PolicyOutputWriter(action_layout, num_envs, core), policy)
+        self._env_failed = False
+
+    @property
+    def policy(self) -> Any:
+        return self.loop.policy
+
+    def run(self, storage: RolloutStorage) -> SliceResult:
+        """One rollout into ``storage`` (this slice's columns).
+
+        Raises :class:`PolicyFailed` when the policy failed (the rollout is dropped and the
+        envs stand where its last completed row says); anything an env raises passes
+        through as it is (the envs are then in an unknown state).
+        """
+        group, loop = self.group, self.loop
+        group.begin(storage)
+        self._env_failed = False
+        try:
+            loop.run(storage, self._step, self._policy_rows)
+        except Exception as error:
+            if self._env_failed:
+                raise
+            group.abandon(loop.steps_done)
+            raise PolicyFailed(error, loop.steps_done) from error
+        episodes = group.finish()
+        writer = loop.output_writer
+        return SliceResult(episodes, bool(writer.has_values), bool(writer.has_log_probs))
+
+    def _step(self, t: int) -> None:
+        try:
+            self.group.step(t)
+        except BaseException:
+            self._env_failed = True
+            raise
+
+
+def _copied_rows(storage: RolloutStorage, t: int) -> list:
+    return [leaf[t].copy() for leaf in storage.observations]

@@ -1,0 +1,43 @@
+"""What a runner asks of a per-step env stepper."""
+
+from __future__ import annotations
+
+import abc
+
+from ..storage import CompletedEpisodes, RolloutStorage
+
+__all__ = ["EnvStepper"]
+
+
+class EnvStepper(abc.ABC):
+    """Steps every env one row at a time; the actions for row ``t`` are already in storage.
+
+    Per rollout: ``begin(storage)``; for each ``t`` the runner writes ``actions[t]`` and
+    calls ``step(t)`` (rows ``t`` and ``t + 1`` are then written); ``finish()`` returns the
+    completed episodes, or ``abandon(t)`` drops the rollout after ``t`` steps (the envs
+    stay where row ``t`` says, and the next rollout starts from there).
+
+    ``working_storage`` is the storage the stepper must be handed: the shared memory its
+    worker processes write (``None`` for a stepper that writes wherever it is told).
+    """
+
+    working_storage: RolloutStorage | None = None
+
+    @property
+    @abc.abstractmethod
+    def num_envs(self) -> int: ...
+
+    @abc.abstractmethod
+    def begin(self, storage: RolloutStorage) -> None: ...
+
+    @abc.abstractmethod
+    def step(self, t: int) -> None: ...
+
+    @abc.abstractmethod
+    def abandon(self, t: int) -> None: ...
+
+    @abc.abstractmethod
+    def finish(self) -> CompletedEpisodes: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
