@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,8 +43,7 @@ def test_the_readme_has_python_blocks_to_run():
 def test_readme_python_block_runs_as_a_script_outside_the_checkout(line, code, tmp_path):
     # Only the package is importable, as after `pip install .`: not examples/, tests/ or benchmarks/.
     site = tmp_path / "site"
-    site.mkdir()
-    (site / "parallel_rollouts").symlink_to(REPO_ROOT / "parallel_rollouts", target_is_directory=True)
+    shutil.copytree(REPO_ROOT / "parallel_rollouts", site / "parallel_rollouts", ignore=shutil.ignore_patterns("__pycache__"))
     script = tmp_path / "snippet.py"
     script.write_text(code, encoding="utf-8")
     env = {key: value for key, value in os.environ.items() if key != "PARALLEL_ROLLOUTS_PURE_PYTHON"}
