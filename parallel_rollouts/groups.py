@@ -17,13 +17,13 @@ from typing import Any
 
 from gymnasium import Env, Space
 
-from .errors import SpaceError, WorkerError
+from .errors import ConfigurationError, SpaceError, WorkerError
 from .spaces import SpaceLayout
 from .storage import CompletedEpisodes, RolloutStorage
 from .env_group import EnvGroup, describe_failure
 from .vector_source import VectorEnvGroup, check_vector_env, is_vector_env
 
-__all__ = ["GroupChain", "build_groups", "close_made", "make_all", "spaces_per_env"]
+__all__ = ["GroupChain", "build_groups", "check_distinct_envs", "close_made", "make_all", "spaces_per_env"]
 
 
 def _make_one(env_fn: Callable[[], Any], index: int) -> Any:
@@ -54,10 +54,37 @@ def make_all(env_fns: Sequence[Callable[[], Any]], first_index: int) -> list:
                     f"env_fns[{first_index + k}] returned {this} but env_fns[{first_index}] returned {first}; "
                     "every factory must return the same kind."
                 )
+        check_distinct_envs(made, first_index)
     except BaseException:
         close_made(made)
         raise
     return made
+
+
+def check_distinct_envs(envs: Sequence[Any], env_offset: int) -> None:
+    """Refuse one env object behind several env indices, which would interleave their data.
+
+    Envs (and vector envs) are compared unwrapped, so two wrappers around one
+    env count as one. Each process checks the envs it made: factories shipped to workers are
+    unpickled one by one, so ``lambda: env`` gives each index its own copy
+    there, while a factory returning a module-level env does not.
+    """
+    indices_by_env: dict[int, list[int]] = {}
+    for column, env in enumerate(envs):
+        indices_by_env.setdefault(id(getattr(env, "unwrapped", env)), []).append(env_offset + column)
+    shared = [indices for indices in indices_by_env.values() if len(indices) > 1]
+    if not shared:
+        return
+    groups = "; ".join(
+        ", ".join(f"env_fns[{index}]" for index in indices)
+        + f" returned the same {type(getattr(envs[indices[0] - env_offset], 'unwrapped', None)).__name__} instance"
+        for indices in shared
+    )
+    raise ConfigurationError(
+        f"{groups}. Stepping one env for several env indices would interleave their data. Make each "
+        "factory create a new env on every call (e.g. `[lambda: gymnasium.make(\"CartPole-v1\") for _ in "
+        "range(n)]`), rather than return one made earlier (`[lambda: env] * n`, a module-level env)."
+    )
 
 
 def close_made(made: Sequence[Any]) -> list[tuple[int, BaseException]]:

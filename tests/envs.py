@@ -205,3 +205,15 @@ class ObservationDependentPolicy:
     def __call__(self, observations):
         flat = np.asarray(observations, dtype=np.float64).reshape(observations.shape[0], -1)
         return (np.abs(np.floor(flat.sum(axis=1) * 7.0)) % self.num_actions).astype(np.int64)
+        return (np.abs(np.floor(flat.sum(axis=1) * 7.0)) % self.num_actions).astype(np.int64)
+
+
+_MODULE_LEVEL_ENV: CountingEnv | None = None
+
+
+def module_level_env() -> CountingEnv:
+    """A factory that returns one env per process, made on the first call (a mistake users make)."""
+    global _MODULE_LEVEL_ENV
+    if _MODULE_LEVEL_ENV is None:
+        _MODULE_LEVEL_ENV = CountingEnv(env_id=7)
+    return _MODULE_LEVEL_ENV
