@@ -1,4 +1,7 @@
 """The async backend gives the batch the other backends give, and cleans up after itself."""
+import os
+import subprocess
+import sys
 
 from functools import partial
 
@@ -245,3 +248,28 @@ def test_observation_errors_in_a_worker_name_the_global_env_index(how, match):
         collector.collect()
     collector.close()
     snapshot.assert_nothing_leaked()
+
+
+def test_a_script_without_the_main_guard_gets_one_error_saying_how_to_fix_it(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os\n"
+        "from functools import partial\n"
+        "from parallel_rollouts import ParallelRolloutCollector\n"
+        "from tests.envs import CountingEnv\n"
+        "print(os.getpid(), flush=True)\n"
+        "collector = ParallelRolloutCollector([partial(CountingEnv, env_id=i) for i in range(4)], None, 'async', num_workers=2)\n"
+        "collector.collect()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(__import__("tests.leaks", fromlist=["REPO_ROOT"]).REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    result = subprocess.run([sys.executable, str(script)], cwd=__import__("tests.leaks", fromlist=["REPO_ROOT"]).REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.count("Traceback (most recent call last)") == 1, result.stderr
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.startswith("parallel_rollouts.errors.ConfigurationError: backend='async' starts each worker as a new Python process")
+    assert f"imports your script ({script})" in last_line
+    assert 'under `if __name__ == "__main__":`' in last_line
+    assert "WorkerDiedError" not in result.stderr and "bootstrapping" not in result.stderr
+    # The workers printed the main script's output too (they ran its top level) but nothing else.
+    program = int(result.stdout.split()[0])
+    assert __import__("tests.leaks", fromlist=["segments_of"]).segments_of(program) == set()

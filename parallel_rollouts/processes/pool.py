@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import sys
 import os
 import pickle
 import signal
@@ -41,6 +42,11 @@ logger = logging.getLogger("parallel_rollouts")
 #: terminating them, and then for terminated workers to go.
 CLOSE_TIMEOUT = 2.0
 START_TIMEOUT = 120.0
+
+#: Exit status of a worker that found itself running the main script's top level again,
+#: because the script lacks an ``if __name__ == "__main__":`` guard.
+UNGUARDED_MAIN_EXIT_CODE = 86
+
 
 
 @dataclass
@@ -172,6 +178,7 @@ class WorkerPool:
         """
         resources = _Resources(policy_state=policy_state)
         try:
+            _exit_if_importing_the_main_script()
             num_workers = resolve_num_workers(num_workers, spec.num_envs)
             mp_context = _resolve_context(context)
             pickled = pickle_env_fns(spec.env_fns, "a worker process")
@@ -353,6 +360,30 @@ def _raise_startup_errors(replies: list) -> None:
     raise next((error for error in errors if not isinstance(error, WorkerError)), errors[0])
 
 
+def _exit_if_importing_the_main_script() -> None:
+    """In a worker still importing the user's main script: leave quietly, with a status the parent reads.
+
+    A spawned worker imports the main script before it runs anything else
+    (multiprocessing marks that phase as ``_inheriting``). Reaching a collector's
+    construction then means the script creates it at top level, unguarded;
+    starting workers from here would fail with a long traceback in every
+    worker. The parent turns this exit status into one error instead.
+    """
+    if getattr(multiprocessing.process.current_process(), "_inheriting", False):
+        raise SystemExit(UNGUARDED_MAIN_EXIT_CODE)
+
+
+def _unguarded_main_error() -> ConfigurationError:
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    script = f"your script ({main_file})" if main_file else "your main module"
+    return ConfigurationError(
+        f"backend='async' starts each worker as a new Python process, which imports {script} before anything "
+        "else; the script creates the collector at top level, so every worker tried to create one too. Put the "
+        'code that creates and uses the collector under `if __name__ == "__main__":` (and call '
+        "`multiprocessing.freeze_support()` first there if you freeze the program into an executable)."
+    )
+
+
 def _startup_reply(worker: _Worker, expected: str):
     """One start-up message from a worker, or the exception it reports (bounded in time)."""
     connection = worker.connection
@@ -370,6 +401,8 @@ def _startup_reply(worker: _Worker, expected: str):
     worker.process.join(1.0)
     if not ready:
         return WorkerError(f"{worker.describe()} did not start within {START_TIMEOUT} s.")
+    if worker.process.exitcode == UNGUARDED_MAIN_EXIT_CODE:
+        return _unguarded_main_error()
     return _died_error(worker, "while starting up.", phase="make")
 
 
