@@ -259,7 +259,13 @@ class ParallelRolloutCollector:
     # -- lifetime --------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close every env and release every process and shared-memory segment. Idempotent."""
+        """Close every env and release every process and shared-memory segment. Idempotent.
+
+        ``serial`` and ``sync`` call each env's ``close()`` in this thread, as a plain loop
+        would (an env whose ``close()`` needs the main thread, a GUI or GL context, can
+        close), so an env that hangs in ``close()`` hangs this call. ``async`` and ``ray``
+        are bounded: a worker or actor that has not closed its envs in time is terminated.
+        """
         if self._closed:
             return
         self._closed = True

@@ -122,15 +122,17 @@ def test_two_collectors_alive_at_once_do_not_interfere():
         assert_batches_identical(first, second)
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600)
 def test_creating_and_closing_many_collectors_returns_to_baseline():
     fns = [partial(CountingEnv, env_id=i) for i in range(2)]
     # One round first, so that one-time costs (the resource tracker, imports) are in the baseline.
     ParallelRolloutCollector(fns, None, "async", horizon=2, seed=0, num_workers=1).close()
     snapshot = ResourceSnapshot.take()
-    for index in range(100):
+    # Anything a collector left behind (a process, a segment, a descriptor) shows in the
+    # snapshot whatever the count; 20 keeps the spawns affordable on a loaded machine.
+    for index in range(20):
         collector = ParallelRolloutCollector(fns, None, "async", horizon=2, seed=index, num_workers=1)
-        if index % 10 == 0:
+        if index % 2 == 0:
             collector.collect()
         collector.close()
     snapshot.assert_nothing_leaked()

@@ -3,6 +3,7 @@
 import os
 import signal
 import sys
+import threading
 import time
 from functools import partial
 
@@ -16,7 +17,8 @@ from parallel_rollouts import (
     WorkerError,
 )
 from tests.envs import ConstantPolicy, CountingEnv, FaultyEnv, HangingCloseEnv, RaisingFactory
-from tests.leaks import ResourceSnapshot, assert_no_resource_tracker_warning, run_script, segment_exists, segments_of
+from tests.bounds import assert_returns
+from tests.leaks import SHM_DIR, ResourceSnapshot, assert_no_resource_tracker_warning, run_script, segment_exists, segments_of
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -59,8 +61,9 @@ def assert_broken_then_closes(collector):
     ids=["step", "autoreset", "first-reset"],
 )
 def test_env_exception_is_a_worker_error_naming_the_env_with_its_traceback(backend, phase, at, expected_phase, no_leaks):
+    # No step_timeout: a failure is reported as it happens, never by waiting it out
+    # (a hang would trip the module's timeout).
     fns = fns_with_fault(4, 3, phase=phase, at=at)
-    started = time.monotonic()
     if expected_phase == "reset":
         with pytest.raises(WorkerError, match=r"env 3 raised ValueError in `reset`: env 3 fails in reset on call 1") as info:
             make(backend, fns)
@@ -69,7 +72,6 @@ def test_env_exception_is_a_worker_error_naming_the_env_with_its_traceback(backe
         with pytest.raises(WorkerError, match=rf"env 3 raised ValueError in `{expected_phase}`: env 3 fails in {phase}") as info:
             collector.collect()
         assert_broken_then_closes(collector)
-    assert time.monotonic() - started < 5
     assert info.value.env_indices == (3,)
     assert "raise ValueError" in info.value.remote_traceback
     assert isinstance(info.value, RuntimeError)
@@ -104,10 +106,9 @@ def test_a_factory_that_raises_fails_construction_and_shuts_the_others_down(back
 def test_a_worker_dying_hard_is_named_with_its_envs_and_exit_status(how, description, no_leaks):
     fns = fns_with_fault(4, 3, phase="step", at=2, how=how)
     collector = make("async", fns)
-    started = time.monotonic()
+    # No step_timeout: the death itself is noticed (a hang would trip the module's timeout).
     with pytest.raises(WorkerDiedError, match=rf"worker 1 \(pid \d+, envs 2..3\) {description}") as info:
         collector.collect()
-    assert time.monotonic() - started < 5
     assert info.value.env_indices == (2, 3)
     assert_broken_then_closes(collector)
 
@@ -132,22 +133,35 @@ def test_a_hanging_env_raises_a_timeout_and_the_collector_never_returns_stale_da
     started = time.monotonic()
     with pytest.raises(StepTimeoutError, match=r"worker 0 \(pid \d+, envs 0..1\) did not finish within step_timeout=0.5 s"):
         collector.collect()
-    elapsed = time.monotonic() - started
-    assert 0.4 < elapsed < 3, elapsed
+    # The env sleeps for an hour: returning at all shows the timeout fired, and never early.
+    assert time.monotonic() - started >= 0.5
     assert isinstance(collector._broken, TimeoutError)
-    started = time.monotonic()
-    assert_broken_then_closes(collector)
-    assert time.monotonic() - started < 8
+    assert_returns(partial(assert_broken_then_closes, collector))
 
 
-@pytest.mark.parametrize("backend", ALL_BACKENDS)
-def test_close_is_bounded_even_if_an_env_hangs_in_its_own_close(backend, no_leaks):
-    fns = [partial(CountingEnv, env_id=0), HangingCloseEnv] if backend == "async" else [partial(CountingEnv, env_id=0)]
-    collector = make(backend, fns)
+def test_async_close_is_bounded_even_if_an_env_hangs_in_its_own_close(no_leaks):
+    collector = make("async", [partial(CountingEnv, env_id=0), HangingCloseEnv])
     collector.collect()
-    started = time.monotonic()
+    hanging_worker = collector._backend.stepper.pool.workers[1].process.pid
+    assert_returns(collector.close)
+    assert not _alive(hanging_worker), "the worker whose env hung in close() is still running"
+
+
+@pytest.mark.parametrize("backend", ["serial", "sync"])
+def test_in_process_close_calls_every_env_close_in_the_callers_thread(backend):
+    # As in a plain loop (and Gymnasium's SyncVectorEnv): an env whose close() needs the
+    # main thread (a GUI, a GL context) can close. The flip side, documented: an env that
+    # hangs in close() hangs this call.
+    closed_in = {}
+
+    class RecordingEnv(CountingEnv):
+        def close(self):
+            closed_in[self.env_id] = threading.get_ident()
+
+    collector = make(backend, [partial(RecordingEnv, env_id=i) for i in range(3)])
+    collector.collect()
     collector.close()
-    assert time.monotonic() - started < 8
+    assert closed_in == {i: threading.get_ident() for i in range(3)}
 
 
 # -- the main process side ------------------------------------------------------------------
@@ -171,15 +185,26 @@ def test_a_policy_exception_mid_rollout_exits_the_with_block_with_that_one_excep
     assert collector.closed
 
 
-def test_ctrl_c_gives_one_traceback_and_leaves_nothing_behind():
+@pytest.mark.parametrize("pytest_sigint", ["default", "ignored"], ids=["from-a-terminal", "from-a-background-job"])
+def test_ctrl_c_gives_one_traceback_and_leaves_nothing_behind(pytest_sigint):
+    import subprocess
+    import textwrap
+
+    from tests.leaks import REPO_ROOT
+
     script = """
-        import os, signal, sys, time
+        import sys, time
         from functools import partial
         import numpy as np
         from parallel_rollouts import ParallelRolloutCollector
         from tests.envs import CountingEnv
 
+        calls = []
+
         def slow_policy(observations):
+            calls.append(1)
+            if len(calls) == 2:
+                print("collecting", flush=True)
             time.sleep(0.01)
             return np.ones(observations.shape[0], dtype=np.int64)
 
@@ -190,26 +215,46 @@ def test_ctrl_c_gives_one_traceback_and_leaves_nothing_behind():
                 print("pids", *[w.process.pid for w in collector._backend.stepper.pool.workers], flush=True)
                 collector.collect()
     """
-    import subprocess
-
-    process = subprocess.Popen(
-        [sys.executable, "-c", __import__("textwrap").dedent(script)],
-        cwd=str(__import__("tests.leaks", fromlist=["REPO_ROOT"]).REPO_ROOT),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )
-    segment = process.stdout.readline().split()[1]
-    pids = [int(p) for p in process.stdout.readline().split()[1:]]
-    time.sleep(0.5)
-    # A terminal's Ctrl-C signals the whole foreground process group, workers included.
-    os.killpg(process.pid, signal.SIGINT)
-    _, stderr = process.communicate(timeout=20)
-    assert process.returncode != 0
-    assert stderr.count("Traceback (most recent call last)") == 1, stderr
-    assert "KeyboardInterrupt" in stderr
-    assert_no_resource_tracker_warning(stderr)
-    assert not segment_exists(segment)
-    for pid in pids:
-        assert not _alive(pid), f"worker {pid} outlived the interrupted program"
+    # A shell starts background jobs with SIGINT ignored, and children inherit that; the
+    # program under test is started as a terminal would start it, whatever launched pytest.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN if pytest_sigint == "ignored" else signal.default_int_handler)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(script)],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    segment = None
+    try:
+        segment = process.stdout.readline().split()[1]
+        pids = [int(p) for p in process.stdout.readline().split()[1:]]
+        assert process.stdout.readline().strip() == "collecting"
+        # A terminal's Ctrl-C signals the whole foreground process group, workers included.
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+        assert process.returncode != 0
+        assert stderr.count("Traceback (most recent call last)") == 1, stderr
+        assert "KeyboardInterrupt" in stderr
+        assert_no_resource_tracker_warning(stderr)
+        assert not segment_exists(segment)
+        for pid in pids:
+            assert not _alive(pid), f"worker {pid} outlived the interrupted program"
+    finally:
+        # On any failure, leave nothing of the program behind: its process group
+        # (workers and resource tracker included) and so its segment too.
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.communicate()
+        if segment is not None and segment_exists(segment):
+            (SHM_DIR / segment).unlink()
 
 
 def _alive(pid: int) -> bool:

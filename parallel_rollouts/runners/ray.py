@@ -39,6 +39,7 @@ import numpy as np
 from ..batch_memory import BatchMemory
 from ..core import load_core
 from ..env_group import EnvGroup, describe_failure, make_env
+from ..groups import check_distinct_envs
 from ..errors import ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError
 from ..processes.slicing import pickle_env_fns, resolve_num_workers, split_envs
 from ..spaces import SpaceLayout, check_env_spaces
@@ -111,6 +112,8 @@ class SliceActor:
         self._core_name = core_name
         self._first_episode_numbers = first_episode_numbers
         self._envs = [make_env(cloudpickle.loads(p), env_offset + i) for i, p in enumerate(pickled_env_fns)]
+        # One env object behind several indices of this slice would interleave their data.
+        check_distinct_envs(self._envs, env_offset)
         self._group: EnvGroup | None = None
         self._rollout: SliceRollout | None = None
 
