@@ -19,7 +19,10 @@ from parallel_rollouts import (
 )
 from parallel_rollouts.seeding import episode_seed
 from tests.batch_compare import assert_batches_identical
-from tests.envs import ConstantPolicy, CountingEnv, FaultyEnv, ObservationDependentPolicy, cartpole
+from tests.bounds import assert_returns
+from tests.envs import ConstantPolicy, CountingEnv, FaultyEnv, HangingCloseEnv, ObservationDependentPolicy, cartpole
+from tests.test_reference_replay import assert_replays, make_case
+from tests.test_reference_replay import collect as collect_for_replay
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -363,3 +366,21 @@ def test_actors_the_cluster_cannot_place_are_an_error_not_a_hang(monkeypatch):
     monkeypatch.setattr(distributed, "START_TIMEOUT", 3.0)
     with pytest.raises(ConfigurationError, match=r"2 of 2 Ray actors did not start within 3 s. Each asks for num_cpus=8"):
         ParallelRolloutCollector([CountingEnv] * 2, None, "ray", num_workers=2, ray_options={"num_cpus": 8})
+
+
+def test_close_is_bounded_even_if_an_env_hangs_in_its_own_close():
+    collector = ParallelRolloutCollector([CountingEnv, HangingCloseEnv], ConstantPolicy(2), "ray", horizon=2, seed=0, num_workers=2)
+    collector.collect()
+    hanging_actor = ray.get(collector._backend._actors[1].pid.remote())
+    assert_returns(collector.close)
+    try:
+        psutil.Process(hanging_actor).wait(30)
+    except psutil.NoSuchProcess:
+        pass
+    assert not psutil.pid_exists(hanging_actor) or psutil.Process(hanging_actor).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.parametrize("case", ["StickyAction-Pendulum", "FrameStack-CartPole"])
+def test_every_column_replays_with_plain_gymnasium(case):
+    """The oracle of tests/test_reference_replay.py, on Ray."""
+    assert_replays(collect_for_replay(case, "ray"), partial(make_case, case))
