@@ -18,6 +18,7 @@ from libc.string cimport memcpy
 import numpy as np
 
 from parallel_rollouts._core_checks import (
+    check_counted,
     check_done_columns,
     check_observation_storage,
     check_step_lists,
@@ -252,6 +253,52 @@ cdef class StepRecorder:
                 (1 if step_terminations[column] else 0) | (2 if step_truncations[column] else 0)
             )
         return self._record_scratch(t)
+
+    def record_rows(self, Py_ssize_t t, counted=None):
+        """Record step ``t`` from the rewards and flags already stored in row ``t``.
+
+        For sources that write whole rows themselves (a vector env). ``counted``
+        is ``None`` or a bool ``[num_envs]`` array; a column where it is False
+        took a step that belongs to no episode (a ``NEXT_STEP`` autoreset step):
+        its reward and length are not added. Returns how many episodes ended;
+        their columns go to the front of ``done_columns``.
+        """
+        cdef Py_ssize_t column, n_done = 0, slot
+        cdef double reward
+        cdef unsigned char[:] counted_view
+        cdef bint all_counted = counted is None
+        if t < 0 or t >= self.rewards.shape[0]:
+            raise IndexError(f"time step {t} is outside [0, {self.rewards.shape[0]}).")
+        if not all_counted:
+            check_counted(counted, self.num_envs)
+            counted_view = counted.view(np.uint8)
+        for column in range(self.num_envs):
+            if self.terminations[t, column] or self.truncations[t, column]:
+                n_done += 1
+        if self._completed_count + n_done > self.completed_returns.shape[0]:
+            raise ValueError(
+                f"completed-episode buffers are full ({self.completed_returns.shape[0]} slots)."
+            )
+        n_done = 0
+        with nogil:
+            for column in range(self.num_envs):
+                self.step_episode_seeds[t, column] = self.running_seeds[column]
+                if all_counted or counted_view[column]:
+                    self.running_returns[column] += self.rewards[t, column]
+                    self.running_lengths[column] += 1
+                if self.terminations[t, column] or self.truncations[t, column]:
+                    slot = self._completed_count
+                    self.completed_returns[slot] = self.running_returns[column]
+                    self.completed_lengths[slot] = self.running_lengths[column]
+                    self.completed_env_indices[slot] = self.env_offset + column
+                    self.completed_end_steps[slot] = t
+                    self.completed_seeds[slot] = self.running_seeds[column]
+                    self._completed_count = slot + 1
+                    self.running_returns[column] = 0.0
+                    self.running_lengths[column] = 0
+                    self.done_columns[n_done] = column
+                    n_done += 1
+        return n_done
 
     cdef Py_ssize_t _record_scratch(self, Py_ssize_t t) except -1:
         """Record step ``t`` from ``rewards_now`` / ``flags_now``; return how many episodes ended."""

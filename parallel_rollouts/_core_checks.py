@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "check_counted",
     "check_done_columns",
     "check_observation_storage",
     "check_step_lists",
@@ -126,6 +127,13 @@ def check_done_columns(done_columns: Any, num_envs: int) -> None:
         raise ValueError(
             f"`done_columns` has room for {done_columns.shape[0]} envs; expected {num_envs}."
         )
+
+
+def check_counted(counted: Any, num_envs: int) -> None:
+    """``counted``: a bool vector of one entry per env."""
+    _require_array(counted, "counted", np.bool_, 1)
+    if counted.shape[0] != num_envs:
+        raise ValueError(f"`counted` has {counted.shape[0]} entries; expected {num_envs}.")
 
 
 def check_step_lists(num_envs: int, **lists: Any) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._core_checks import (
+    check_counted,
     check_done_columns,
     check_observation_storage,
     check_step_lists,
@@ -233,6 +234,47 @@ class StepRecorder:
         self._running_returns += rewards_now
         self._running_lengths += 1
 
+        stop = start + n_done
+        self._completed_returns[start:stop] = self._running_returns[columns]
+        self._completed_lengths[start:stop] = self._running_lengths[columns]
+        self._completed_env_indices[start:stop] = self._env_offset + columns
+        self._completed_end_steps[start:stop] = t
+        self._completed_seeds[start:stop] = self._running_seeds[columns]
+        self._completed_count = stop
+        self._running_returns[columns] = 0.0
+        self._running_lengths[columns] = 0
+        self._done_columns[:n_done] = columns
+        return n_done
+
+
+    def record_rows(self, t: int, counted: np.ndarray | None = None) -> int:
+        """Record step ``t`` from the rewards and flags already stored in row ``t``.
+
+        For sources that write whole rows themselves (a vector env). ``counted``
+        is ``None`` or a bool ``[num_envs]`` array; a column where it is False
+        took a step that belongs to no episode (a ``NEXT_STEP`` autoreset step):
+        its reward and length are not added. Returns how many episodes ended;
+        their columns go to the front of ``done_columns``.
+        """
+        if t < 0 or t >= self._rewards.shape[0]:
+            raise IndexError(f"time step {t} is outside [0, {self._rewards.shape[0]}).")
+        if counted is not None:
+            check_counted(counted, self._num_envs)
+        ended = self._terminations[t] | self._truncations[t]
+        columns = np.flatnonzero(ended)
+        n_done = columns.shape[0]
+        start = self._completed_count
+        if start + n_done > self._completed_returns.shape[0]:
+            raise ValueError(
+                f"completed-episode buffers are full ({self._completed_returns.shape[0]} slots)."
+            )
+        self._step_episode_seeds[t] = self._running_seeds
+        if counted is None:
+            self._running_returns += self._rewards[t]
+            self._running_lengths += 1
+        else:
+            self._running_returns[counted] += self._rewards[t][counted]
+            self._running_lengths += counted
         stop = start + n_done
         self._completed_returns[start:stop] = self._running_returns[columns]
         self._completed_lengths[start:stop] = self._running_lengths[columns]

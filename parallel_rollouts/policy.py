@@ -85,6 +85,16 @@ class PolicyOutputWriter:
         self._layout = action_layout
         self._core = core
         self._num_envs = num_envs
+        # What each leaf's check needs, worked out once rather than per step.
+        self._leaf_checks = [
+            (
+                leaf,
+                f" at {leaf.name}" if action_layout.is_nested else "",
+                (num_envs,) + leaf.shape,
+                action_layout.bounds(leaf_index),
+            )
+            for leaf_index, leaf in enumerate(action_layout.leaves)
+        ]
         self.has_values: bool | None = None
         self.has_log_probs: bool | None = None
 
@@ -109,9 +119,7 @@ class PolicyOutputWriter:
         except SpaceError as error:
             raise ActionError(f"the policy's actions do not match the action space: {error}") from None
         checked = []
-        for leaf_index, (leaf, value) in enumerate(zip(self._layout.leaves, leaf_values)):
-            where = f" at {leaf.name}" if self._layout.is_nested else ""
-            expected_shape = (self._num_envs,) + leaf.shape
+        for (leaf, where, expected_shape, (low, high)), value in zip(self._leaf_checks, leaf_values):
             array = _as_array(value, f"actions{where}", repr(expected_shape))
             if array.shape != expected_shape:
                 raise ActionError(
@@ -129,7 +137,7 @@ class PolicyOutputWriter:
                     f"the policy's actions{where} have dtype {array.dtype}; expected a numeric dtype "
                     f"convertible to {leaf.dtype}."
                 )
-            env = self._core.find_out_of_bounds(array, *self._layout.bounds(leaf_index))
+            env = self._core.find_out_of_bounds(array, low, high)
             if env >= 0:
                 hint = " Clip continuous actions to the space's bounds." if isinstance(leaf.space, spaces.Box) else ""
                 raise ActionError(

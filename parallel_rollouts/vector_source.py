@@ -179,14 +179,16 @@ class VectorEnvGroup:
         self._running_returns = np.zeros(n, dtype=np.float64)
         self._running_lengths = np.zeros(n, dtype=np.int64)
         self._running_seeds = np.full(n, UNKNOWN_SEED, dtype=np.int64)
-        # NEXT_STEP: the sub-envs whose episode ended at the previous step, so that
-        # this step is their reset step. It outlives a rollout, like the observations.
-        self._resetting = np.zeros(n, dtype=bool)
-        self._all_counted = np.ones(n, dtype=bool)
+        # NEXT_STEP: False for the sub-envs whose episode ended at the previous step,
+        # so that this step is their reset step and counts in no episode. It outlives
+        # a rollout, like the observations.
+        self._counted = np.ones(n, dtype=bool)
+        self._done_columns = np.zeros(n, dtype=np.int64)
         self._current_observations = observation_layout.allocate((1, n), np.zeros)
         self._storage: RolloutStorage | None = None
         self._completed: CompletedEpisodes | None = None
-        self._completed_count = 0
+        self._recorder = None
+        self._final_writers: list = []
 
     @property
     def episodes_started(self) -> list[int]:
@@ -241,7 +243,7 @@ class VectorEnvGroup:
     def reset_all(self) -> None:
         """First reset of every sub-env."""
         observations = self._reset(None)
-        self._resetting[:] = False
+        self._counted[:] = True
         leaves = self._leaves_of(observations, "reset observation")
         for current, values in zip(self._current_observations, leaves):
             current[0] = values
@@ -256,8 +258,29 @@ class VectorEnvGroup:
     def begin(self, storage: RolloutStorage) -> None:
         """Start a rollout into ``storage``, this group's column slice of the batch."""
         self._storage = storage
-        self._completed = CompletedEpisodes.empty_buffers(storage.horizon * self.num_envs)
-        self._completed_count = 0
+        completed = self._completed = CompletedEpisodes.empty_buffers(storage.horizon * self.num_envs)
+        # The episode books of whole rows, kept by the compiled core in one pass per step.
+        self._recorder = self._core.StepRecorder(
+            storage.rewards,
+            storage.terminations,
+            storage.truncations,
+            storage.step_episode_seeds,
+            self._running_returns,
+            self._running_lengths,
+            self._running_seeds,
+            completed.returns,
+            completed.lengths,
+            completed.env_indices,
+            completed.end_steps,
+            completed.seeds,
+            self._done_columns,
+            self.env_offset,
+        )
+        # Terminal rows are copied by the compiled kernel the per-env groups use.
+        self._final_writers = [
+            self._core.ObservationWriter(observations, finals)
+            for observations, finals in zip(storage.observations, storage.final_observations)
+        ]
         for leaf_storage, current in zip(storage.observations, self._current_observations):
             leaf_storage[0] = current[0]
 
@@ -271,62 +294,49 @@ class VectorEnvGroup:
         except Exception as error:
             raise self._failure("step", error) from error
         # Rewards and flags go straight into their rows (converted on the way), read back from there.
-        rewards = self._store_per_env(rewards, storage.rewards[t], "rewards")
+        self._store_per_env(rewards, storage.rewards[t], "rewards")
         terminated = self._store_per_env(terminations, storage.terminations[t], "terminations")
         truncated = self._store_per_env(truncations, storage.truncations[t], "truncations")
         for leaf_storage, values in zip(storage.observations, self._leaves_of(observations, "observation")):
             leaf_storage[t + 1] = values
         ended = terminated | truncated
         mode = self.autoreset_mode
-        storage.step_episode_seeds[t] = self._running_seeds
         if mode is AutoresetMode.NEXT_STEP:
-            resetting = self._resetting
-            counted = ~resetting
-            storage.reset_steps[t] = resetting
-            self._running_returns += np.where(resetting, 0.0, rewards)
-            self._running_lengths += counted
+            counted = self._counted
+            np.logical_not(counted, out=storage.reset_steps[t])
         else:
-            counted = self._all_counted
+            counted = None
             storage.reset_steps[t] = False
-            self._running_returns += rewards
-            self._running_lengths += 1
         self._store_infos(t, info, ended, counted)
-        columns = np.flatnonzero(ended)
+        n_done = self._recorder.record_rows(t, counted)
         if mode is AutoresetMode.NEXT_STEP:
-            self._resetting = ended
-        if columns.size:
-            self._end_episodes(t, columns, info, ended)
+            self._counted = ~ended
+        if n_done:
+            self._end_episodes(t, n_done, info, ended)
         self._checker.check(
             [leaf[t + 1] for leaf in storage.observations],
             None,
             lambda column: f"an observation at step t={t} (observations row t={t + 1})",
         )
 
-    def _end_episodes(self, t: int, columns: np.ndarray, info: Any, ended: np.ndarray) -> None:
+    def _end_episodes(self, t: int, n_done: int, info: Any, ended: np.ndarray) -> None:
+        """Terminal observations of the ``n_done`` episodes that ended at step ``t`` (the books are kept), then resets."""
         storage = self._storage
-        start, stop = self._completed_count, self._completed_count + columns.size
-        completed = self._completed
-        completed.returns[start:stop] = self._running_returns[columns]
-        completed.lengths[start:stop] = self._running_lengths[columns]
-        completed.env_indices[start:stop] = self.env_offset + columns
-        completed.end_steps[start:stop] = t
-        completed.seeds[start:stop] = self._running_seeds[columns]
-        self._completed_count = stop
-        self._running_returns[columns] = 0.0
-        self._running_lengths[columns] = 0
-
+        columns = self._done_columns[:n_done].copy()
         mode = self.autoreset_mode
         if mode is AutoresetMode.SAME_STEP:
             self._store_same_step_finals(t, columns, info)
             self._running_seeds[columns] = UNKNOWN_SEED
         else:
-            for finals, observations in zip(storage.final_observations, storage.observations):
-                finals[t, columns] = observations[t + 1, columns]
-        self._checker.check(
-            [leaf[t, columns] for leaf in storage.final_observations],
-            columns,
-            lambda column: f"a terminal observation at step t={t} (final_observations row t={t})",
-        )
+            for writer in self._final_writers:
+                writer.scatter_final(t, self._done_columns, n_done)
+        if mode is not AutoresetMode.NEXT_STEP:
+            # (NEXT_STEP: they are row t + 1's own values, which the row check covers.)
+            self._checker.check(
+                [leaf[t, columns] for leaf in storage.final_observations],
+                columns,
+                lambda column: f"a terminal observation at step t={t} (final_observations row t={t})",
+            )
         if mode is AutoresetMode.SAME_STEP:
             return
         if mode is AutoresetMode.NEXT_STEP:
@@ -366,15 +376,15 @@ class VectorEnvGroup:
         storage = self._storage
         for leaf_storage, current in zip(storage.observations, self._current_observations):
             current[0] = leaf_storage[storage.horizon]
-        completed = self._completed.head(self._completed_count)
-        self._storage, self._completed = None, None
+        completed = self._completed.head(self._recorder.completed_count)
+        self._storage, self._completed, self._recorder, self._final_writers = None, None, None, []
         return completed
 
     def abandon(self, t: int) -> None:
         """Drop the rollout after ``t`` completed steps; the sub-envs stand where row ``t`` says."""
         for leaf_storage, current in zip(self._storage.observations, self._current_observations):
             current[0] = leaf_storage[t]
-        self._storage, self._completed = None, None
+        self._storage, self._completed, self._recorder, self._final_writers = None, None, None, []
 
     def close(self) -> list[tuple[int, BaseException]]:
         """Close the vector env; return ``(env_index, error)`` if its ``close`` raised."""
@@ -450,8 +460,11 @@ class VectorEnvGroup:
             arrays.append(array)
         return arrays
 
-    def _store_infos(self, t: int, info: Any, ended: np.ndarray, counted: np.ndarray) -> None:
-        """Fill ``infos[key][t]``; a reset step may lack a key (it stays NaN), a counted step may not."""
+    def _store_infos(self, t: int, info: Any, ended: np.ndarray, counted: np.ndarray | None) -> None:
+        """Fill ``infos[key][t]``; a reset step may lack a key (it stays NaN), a counted step may not.
+
+        ``counted`` is None when every step counts (no reset steps).
+        """
         if not self._info_keys:
             return
         storage = self._storage
@@ -463,7 +476,7 @@ class VectorEnvGroup:
             if self.autoreset_mode is AutoresetMode.SAME_STEP and isinstance(final_info, dict):
                 # The ended step's own info moved into final_info when the sub-env reset.
                 present |= self._fill_info(row, final_info, key, ended)
-            missing = np.flatnonzero(counted & ~present)
+            missing = np.flatnonzero(~present if counted is None else counted & ~present)
             if missing.size:
                 column = int(missing[0])
                 keys = sorted(k for k in info if not str(k).startswith("_")) if isinstance(info, dict) else info

@@ -256,6 +256,75 @@ def test_step_recorder_checks_its_inputs(core):
         recorder.record_step(2, [1.0, 1.0], [False, False], [False, False])
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    horizon=st.integers(1, 8),
+    num_envs=st.integers(1, 6),
+    env_offset=st.integers(0, 50),
+    with_mask=st.booleans(),
+    data=st.data(),
+)
+def test_record_rows_matches_a_plain_python_reference(horizon, num_envs, env_offset, with_mask, data):
+    """The whole-row books of a vector source: rows already stored, some steps not counted."""
+    rewards = data.draw(hnp.arrays(np.float64, (horizon, num_envs), elements=st.floats(-1e6, 1e6)))
+    terminated = data.draw(hnp.arrays(np.bool_, (horizon, num_envs)))
+    truncated = data.draw(hnp.arrays(np.bool_, (horizon, num_envs)))
+    counted = data.draw(hnp.arrays(np.bool_, (horizon, num_envs))) if with_mask else None
+    outcomes = []
+    for core in CORES:
+        recorder, state = _recorder_state(core, horizon, num_envs, env_offset)
+        state["rewards"][:] = rewards
+        state["terminations"][:] = terminated
+        state["truncations"][:] = truncated
+        done_lists = []
+        for t in range(horizon):
+            n_done = recorder.record_rows(t, None if counted is None else counted[t].copy())
+            done_lists.append(state["done_columns"][:n_done].tolist())
+            for column in state["done_columns"][:n_done]:
+                state["running_seeds"][column] += 1
+        outcomes.append((recorder.completed_count, done_lists, state))
+
+    running_return = [0.0] * num_envs
+    running_length = [0] * num_envs
+    seeds = [10 * c for c in range(num_envs)]
+    completed, seed_rows = [], []
+    for t in range(horizon):
+        seed_rows.append(list(seeds))
+        for c in range(num_envs):
+            if counted is None or counted[t, c]:
+                running_return[c] += rewards[t, c]
+                running_length[c] += 1
+            if terminated[t, c] or truncated[t, c]:
+                completed.append((running_return[c], running_length[c], env_offset + c, t, seeds[c]))
+                running_return[c], running_length[c] = 0.0, 0
+                seeds[c] += 1
+    for count, _done_lists, state in outcomes:
+        assert count == len(completed)
+        got = list(zip(
+            state["completed_returns"][:count].tolist(),
+            state["completed_lengths"][:count].tolist(),
+            state["completed_env_indices"][:count].tolist(),
+            state["completed_end_steps"][:count].tolist(),
+            state["completed_seeds"][:count].tolist(),
+        ))
+        assert got == completed
+        assert state["step_episode_seeds"].tolist() == seed_rows
+        assert state["running_returns"].tolist() == running_return
+        assert state["running_lengths"].tolist() == running_length
+    assert outcomes[0][1] == outcomes[1][1]
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_record_rows_checks_its_inputs(core):
+    recorder, _ = _recorder_state(core, 2, 2, 0)
+    with pytest.raises(IndexError, match="time step 2 is outside"):
+        recorder.record_rows(2)
+    with pytest.raises(ValueError, match="`counted` has 3 entries; expected 2"):
+        recorder.record_rows(0, np.ones(3, dtype=bool))
+    with pytest.raises(ValueError, match="`counted` must have dtype bool"):
+        recorder.record_rows(0, np.ones(2, dtype=np.int64))
+
+
 # -- find_out_of_bounds ----------------------------------------------------------------------
 
 
