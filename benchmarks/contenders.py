@@ -10,7 +10,7 @@ Contenders, by name (``processes`` in the report says how many processes each us
 
 ``serial``, ``sync``, ``async``
     ``ParallelRolloutCollector`` with that backend and its DEFAULT settings: a fresh
-    batch per collect that the caller owns, the compiled core, ``min(cpu_count,
+    batch per collect that the caller owns, the compiled core, ``min(usable cores,
     num_envs)`` async workers unless ``--num-workers`` says otherwise.
 ``sync/reuse``, ``async/reuse``
     The same with ``reuse_buffers=True`` (every collect overwrites the same arrays).
@@ -52,6 +52,7 @@ import numpy as np
 from gymnasium import spaces
 
 from parallel_rollouts import ParallelRolloutCollector
+from parallel_rollouts.processes.slicing import usable_cores
 
 from .workloads import Workload
 
@@ -157,7 +158,7 @@ class CollectorContender:
         self.collector = ParallelRolloutCollector(
             workload.env_fns(num_envs), workload.policy, backend=backend, horizon=horizon, seed=seed, **options
         )
-        workers = options.get("num_workers") or min(os.cpu_count() or 1, num_envs)
+        workers = options.get("num_workers") or min(usable_cores(), num_envs)
         self.processes = 1 + (workers if backend == "async" else 0)
 
     def collect(self) -> int:

@@ -17,6 +17,7 @@ import gymnasium
 import numpy as np
 
 import parallel_rollouts
+from parallel_rollouts.processes.slicing import usable_cores
 
 __all__ = ["format_machine_record", "machine_record"]
 
@@ -40,7 +41,7 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def _usable_cores() -> int | None:
+def _affinity_cores() -> int | None:
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not offered on macOS or Windows
@@ -79,7 +80,8 @@ def machine_record() -> dict[str, Any]:
         "active_core": parallel_rollouts.active_core(),
         "cpu_model": _cpu_model(),
         "logical_cores": os.cpu_count(),
-        "usable_cores": _usable_cores(),
+        "affinity_cores": _affinity_cores(),
+        "usable_cores": usable_cores(),
         "os": platform.platform(),
         "executable": sys.executable,
         **_torch_record(),

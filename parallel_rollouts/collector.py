@@ -78,7 +78,9 @@ class ParallelRolloutCollector:
         value always raise.
     num_workers:
         Async and Ray backends: worker processes / actors, each owning a
-        contiguous slice of the envs (default ``min(cpu_count, num_envs)``).
+        contiguous slice of the envs (default ``min(usable cores, num_envs)``:
+        the cores this process may run on, after CPU affinity and a container's
+        CPU quota, not the machine's count).
     policy_placement:
         Where the policy runs. ``"main"`` (default for serial, sync and async): in
         this process, batched over all envs, once per step. ``"workers"`` (async;

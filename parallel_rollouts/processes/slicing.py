@@ -2,21 +2,69 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import cloudpickle
 import numpy as np
 
 from ..errors import ConfigurationError
 
-__all__ = ["pickle_env_fns", "resolve_num_workers", "split_envs"]
+__all__ = ["pickle_env_fns", "resolve_num_workers", "split_envs", "usable_cores"]
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def usable_cores(cgroup_root: Path = CGROUP_ROOT) -> int:
+    """How many cores this process can keep busy at once.
+
+    ``os.cpu_count()`` counts the machine's cores, not the ones this process may
+    use: a job pinned to some cores (``taskset``, a batch scheduler) or a container
+    with a CPU quota (``docker --cpus=2``) gets fewer, and one worker per machine
+    core then only adds processes that share them. This is the affinity mask,
+    capped by a cgroup CPU quota (rounded up).
+    """
+    process_cpu_count = getattr(os, "process_cpu_count", None)  # Python 3.13+
+    if process_cpu_count is not None:
+        count = process_cpu_count()
+    else:
+        try:
+            count = len(os.sched_getaffinity(0))
+        except AttributeError:  # macOS, Windows
+            count = os.cpu_count()
+    count = count or 1
+    quota = cgroup_cpu_quota(cgroup_root)
+    if quota is not None:
+        count = min(count, quota)
+    return max(1, count)
+
+
+def cgroup_cpu_quota(root: Path = CGROUP_ROOT) -> int | None:
+    """Cores a cgroup CPU quota allows (cgroup v2 ``cpu.max``, else v1 CFS files), or None."""
+    try:
+        fields = (root / "cpu.max").read_text().split()
+        quota, period = (fields[0], fields[1]) if len(fields) == 2 else ("max", "0")
+    except OSError:
+        try:
+            quota = (root / "cpu" / "cpu.cfs_quota_us").read_text().strip()
+            period = (root / "cpu" / "cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            return None
+    try:
+        quota_us, period_us = int(quota), int(period)
+    except ValueError:  # "max": no quota
+        return None
+    if quota_us <= 0 or period_us <= 0:  # v1 writes -1 for no quota
+        return None
+    return max(1, math.ceil(quota_us / period_us))
 
 
 def resolve_num_workers(num_workers: int | None, num_envs: int) -> int:
-    """``num_workers``, checked; ``None`` means ``min(cpu_count, num_envs)``."""
+    """``num_workers``, checked; ``None`` means ``min(usable_cores(), num_envs)``."""
     if num_workers is None:
-        return max(1, min(os.cpu_count() or 1, num_envs))
+        return max(1, min(usable_cores(), num_envs))
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or not 1 <= num_workers <= num_envs:
         raise ConfigurationError(
             f"`num_workers` must be an int between 1 and the number of envs ({num_envs}); got {num_workers!r}."

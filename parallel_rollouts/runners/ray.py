@@ -41,7 +41,7 @@ from ..core import load_core
 from ..env_group import EnvGroup, describe_failure, make_env
 from ..groups import check_distinct_envs
 from ..errors import ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError
-from ..processes.slicing import pickle_env_fns, resolve_num_workers, split_envs
+from ..processes.slicing import pickle_env_fns, resolve_num_workers, split_envs, usable_cores
 from ..spaces import SpaceLayout, check_env_spaces
 from ..spec import RolloutSpec
 from ..storage import CompletedEpisodes, RolloutStorage
@@ -195,7 +195,7 @@ class _LocalRay:
             if address is not None:
                 ray.init(address=address, log_to_driver=False)
                 return False
-            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+            ray.init(num_cpus=usable_cores(), include_dashboard=False, log_to_driver=False)
             cls.started_here = True
         if cls.started_here:
             cls.users += 1
