@@ -13,7 +13,17 @@ times one unit of each, in a fixed order, and ratios are taken within a round):
     ``reuse_buffers=True``). One unit = ``horizon`` steps.
 ``source_async_scaling``
     The collector with ``backend="async"``: 2 workers each owning a
-    ``CartPoleVectorEnv`` of N=512, against 1 worker owning N=1024.
+    ``CartPoleVectorEnv`` of N=512, against 1 worker owning N=1024; with the
+    policy in the main process (the default) and in the workers
+    (``policy_placement="workers"``).
+``source_async_scaling_8192``
+    The same at 2 x N=4096 against 1 x N=8192: ``CartPoleVectorEnv``'s step costs
+    nearly as much at N=512 as at N=1024 (NumPy's fixed cost per call dominates;
+    ``cartpole_vector_step_cost`` measures it), so splitting it in halves can only
+    pay at sizes where a step's work grows with N.
+``cartpole_vector_step_cost``
+    ``CartPoleVectorEnv.step`` alone at N=512, 1024, 4096 and 8192 (transitions/s),
+    the ceiling of any split.
 ``adapter_cartpole_16`` / ``adapter_half_ms_16``
     A loop stepping a vector env of 16 envs with precomputed random actions:
     ``ParallelVectorEnv`` (async, 2 workers; and sync) against Gymnasium's
@@ -123,6 +133,34 @@ def build_groups(selected: set[str]) -> dict[str, Callable[[], list[Contender]]]
             collector(
                 "async 2 workers x N=512", [partial(cartpole_vector, 512)] * 2, HORIZON, backend="async", num_workers=2
             ),
+            # Rollout workers run the policy next to their vector env: no per-step exchange.
+            collector(
+                "rollout workers 1 x N=1024", [partial(cartpole_vector, 1024)], HORIZON, backend="async",
+                num_workers=1, policy_placement="workers",
+            ),
+            collector(
+                "rollout workers 2 x N=512", [partial(cartpole_vector, 512)] * 2, HORIZON, backend="async",
+                num_workers=2, policy_placement="workers",
+            ),
+        ],
+        # CartPoleVectorEnv's step costs nearly the same at N=512 as at N=1024 (NumPy's
+        # per-call overhead dominates), so halves only pay where a step's work grows with N.
+        "source_async_scaling_8192": lambda: [
+            collector("async 1 worker x N=8192", [partial(cartpole_vector, 8192)], HORIZON, backend="async", num_workers=1),
+            collector(
+                "async 2 workers x N=4096", [partial(cartpole_vector, 4096)] * 2, HORIZON, backend="async", num_workers=2
+            ),
+            collector(
+                "rollout workers 1 x N=8192", [partial(cartpole_vector, 8192)], HORIZON, backend="async",
+                num_workers=1, policy_placement="workers",
+            ),
+            collector(
+                "rollout workers 2 x N=4096", [partial(cartpole_vector, 4096)] * 2, HORIZON, backend="async",
+                num_workers=2, policy_placement="workers",
+            ),
+        ],
+        "cartpole_vector_step_cost": lambda: [
+            stepping_loop(f"CartPoleVectorEnv N={n}", cartpole_vector(n), 256) for n in (512, 1024, 4096, 8192)
         ],
     }
     for env_name, env_fn in (("cartpole", cartpole), ("half_ms", half_ms)):
@@ -189,6 +227,9 @@ TARGETS = (
     ("source_cartpole_1024", "collector sync / bare loop", 0.8),
     ("source_cartpole_1024", "collector sync reuse_buffers / bare loop", 0.8),
     ("source_async_scaling", "async 2 workers x N=512 / async 1 worker x N=1024", 1.5),
+    ("source_async_scaling", "rollout workers 2 x N=512 / rollout workers 1 x N=1024", 1.5),
+    ("source_async_scaling_8192", "async 2 workers x N=4096 / async 1 worker x N=8192", 1.5),
+    ("source_async_scaling_8192", "rollout workers 2 x N=4096 / rollout workers 1 x N=8192", 1.5),
     ("adapter_cartpole_16", "ParallelVectorEnv async / AsyncVectorEnv", 3.0),
     ("adapter_cartpole_16", "ParallelVectorEnv sync / SyncVectorEnv", 0.8),
     ("adapter_cartpole_16", "ParallelVectorEnv async / SyncVectorEnv", 0.8),

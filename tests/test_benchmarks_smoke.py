@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from benchmarks import core_microbench, report, run_rollout_benchmark, soak
+from benchmarks import core_microbench, report, run_rollout_benchmark, soak, vector_envs
 from benchmarks.contenders import COLLECTOR_CONTENDERS, PEER_CONTENDERS, unavailable_reason
 from benchmarks.workloads import WORKLOADS
 
@@ -167,3 +167,26 @@ def test_targets_are_per_round_ratios_judged_against_their_threshold():
     # Workloads that were not run report no target.
     assert not any("frames" in label or "0.5 ms" in label for label in rows)
     assert "| rollout workers (2) vs a bare loop, CartPole" in "\n".join(report.targets_markdown(result))
+
+
+def test_vector_env_benchmark_reports_its_groups_and_the_targets_they_carry(tmp_path):
+    path = tmp_path / "vector_envs.json"
+    vector_envs.main(
+        ["--rounds", "1", "--warmup", "0", "--groups", "source_cartpole_1024", "cartpole_vector_step_cost", "--output", str(path)]
+    )
+    document = _load(path)
+    assert {"machine", "settings", "load_average", "targets", "groups"} <= document.keys()
+    groups = {group["group"]: group for group in document["groups"]}
+    assert set(groups) == {"source_cartpole_1024", "cartpole_vector_step_cost"}
+    assert set(groups["source_cartpole_1024"]["throughputs"]) == {
+        "bare loop", "collector sync", "collector sync reuse_buffers"
+    }
+    for group in groups.values():
+        for throughput in group["throughputs"].values():
+            assert throughput["median"] > 0
+    # Only the targets of the groups that ran, each judged against its threshold.
+    assert [entry["ratio"] for entry in document["targets"]] == [
+        "collector sync / bare loop", "collector sync reuse_buffers / bare loop"
+    ]
+    for entry in document["targets"]:
+        assert entry["met"] == (entry["median"] >= entry["target"])
