@@ -23,6 +23,10 @@ Contenders, by name (``processes`` in the report says how many processes each us
     envs writing into preallocated arrays, keeping final observations and resetting each
     finished env at once with a seed from a precomputed list (the per-episode reseeding
     the collector does too). One process.
+``bare-loop/2proc``
+    Two bare loops, each on half the envs, in two processes that never exchange anything
+    during a collect: the ceiling of any runner that uses two worker processes on this
+    machine (how much of a second core two busy processes get). Three processes.
 ``gym-sync``
     A CleanRL-style storage loop (preallocated ``[T, N, ...]`` arrays) over Gymnasium's
     ``SyncVectorEnv(copy=False)``. One process.
@@ -77,12 +81,12 @@ COLLECTOR_CONTENDERS: dict[str, dict[str, Any]] = {
     "async/pipelined": {"backend": "async", "pipelined": True},
     "async/workers": {"backend": "async", "policy_placement": "workers"},
 }
-PEER_CONTENDERS = ("bare-loop", "gym-sync", "gym-async", "envpool", "sb3-subproc")
+PEER_CONTENDERS = ("bare-loop", "bare-loop/2proc", "gym-sync", "gym-async", "envpool", "sb3-subproc")
 #: Every ratio in a comparison is taken against this contender.
 REFERENCE_CONTENDER = "bare-loop"
 #: What the comparison runs by default.
-HEADLINE_CONTENDERS = ("bare-loop", "sync", "sync/reuse", "async", "async/reuse", "async/pipelined",
-                       "async/workers", "gym-sync", "gym-async", "envpool", "sb3-subproc")
+HEADLINE_CONTENDERS = ("bare-loop", "bare-loop/2proc", "sync", "sync/reuse", "async", "async/reuse",
+                       "async/pipelined", "async/workers", "gym-sync", "gym-async", "envpool", "sb3-subproc")
 
 # Episode seeds the bare loop draws up front per env; it cycles through them if a run
 # outlasts them (only the cost of a seeded reset matters here, not the seed's value).
@@ -326,6 +330,67 @@ class BareLoop:
             env.close()
 
 
+def _bare_loop_process(connection, workload_name: str, num_envs: int, horizon: int, seed: int) -> None:
+    from .workloads import get_workload
+
+    loop = BareLoop(get_workload(workload_name), num_envs, horizon, seed)
+    try:
+        while connection.recv_bytes() == b"collect":
+            connection.send_bytes(str(loop.collect()).encode())
+    finally:
+        loop.close()
+
+
+class TwoBareLoops:
+    """The ceiling of any two-process runner: two bare loops, each on half the envs, in
+    processes of their own that never talk to each other during a collect.
+
+    ``collect()`` starts both and waits for both; what it measures is how much of a
+    second core two busy processes get on this machine.
+    """
+
+    def __init__(self, workload: Workload, num_envs: int, horizon: int, seed: int) -> None:
+        import multiprocessing
+
+        self.name = "bare-loop/2proc"
+        self.processes = 3
+        context = multiprocessing.get_context("spawn")
+        self._connections, self._workers = [], []
+        halves = (num_envs // 2, num_envs - num_envs // 2)
+        try:
+            for index, half in enumerate(halves):
+                parent, child = context.Pipe()
+                worker = context.Process(
+                    target=_bare_loop_process, args=(child, workload.name, half, horizon, seed + index), daemon=True
+                )
+                worker.start()
+                child.close()
+                self._connections.append(parent)
+                self._workers.append(worker)
+        except BaseException:
+            self.close()
+            raise
+
+    def collect(self) -> int:
+        for connection in self._connections:
+            connection.send_bytes(b"collect")
+        return sum(int(connection.recv_bytes()) for connection in self._connections)
+
+    def close(self) -> None:
+        for connection in self._connections:
+            try:
+                connection.send_bytes(b"stop")
+            except OSError:
+                pass
+            connection.close()
+        for worker in self._workers:
+            worker.join(10)
+            if worker.is_alive():
+                worker.kill()
+                worker.join()
+        self._connections, self._workers = [], []
+
+
 def make_contender(
     name: str, workload: Workload, num_envs: int, horizon: int, seed: int, num_workers: int | None = None
 ) -> Contender:
@@ -337,6 +402,8 @@ def make_contender(
         raise ValueError(f"contender {name!r} cannot run here: {reason}.")
     if name == "bare-loop":
         return BareLoop(workload, num_envs, horizon, seed)
+    if name == "bare-loop/2proc":
+        return TwoBareLoops(workload, num_envs, horizon, seed)
     if name == "gym-sync":
         envs = gym.vector.SyncVectorEnv(workload.env_fns(num_envs), copy=False)
         return _vector_loop(name, envs, 1, workload, horizon, seed)

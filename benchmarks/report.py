@@ -8,7 +8,7 @@ from typing import Any
 
 from .summary import summarize_ratios
 
-__all__ = ["TARGETS", "comparison_markdown", "format_group_table", "plot_throughput", "target_rows", "write_json"]
+__all__ = ["CEILINGS", "TARGETS", "ceiling_rows", "comparison_markdown", "format_group_table", "plot_throughput", "target_rows", "write_json"]
 
 _HEADERS = (
     "contender",
@@ -155,22 +155,46 @@ TARGETS = (
 )
 
 
-def target_rows(result: dict) -> list[dict]:
-    """Each target's per-round ratio (median, min, max) from the groups that measured it."""
+#: Ratios that say how far a target could go on this machine: (label, workload, num_envs,
+#: contender, reference). Two bare loops in two processes are the ceiling of any runner
+#: with two worker processes; a runner's ratio to them is the share of it that it reaches.
+CEILINGS = (
+    ("two independent bare loops vs one (the two-process ceiling), CartPole", "cartpole", 16, "bare-loop/2proc", "bare-loop"),
+    ("rollout workers (2) vs that ceiling, CartPole", "cartpole", 16, "async/workers", "bare-loop/2proc"),
+    ("two independent bare loops vs one, ~0.5 ms env", "half_ms", 16, "bare-loop/2proc", "bare-loop"),
+    ("rollout workers (2) vs that ceiling, ~0.5 ms env", "half_ms", 16, "async/workers", "bare-loop/2proc"),
+    ("two independent bare loops vs one, policy costing one env step per row", "costly_policy", 16, "bare-loop/2proc", "bare-loop"),
+)
+
+
+def _ratio_rows(result: dict, specs) -> list[dict]:
     groups = {(group["env"], group["num_envs"]): group for group in result["groups"]}
     rows = []
-    for label, env, num_envs, contender, reference, threshold in TARGETS:
+    for label, env, num_envs, contender, reference, threshold in specs:
         group = groups.get((env, num_envs))
         if group is None or contender not in group["contenders"] or reference not in group["contenders"]:
             continue
         ours = group["contenders"][contender]["transitions_per_s"]["samples"]
         theirs = group["contenders"][reference]["transitions_per_s"]["samples"]
         ratio = summarize_ratios(ours, theirs)
-        rows.append({
-            "label": label, "contender": contender, "reference": reference, "target": threshold,
-            "median": ratio["median"], "min": ratio["min"], "max": ratio["max"], "met": ratio["median"] >= threshold,
-        })
+        row = {
+            "label": label, "contender": contender, "reference": reference,
+            "median": ratio["median"], "min": ratio["min"], "max": ratio["max"],
+        }
+        if threshold is not None:
+            row.update(target=threshold, met=ratio["median"] >= threshold)
+        rows.append(row)
     return rows
+
+
+def ceiling_rows(result: dict) -> list[dict]:
+    """The CEILINGS ratios (median, min, max over rounds) from the groups that measured them."""
+    return _ratio_rows(result, [spec + (None,) for spec in CEILINGS])
+
+
+def target_rows(result: dict) -> list[dict]:
+    """Each target's per-round ratio (median, min, max) from the groups that measured it."""
+    return _ratio_rows(result, TARGETS)
 
 
 def targets_markdown(result: dict) -> list[str]:
@@ -183,4 +207,13 @@ def targets_markdown(result: dict) -> list[str]:
             f"| {row['label']} (`{row['contender']}` / `{row['reference']}`) | {row['median']:.2f}x "
             f"[{row['min']:.2f}, {row['max']:.2f}] | {row['target']:.2f}x | {'yes' if row['met'] else 'no'} |"
         )
+    ceilings = ceiling_rows(result)
+    if ceilings:
+        lines += ["", "What this machine allows (no target; context for the ones above):", "",
+                  "| ratio | median [min, max] over rounds |", "|---|---:|"]
+        for row in ceilings:
+            lines.append(
+                f"| {row['label']} (`{row['contender']}` / `{row['reference']}`) | {row['median']:.2f}x "
+                f"[{row['min']:.2f}, {row['max']:.2f}] |"
+            )
     return lines

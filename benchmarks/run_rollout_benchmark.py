@@ -27,7 +27,7 @@ from .contenders import COLLECTOR_CONTENDERS, HEADLINE_CONTENDERS, PEER_CONTENDE
 BACKENDS = ("serial", "sync", "async")
 ALL_CONTENDERS = tuple(COLLECTOR_CONTENDERS) + PEER_CONTENDERS
 from .machine import format_machine_record, machine_record
-from .report import comparison_markdown, format_group_table, plot_throughput, target_rows, write_json
+from .report import ceiling_rows, comparison_markdown, format_group_table, plot_throughput, target_rows, write_json
 from .summary import summarize_throughputs
 from .workloads import WORKLOADS, get_workload
 
@@ -182,10 +182,13 @@ def run_compare(args: argparse.Namespace, machine: dict) -> dict:
     for group in result["groups"]:
         print("\n" + format_group_table(group), flush=True)
     result["targets"] = target_rows(result)
+    result["ceilings"] = ceiling_rows(result)
     for row in result["targets"]:
         verdict = "met" if row["met"] else "MISSED"
         print(f"target {row['label']}: {row['median']:.2f}x [{row['min']:.2f}, {row['max']:.2f}] "
               f"(at least {row['target']:.2f}x) {verdict}", flush=True)
+    for row in result["ceilings"]:
+        print(f"context {row['label']}: {row['median']:.2f}x [{row['min']:.2f}, {row['max']:.2f}]", flush=True)
     json_path = args.json or args.out / "comparison.json"
     write_json(result, json_path)
     markdown_path = args.out / "comparison.md"

@@ -5,7 +5,7 @@ and reports transitions per second of that process's CPU time over a few
 ``collect()`` calls after one warm-up (``STEP_OVERHEAD_CLOCK=wall`` for wall time). Contenders, on each workload:
 
 ``raw-loop``
-    The bare Python loop of :class:`benchmarks.contenders.RawLoop`: steps the envs
+    The bare Python loop of :class:`benchmarks.contenders.BareLoop`: steps the envs
     and writes preallocated arrays.
 ``sync``
     ``backend="sync"`` with default settings (a fresh batch per collect, which
@@ -45,13 +45,13 @@ CONTENDERS = ("raw-loop", "sync", "sync-check-off", "sync-reuse")
 def _measure(code_root: str, contender: str, workload_name: str, num_envs: int, horizon: int, collects: int) -> float:
     """Transitions per second of one contender (runs in its own process)."""
     sys.path.insert(0, code_root)
-    from benchmarks.contenders import RawLoop
+    from benchmarks.contenders import BareLoop
     from benchmarks.workloads import get_workload
     from parallel_rollouts import ParallelRolloutCollector
 
     workload = get_workload(workload_name)
     if contender == "raw-loop":
-        runner = RawLoop(workload, num_envs, horizon, seed=0)
+        runner = BareLoop(workload, num_envs, horizon, seed=0)
         collect = runner.collect
     else:
         options = {}
@@ -92,7 +92,7 @@ def _run_one(code_root: str, contender: str, args: argparse.Namespace, workload:
     return float(output.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", nargs="+", default=["cartpole", "image"])
     parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS))
@@ -104,7 +104,7 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     parser.add_argument("--measure", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--code-root", default=str(REPO), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.measure:
         print(_measure(args.code_root, args.measure, args.workloads[0], args.num_envs, args.horizon, args.collects))
         return

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from benchmarks import core_microbench, report, run_rollout_benchmark, soak, vector_envs
+from benchmarks import core_microbench, report, run_rollout_benchmark, soak, step_overhead, vector_envs
 from benchmarks.contenders import COLLECTOR_CONTENDERS, PEER_CONTENDERS, unavailable_reason
 from benchmarks.workloads import WORKLOADS
 
@@ -190,3 +190,17 @@ def test_vector_env_benchmark_reports_its_groups_and_the_targets_they_carry(tmp_
     ]
     for entry in document["targets"]:
         assert entry["met"] == (entry["median"] >= entry["target"])
+
+
+def test_step_overhead_measures_each_contender_in_its_own_process(tmp_path):
+    path = tmp_path / "step_overhead.json"
+    step_overhead.main([
+        "--workloads", "cartpole", "--num-envs", "2", "--horizon", "8", "--collects", "1", "--rounds", "1",
+        "--contenders", "raw-loop", "sync", "--out", str(path),
+    ])
+    report = _load(path)
+    summary = report["workloads"]["cartpole"]
+    assert set(summary) == {"raw-loop", "sync"}
+    for entry in summary.values():
+        assert entry["median"] > 0 and len(entry["samples"]) == 1
+    assert summary["raw-loop"]["median_of_round_ratios"] == 1.0
