@@ -23,16 +23,23 @@ README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
 FENCE = re.compile(r"^```python([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
-def _python_blocks() -> list[tuple[int, str]]:
+def _python_blocks(text: str = README) -> list[tuple[int, str]]:
     """``(line number, code)`` of every Python block not marked ``norun``."""
     blocks = []
-    for match in FENCE.finditer(README):
+    for match in FENCE.finditer(text):
         if "norun" not in match.group(1).split():
-            blocks.append((README.count("\n", 0, match.start()) + 1, match.group(2)))
+            blocks.append((text.count("\n", 0, match.start()) + 1, match.group(2)))
     return blocks
 
 
 BLOCKS = _python_blocks()
+#: Pages of docs/ whose examples run the same way (a Ray page would start a cluster per block).
+DOC_PAGES = ("vector-envs.md",)
+DOC_BLOCKS = [
+    (page, line, code)
+    for page in DOC_PAGES
+    for line, code in _python_blocks((REPO_ROOT / "docs" / page).read_text(encoding="utf-8"))
+]
 
 
 def test_the_readme_has_python_blocks_to_run():
@@ -41,19 +48,35 @@ def test_the_readme_has_python_blocks_to_run():
 
 @pytest.mark.parametrize("line, code", BLOCKS, ids=[f"README.md:{line}" for line, _ in BLOCKS])
 def test_readme_python_block_runs_as_a_script_outside_the_checkout(line, code, tmp_path):
+    _run_block_outside_the_checkout("README.md", line, code, tmp_path)
+
+
+def test_the_docs_pages_have_python_blocks_to_run():
+    assert {page for page, _, _ in DOC_BLOCKS} == set(DOC_PAGES)
+
+
+@pytest.mark.parametrize("page, line, code", DOC_BLOCKS, ids=[f"docs/{page}:{line}" for page, line, _ in DOC_BLOCKS])
+def test_docs_python_block_runs_as_a_script_outside_the_checkout(page, line, code, tmp_path):
+    _run_block_outside_the_checkout(f"docs/{page}", line, code, tmp_path)
+
+
+def _run_block_outside_the_checkout(where: str, line: int, code: str, tmp_path) -> None:
     # Only the package is importable, as after `pip install .`: not examples/, tests/ or benchmarks/.
     site = tmp_path / "site"
     shutil.copytree(REPO_ROOT / "parallel_rollouts", site / "parallel_rollouts", ignore=shutil.ignore_patterns("__pycache__"))
     script = tmp_path / "snippet.py"
-    script.write_text(code, encoding="utf-8")
+    # A fallback to the pure-Python core would mean the copied package lost its extension. (The
+    # warning category lives in the package, which `-W` cannot import at start-up: set it here.)
+    guard = "import warnings\nimport parallel_rollouts\nwarnings.simplefilter('error', parallel_rollouts.CoreFallbackWarning)\n"
+    script.write_text(guard + code, encoding="utf-8")
     env = {key: value for key, value in os.environ.items() if key != "PARALLEL_ROLLOUTS_PURE_PYTHON"}
     env["PYTHONPATH"] = str(site)
     completed = subprocess.run(
-        [sys.executable, "-W", "error::parallel_rollouts.CoreFallbackWarning", str(script)],
+        [sys.executable, str(script)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )
-    assert completed.returncode == 0, f"README.md block at line {line} failed:\n{completed.stderr}"
-    assert completed.stdout.strip(), f"README.md block at line {line} printed nothing"
+    assert completed.returncode == 0, f"{where} block at line {line} failed:\n{completed.stderr}"
+    assert completed.stdout.strip(), f"{where} block at line {line} printed nothing"
 
 
 # -- the backend table -----------------------------------------------------------------------
