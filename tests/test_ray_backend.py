@@ -99,6 +99,28 @@ def test_an_env_exception_is_a_worker_error_with_the_remote_traceback():
     collector.close()
 
 
+def _factory_without_a_license():
+    raise RuntimeError("no simulator license on this node")
+
+
+def test_a_factory_that_raises_in_an_actor_is_named_not_reported_as_a_death():
+    fns = [partial(CountingEnv, env_id=i) for i in range(4)]
+    fns[1] = _factory_without_a_license
+    with pytest.raises(WorkerError, match=r"env 1 raised RuntimeError in `make`: no simulator license on this node") as info:
+        ParallelRolloutCollector(fns, ConstantPolicy(2), "ray", horizon=4, seed=0, num_workers=2)
+    assert info.value.env_indices == (1,)
+    assert "_factory_without_a_license" in info.value.remote_traceback
+
+
+def test_one_env_object_behind_several_indices_of_an_actor_is_refused():
+    from tests.envs import module_level_env
+    from tests.test_shared_env_instances import SHARED
+
+    fns = [partial(CountingEnv), partial(CountingEnv), module_level_env, module_level_env]
+    with pytest.raises(ConfigurationError, match=r"env_fns\[2\], env_fns\[3\] " + SHARED):
+        ParallelRolloutCollector(fns, None, "ray", horizon=4, seed=0, num_workers=2)
+
+
 def test_a_policy_exception_reaches_the_caller_unwrapped_and_breaks_the_collector():
     class FailingPolicy:
         def __call__(self, observations):

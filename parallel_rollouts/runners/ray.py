@@ -111,16 +111,37 @@ class SliceActor:
         self._info_keys = info_keys
         self._core_name = core_name
         self._first_episode_numbers = first_episode_numbers
-        self._envs = [make_env(cloudpickle.loads(p), env_offset + i) for i, p in enumerate(pickled_env_fns)]
-        # One env object behind several indices of this slice would interleave their data.
-        check_distinct_envs(self._envs, env_offset)
+        # The envs are made by the first method call, not here: Ray reports an exception
+        # raised in an actor's constructor only as the actor's death, while one raised in a
+        # method reaches the caller as itself (a WorkerError naming the env and its factory).
+        self._pickled_env_fns = pickled_env_fns
+        self._envs: list | None = None
         self._group: EnvGroup | None = None
         self._rollout: SliceRollout | None = None
 
+    def _make_envs(self) -> list:
+        if self._envs is None:
+            envs = []
+            try:
+                for column, pickled in enumerate(self._pickled_env_fns):
+                    envs.append(make_env(cloudpickle.loads(pickled), self._env_offset + column))
+                # One env object behind several indices of this slice would interleave their data.
+                check_distinct_envs(envs, self._env_offset)
+            except BaseException:
+                for env in envs:
+                    try:
+                        env.close()
+                    except Exception:
+                        pass
+                raise
+            self._envs = envs
+        return self._envs
+
     def spaces(self) -> list[tuple[Any, Any]]:
-        return [(env.observation_space, env.action_space) for env in self._envs]
+        return [(env.observation_space, env.action_space) for env in self._make_envs()]
 
     def start(self, observation_space, action_space, policy: PolicySnapshot | None) -> None:
+        self._make_envs()
         _, core = load_core(self._core_name)
         self._observation_layout = SpaceLayout(observation_space, "observation")
         self._action_layout = SpaceLayout(action_space, "action")
@@ -167,7 +188,15 @@ class SliceActor:
         return os.getpid()
 
     def close(self) -> list:
-        errors = self._group.close() if self._group is not None else []
+        if self._group is not None:
+            errors = self._group.close()
+        else:  # made, but start() never built the group
+            errors = []
+            for column, env in enumerate(self._envs or []):
+                try:
+                    env.close()
+                except Exception as error:
+                    errors.append((self._env_offset + column, error))
         return [describe_failure(index, "close", error) for index, error in errors]
 
 
