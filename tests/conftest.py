@@ -1,6 +1,7 @@
 import pytest
 
 from parallel_rollouts.core import compiled_core_error
+from tests.leaks import ResourceSnapshot
 
 # Every collector test runs on both cores. The compiled core must be built for
 # the suite to pass: a missing extension is a failure, not a skip.
@@ -12,3 +13,12 @@ def core(request):
     if request.param == "compiled" and compiled_core_error() is not None:
         pytest.fail(f"the compiled core is not built: {compiled_core_error()}")
     return request.param
+
+
+@pytest.fixture
+def no_leaks():
+    """Fails the test if it leaves a process, shared-memory segment or descriptor of ours behind."""
+    snapshot = ResourceSnapshot.take()
+    yield
+    snapshot.assert_nothing_leaked()
+

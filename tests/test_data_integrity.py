@@ -176,21 +176,45 @@ class OvershootEnv(gym.Env):
         return np.array([0.0, height], np.float32), 1.0, False, self._steps >= 7, {}
 
 
-@pytest.mark.parametrize("backend", ALL_LOCAL)
-def test_a_float_bounds_overshoot_warns_and_never_ends_the_run_by_default(backend, core):
+WARNING_MODES = [
+    pytest.param("serial", {}, id="serial"),
+    pytest.param("sync", {}, id="sync"),
+    pytest.param("async", {"num_workers": 2}, id="async"),
+    pytest.param("async", {"num_workers": 2, "policy_placement": "workers"}, id="rollout-workers"),
+]
+
+
+@pytest.mark.parametrize("backend, options", WARNING_MODES)
+def test_a_float_bounds_overshoot_warns_and_never_ends_the_run_by_default(backend, options, core):
     with ParallelRolloutCollector(
-        [OvershootEnv] * 2, ConstantPolicy(2), backend, horizon=10, seed=0, core=core, **_options(backend)
+        [OvershootEnv] * 2, ConstantPolicy(2), backend, horizon=10, seed=0, core=core, **options
     ) as collector:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             batches = [collector.collect() for _ in range(3)]
     assert all(batch.observations[3, :, 1].tolist() == [np.float32(2.526)] * 2 for batch in batches[:1])
     assert batches[2].episode_lengths.tolist()  # episodes keep ending and resetting
-    if backend != "async":  # async workers warn in their own processes
-        messages = [str(w.message) for w in caught if issubclass(w.category, ObservationWarning)]
-        # Once per env and leaf, not once per step.
-        assert len(messages) == 2
-        assert "env 0 returned an observation at step t=2 (observations row t=3) outside its observation space" in messages[0]
+    # Worker processes send their warnings back: the caller's filters see them on every backend.
+    messages = sorted(str(w.message) for w in caught if issubclass(w.category, ObservationWarning))
+    # Once per env and leaf, not once per step.
+    assert len(messages) == 2
+    assert "env 0 returned an observation at step t=2 (observations row t=3) outside its observation space" in messages[0]
+    assert "env 1 returned an observation at step t=2" in messages[1]
+
+
+@pytest.mark.parametrize("options", [{}, {"policy_placement": "workers"}], ids=["per-step", "rollout-workers"])
+def test_a_filter_in_the_main_process_decides_what_worker_warnings_do(options, no_leaks):
+    with ParallelRolloutCollector([OvershootEnv] * 2, ConstantPolicy(2), "async", horizon=10, seed=0, num_workers=2, **options) as collector:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ObservationWarning)
+            with warnings.catch_warnings(record=True) as caught:
+                collector.collect()
+        assert not [w for w in caught if issubclass(w.category, ObservationWarning)]
+    with ParallelRolloutCollector([OvershootEnv] * 2, ConstantPolicy(2), "async", horizon=10, seed=0, num_workers=2, **options) as collector:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ObservationWarning)
+            with pytest.raises(ObservationWarning, match="env 0 returned an observation at step t=2"):
+                collector.collect()
 
 
 @pytest.mark.parametrize("backend", IN_PROCESS)

@@ -18,18 +18,11 @@ from parallel_rollouts import (
 )
 from tests.envs import ConstantPolicy, CountingEnv, FaultyEnv, HangingCloseEnv, RaisingFactory
 from tests.bounds import assert_returns
-from tests.leaks import SHM_DIR, ResourceSnapshot, assert_no_resource_tracker_warning, run_script, segment_exists, segments_of
+from tests.leaks import SHM_DIR, assert_no_resource_tracker_warning, run_script, segment_exists, segments_of
 
 pytestmark = pytest.mark.timeout(60)
 
 ALL_BACKENDS = ["serial", "sync", "async"]
-
-
-@pytest.fixture
-def no_leaks():
-    snapshot = ResourceSnapshot.take()
-    yield
-    snapshot.assert_nothing_leaked()
 
 
 def fns_with_fault(num_envs, faulty_index, **fault):

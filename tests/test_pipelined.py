@@ -8,18 +8,10 @@ import pytest
 from parallel_rollouts import CollectorClosedError, ConfigurationError, ParallelRolloutCollector, WorkerError
 from tests.batch_compare import assert_batches_identical
 from tests.envs import ConstantPolicy, CountingEnv, FaultyEnv, ObservationDependentPolicy, cartpole
-from tests.leaks import ResourceSnapshot
 from tests.policies import RaisingPolicy, ValuedPolicy
 from tests.test_backend_identity import space_env_fns
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def no_leaks():
-    snapshot = ResourceSnapshot.take()
-    yield
-    snapshot.assert_nothing_leaked()
 
 
 def collect(backend, env_fns, policy=None, collects=3, **kwargs):

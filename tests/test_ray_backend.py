@@ -11,6 +11,7 @@ import ray  # the dev extra installs Ray; a missing Ray fails the suite
 from parallel_rollouts import (
     CollectorClosedError,
     ConfigurationError,
+    ObservationWarning,
     ParallelRolloutCollector,
     PolicyOutput,
     StepTimeoutError,
@@ -406,3 +407,11 @@ def test_close_is_bounded_even_if_an_env_hangs_in_its_own_close():
 def test_every_column_replays_with_plain_gymnasium(case):
     """The oracle of tests/test_reference_replay.py, on Ray."""
     assert_replays(collect_for_replay(case, "ray"), partial(make_case, case))
+
+
+def test_warnings_raised_in_an_actor_reach_the_driver_under_its_filters():
+    from tests.test_data_integrity import OvershootEnv
+
+    with ParallelRolloutCollector([OvershootEnv] * 2, ConstantPolicy(2), "ray", horizon=10, seed=0, num_workers=2) as collector:
+        with pytest.warns(ObservationWarning, match=r"env 1 returned an observation at step t=2"):
+            collector.collect()

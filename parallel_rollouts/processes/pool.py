@@ -29,6 +29,7 @@ from ..errors import CollectorClosedError, ConfigurationError, EnvFailure, StepT
 from ..spaces import check_env_spaces
 from ..spec import RolloutSpec
 from . import worker_main as protocol
+from .forwarded_warnings import raise_again
 from .policy_state import PolicyState
 from .shared_memory import SharedStorage
 from .slicing import pickle_env_fns, resolve_num_workers, split_envs
@@ -96,6 +97,9 @@ class _Resources:
                 try:
                     if worker.connection.poll(max(remaining, 0)):
                         reply = worker.connection.recv_bytes()
+                        if reply[:1] == protocol.WARNED:
+                            records, reply = pickle.loads(reply[1:])
+                            raise_again(records, quietly=True)
                         if reply[:1] == protocol.FAILED:
                             errors.append(pickle.loads(reply[1:]))
                 except (EOFError, OSError):
@@ -229,9 +233,20 @@ class WorkerPool:
             worker.awaiting_reply = True
 
     def receive(self, workers: list[_Worker] | None = None, steps: int = 1) -> list[bytes]:
-        """One reply from each of ``workers`` (all by default), in order, within ``steps`` step timeouts."""
+        """One reply from each of ``workers`` (all by default), in order, within ``steps`` step timeouts.
+
+        Warnings the workers raised come with their replies and are raised here once every
+        reply is in (a filter that turns them into errors then leaves no reply queued).
+        """
         deadline = None if self.step_timeout is None else time.monotonic() + self.step_timeout * steps
-        return [self._receive(worker, deadline) for worker in (self.workers if workers is None else workers)]
+        forwarded: list = []
+        try:
+            replies = [self._receive(worker, deadline, forwarded) for worker in (self.workers if workers is None else workers)]
+        except BaseException:
+            raise_again(forwarded, quietly=True)  # the failure is what the caller must see
+            raise
+        raise_again(forwarded)
+        return replies
 
     def exchange(
         self, command: bytes, argument: int, workers: list[_Worker] | None = None, steps: int = 1, payload: bytes = b""
@@ -259,7 +274,7 @@ class WorkerPool:
             raise WorkerError.from_failures([f for error in worker_errors for f in error.failures])
         raise errors[0]
 
-    def _receive(self, worker: _Worker, deadline: float | None) -> bytes:
+    def _receive(self, worker: _Worker, deadline: float | None, forwarded: list) -> bytes:
         connection = worker.connection
         try:
             if not worker.waiter.spin() and deadline is not None:
@@ -281,6 +296,9 @@ class WorkerPool:
         except (EOFError, ConnectionError):
             self._raise_died(worker)
         worker.awaiting_reply = False
+        if reply[:1] == protocol.WARNED:
+            records, reply = pickle.loads(reply[1:])
+            forwarded.extend(records)
         return reply
 
     def _raise_died(self, worker: _Worker) -> None:

@@ -65,6 +65,7 @@ from ..spaces import SpaceLayout
 from ..storage import RolloutStorage
 from .policy_state import StateLayout, StateReader
 from .shared_memory import SharedStorage
+from .forwarded_warnings import WarningRecorder
 from .waiting import SpinThenBlock, spin_budget_seconds
 
 __all__ = ["AttachOrder", "REQUEST", "ShippedPolicy", "worker_main"]
@@ -72,6 +73,17 @@ __all__ = ["AttachOrder", "REQUEST", "ShippedPolicy", "worker_main"]
 REQUEST = struct.Struct("<cq")
 BEGIN, STEP, FINISH, ABANDON, ROLLOUT, CLOSE, HANDLE = b"b", b"s", b"f", b"a", b"r", b"c", b"x"
 DONE, FINISHED, POLICY_FAILED, FAILED = b"k", b"f", b"p", b"e"
+#: A reply preceded by the warnings raised since the last one: WARNED + pickle((records, reply)).
+WARNED = b"w"
+
+# What this worker would print as warnings goes back to the main process instead.
+_warnings = WarningRecorder()
+
+
+def _send(connection, reply: bytes) -> None:
+    if _warnings.pending:
+        reply = WARNED + pickle.dumps((_warnings.take(), reply))
+    connection.send_bytes(reply)
 
 
 @dataclass(frozen=True)
@@ -115,11 +127,12 @@ def _picklable(error: BaseException, env_offset: int) -> BaseException:
 
 
 def _reply_error(connection, error: BaseException, env_offset: int) -> None:
-    connection.send_bytes(FAILED + pickle.dumps(_picklable(error, env_offset)))
+    _send(connection, FAILED + pickle.dumps(_picklable(error, env_offset)))
 
 
 def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _warnings.install()
     group = None
     shared: SharedStorage | None = None
     state_reader: StateReader | None = None
@@ -204,7 +217,11 @@ def _receiver(connection):
 
 
 def _serve(connection, group: EnvGroup | GroupChain, columns, env_offset: int, rollout, state_reader) -> None:
-    receive, send = _receiver(connection), connection.send_bytes
+    receive = _receiver(connection)
+
+    def send(reply: bytes) -> None:
+        _send(connection, reply)
+
     while True:
         message = receive()
         command, argument = REQUEST.unpack_from(message)

@@ -41,6 +41,7 @@ from ..core import load_core
 from ..env_group import EnvGroup, describe_failure, make_env
 from ..groups import check_distinct_envs
 from ..errors import ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError
+from ..processes.forwarded_warnings import WarningRecorder, raise_again
 from ..processes.slicing import pickle_env_fns, resolve_num_workers, split_envs, usable_cores
 from ..spaces import SpaceLayout, check_env_spaces
 from ..spec import RolloutSpec
@@ -116,6 +117,9 @@ class SliceActor:
         # method reaches the caller as itself (a WorkerError naming the env and its factory).
         self._pickled_env_fns = pickled_env_fns
         self._envs: list | None = None
+        # Warnings raised here travel back with each reply and are raised in the driver.
+        self._warnings = WarningRecorder()
+        self._warnings.install()
         self._group: EnvGroup | None = None
         self._rollout: SliceRollout | None = None
 
@@ -140,7 +144,8 @@ class SliceActor:
     def spaces(self) -> list[tuple[Any, Any]]:
         return [(env.observation_space, env.action_space) for env in self._make_envs()]
 
-    def start(self, observation_space, action_space, policy: PolicySnapshot | None) -> None:
+    def start(self, observation_space, action_space, policy: PolicySnapshot | None) -> list:
+        """Build the slice's group and reset its envs; return the warnings raised meanwhile."""
         self._make_envs()
         _, core = load_core(self._core_name)
         self._observation_layout = SpaceLayout(observation_space, "observation")
@@ -169,6 +174,7 @@ class SliceActor:
             None if self._replica is None else self._replica.policy,
             self._root_seed,
         )
+        return self._warnings.take()
 
     def collect(self, policy: PolicySnapshot | None):
         if policy is not None:
@@ -182,7 +188,10 @@ class SliceActor:
         except PolicyFailed as failed:
             # Reported as the policy raised it; the runner breaks on any actor failure.
             raise failed.error from None
-        return storage, result.episodes, result.has_values, result.has_log_probs, self._group.episodes_started
+        return (
+            storage, result.episodes, result.has_values, result.has_log_probs, self._group.episodes_started,
+            self._warnings.take(),
+        )
 
     def pid(self) -> int:
         return os.getpid()
@@ -280,7 +289,8 @@ class RayRunner(RolloutRunner):
                 check_env_spaces(index, observation, action, observation_space, action_space)
             spec.adopt_spaces(observation_space, action_space)
             policy_reference = None if initial_policy is None else ray.put(initial_policy)
-            self._get_all([self._start(actor, policy_reference) for actor in self._actors])
+            started = self._get_all([self._start(actor, policy_reference) for actor in self._actors])
+            raise_again([record for records in started for record in records])
         except BaseException:
             self.close()
             raise
@@ -419,26 +429,29 @@ class RayRunner(RolloutRunner):
             policy = None if self._shipper is None else self._ray.put(self._shipper.full())
             started = [self._start(self._actors[index], policy)]
             self._wait_for_placement(started)
-            self._get_all(started)
+            raise_again([record for records in self._get_all(started) for record in records])
             self._episodes_started[start:stop] += 1
 
     def _assemble(self, parts: list) -> RolloutResult:
         memory = self._memory
         storage = memory.begin()
-        episodes, lost = [], []
+        episodes, lost, forwarded = [], [], []
         has_values = has_log_probs = False
         for (start, stop), part in zip(self._slices, parts):
             if part is None:
                 lost.extend(range(start, stop))
                 memory.lose_columns(start, stop)
                 continue
-            slice_storage, slice_episodes, values, log_probs, episodes_started = part
+            slice_storage, slice_episodes, values, log_probs, episodes_started, records = part
+            forwarded.extend(records)
             slice_storage.copy_to(storage.columns(start, stop))
             episodes.append(slice_episodes)
             has_values, has_log_probs = has_values or values, has_log_probs or log_probs
             self._episodes_started[start:stop] = episodes_started
         merged = CompletedEpisodes.merge(episodes) if episodes else CompletedEpisodes.empty_buffers(0)
-        return RolloutResult(memory.finish(), merged, has_values, has_log_probs, np.asarray(lost, dtype=np.int64))
+        result = RolloutResult(memory.finish(), merged, has_values, has_log_probs, np.asarray(lost, dtype=np.int64))
+        raise_again(forwarded)
+        return result
 
     def close(self) -> None:
         """Kill the actors this collector created; leave a cluster it joined running."""
