@@ -263,8 +263,7 @@ cdef class StepRecorder:
         its reward and length are not added. Returns how many episodes ended;
         their columns go to the front of ``done_columns``.
         """
-        cdef Py_ssize_t column, n_done = 0, slot
-        cdef double reward
+        cdef Py_ssize_t column, n_done = 0
         cdef unsigned char[:] counted_view
         cdef bint all_counted = counted is None
         if t < 0 or t >= self.rewards.shape[0]:
@@ -287,22 +286,26 @@ cdef class StepRecorder:
                     self.running_returns[column] += self.rewards[t, column]
                     self.running_lengths[column] += 1
                 if self.terminations[t, column] or self.truncations[t, column]:
-                    slot = self._completed_count
-                    self.completed_returns[slot] = self.running_returns[column]
-                    self.completed_lengths[slot] = self.running_lengths[column]
-                    self.completed_env_indices[slot] = self.env_offset + column
-                    self.completed_end_steps[slot] = t
-                    self.completed_seeds[slot] = self.running_seeds[column]
-                    self._completed_count = slot + 1
-                    self.running_returns[column] = 0.0
-                    self.running_lengths[column] = 0
-                    self.done_columns[n_done] = column
+                    self._end_episode(t, column, n_done)
                     n_done += 1
         return n_done
 
+    cdef inline void _end_episode(self, Py_ssize_t t, Py_ssize_t column, Py_ssize_t n_done) noexcept nogil:
+        """Book the episode of ``column`` that ended at step ``t`` as the ``n_done``-th of the step."""
+        cdef Py_ssize_t slot = self._completed_count
+        self.completed_returns[slot] = self.running_returns[column]
+        self.completed_lengths[slot] = self.running_lengths[column]
+        self.completed_env_indices[slot] = self.env_offset + column
+        self.completed_end_steps[slot] = t
+        self.completed_seeds[slot] = self.running_seeds[column]
+        self._completed_count = slot + 1
+        self.running_returns[column] = 0.0
+        self.running_lengths[column] = 0
+        self.done_columns[n_done] = column
+
     cdef Py_ssize_t _record_scratch(self, Py_ssize_t t) except -1:
         """Record step ``t`` from ``rewards_now`` / ``flags_now``; return how many episodes ended."""
-        cdef Py_ssize_t column, n_done = 0, slot
+        cdef Py_ssize_t column, n_done = 0
         cdef double reward
         cdef bint terminated, truncated
         cdef double[::1] rewards_now = self.rewards_now
@@ -330,16 +333,7 @@ cdef class StepRecorder:
                 self.running_returns[column] += reward
                 self.running_lengths[column] += 1
                 if terminated or truncated:
-                    slot = self._completed_count
-                    self.completed_returns[slot] = self.running_returns[column]
-                    self.completed_lengths[slot] = self.running_lengths[column]
-                    self.completed_env_indices[slot] = self.env_offset + column
-                    self.completed_end_steps[slot] = t
-                    self.completed_seeds[slot] = self.running_seeds[column]
-                    self._completed_count = slot + 1
-                    self.running_returns[column] = 0.0
-                    self.running_lengths[column] = 0
-                    self.done_columns[n_done] = column
+                    self._end_episode(t, column, n_done)
                     n_done += 1
         return n_done
 

@@ -234,6 +234,13 @@ class StepRecorder:
         self._running_returns += rewards_now
         self._running_lengths += 1
 
+        return self._end_episodes(t, columns)
+
+
+    def _end_episodes(self, t: int, columns: np.ndarray) -> int:
+        """Book the episodes of ``columns`` that ended at step ``t``; return how many."""
+        n_done = columns.shape[0]
+        start = self._completed_count
         stop = start + n_done
         self._completed_returns[start:stop] = self._running_returns[columns]
         self._completed_lengths[start:stop] = self._running_lengths[columns]
@@ -245,7 +252,6 @@ class StepRecorder:
         self._running_lengths[columns] = 0
         self._done_columns[:n_done] = columns
         return n_done
-
 
     def record_rows(self, t: int, counted: np.ndarray | None = None) -> int:
         """Record step ``t`` from the rewards and flags already stored in row ``t``.
@@ -275,17 +281,7 @@ class StepRecorder:
         else:
             self._running_returns[counted] += self._rewards[t][counted]
             self._running_lengths += counted
-        stop = start + n_done
-        self._completed_returns[start:stop] = self._running_returns[columns]
-        self._completed_lengths[start:stop] = self._running_lengths[columns]
-        self._completed_env_indices[start:stop] = self._env_offset + columns
-        self._completed_end_steps[start:stop] = t
-        self._completed_seeds[start:stop] = self._running_seeds[columns]
-        self._completed_count = stop
-        self._running_returns[columns] = 0.0
-        self._running_lengths[columns] = 0
-        self._done_columns[:n_done] = columns
-        return n_done
+        return self._end_episodes(t, columns)
 
 
 class EnvStepper:

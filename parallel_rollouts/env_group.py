@@ -36,14 +36,14 @@ import numpy as np
 from gymnasium import Env
 
 from .conversion import explain_rejected_row
-from .env_returns import check_reset_result, check_step_result, end_flag, reward_value
+from .env_returns import check_reset_result
 from .errors import CollectorClosedError, EnvFailure, ObservationError, SpaceError, WorkerError
 from .observation_checks import ObservationChecker
 from .seeding import EpisodeSeeds
 from .spaces import SpaceLayout, check_env_spaces
 from .storage import CompletedEpisodes, RolloutStorage
 
-__all__ = ["EnvGroup", "describe_failure", "make_env"]
+__all__ = ["EnvGroup", "close_each", "describe_failure", "episode_recorder", "make_env"]
 
 
 def describe_failure(env_index: int, phase: str, error: BaseException) -> EnvFailure:
@@ -60,6 +60,49 @@ def describe_failure(env_index: int, phase: str, error: BaseException) -> EnvFai
 def _raise_failures(failures: list[tuple[EnvFailure, BaseException]]) -> None:
     error = WorkerError.from_failures([failure for failure, _ in failures])
     raise error from failures[0][1]
+
+
+def close_each(envs: Sequence[Any], first_index: int = 0) -> list[tuple[int, BaseException]]:
+    """Close every env (or vector env), even after one raised; ``(index, error)`` for each that did.
+
+    ``envs[k]`` is named ``first_index + k``.
+    """
+    errors = []
+    for position, env in enumerate(envs):
+        try:
+            env.close()
+        except Exception as error:
+            errors.append((first_index + position, error))
+    return errors
+
+
+def episode_recorder(
+    core: ModuleType,
+    storage: RolloutStorage,
+    running_returns: np.ndarray,
+    running_lengths: np.ndarray,
+    running_seeds: np.ndarray,
+    completed: CompletedEpisodes,
+    done_columns: np.ndarray,
+    env_offset: int,
+):
+    """The core's ``StepRecorder`` over one rollout's storage and a group's episode books."""
+    return core.StepRecorder(
+        storage.rewards,
+        storage.terminations,
+        storage.truncations,
+        storage.step_episode_seeds,
+        running_returns,
+        running_lengths,
+        running_seeds,
+        completed.returns,
+        completed.lengths,
+        completed.env_indices,
+        completed.end_steps,
+        completed.seeds,
+        done_columns,
+        env_offset,
+    )
 
 
 def make_env(env_fn: Callable[[], Env], env_index: int) -> Env:
@@ -197,21 +240,9 @@ class EnvGroup:
             self._core.ObservationWriter(observations, final)
             for observations, final in zip(storage.observations, storage.final_observations)
         ]
-        recorder = self._core.StepRecorder(
-            storage.rewards,
-            storage.terminations,
-            storage.truncations,
-            storage.step_episode_seeds,
-            self._running_returns,
-            self._running_lengths,
-            self._running_seeds,
-            self._completed.returns,
-            self._completed.lengths,
-            self._completed.env_indices,
-            self._completed.end_steps,
-            self._completed.seeds,
-            self._done_columns,
-            self.env_offset,
+        recorder = episode_recorder(
+            self._core, storage, self._running_returns, self._running_lengths, self._running_seeds,
+            self._completed, self._done_columns, self.env_offset,
         )
         for leaf_storage, current in zip(storage.observations, self._current_observations):
             leaf_storage[0] = current[0]
@@ -331,13 +362,7 @@ class EnvGroup:
 
     def close(self) -> list[tuple[int, BaseException]]:
         """Close every env; return ``(env_index, error)`` for those whose ``close`` raised."""
-        errors = []
-        for column, env in enumerate(self.envs):
-            try:
-                env.close()
-            except Exception as error:
-                errors.append((self.env_offset + column, error))
-        return errors
+        return close_each(self.envs, self.env_offset)
 
     # -- helpers ---------------------------------------------------------------------------
 

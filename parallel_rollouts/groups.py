@@ -20,10 +20,10 @@ from gymnasium import Env, Space
 from .errors import ConfigurationError, SpaceError, WorkerError
 from .spaces import SpaceLayout
 from .storage import CompletedEpisodes, RolloutStorage
-from .env_group import EnvGroup, describe_failure
+from .env_group import EnvGroup, close_each, describe_failure
 from .vector_source import VectorEnvGroup, check_vector_env, is_vector_env
 
-__all__ = ["GroupChain", "build_groups", "check_distinct_envs", "close_made", "make_all", "spaces_per_env"]
+__all__ = ["GroupChain", "build_groups", "check_distinct_envs", "make_all", "spaces_per_env"]
 
 
 def _make_one(env_fn: Callable[[], Any], index: int) -> Any:
@@ -56,7 +56,7 @@ def make_all(env_fns: Sequence[Callable[[], Any]], first_index: int) -> list:
                 )
         check_distinct_envs(made, first_index)
     except BaseException:
-        close_made(made)
+        close_each(made)
         raise
     return made
 
@@ -85,17 +85,6 @@ def check_distinct_envs(envs: Sequence[Any], env_offset: int) -> None:
         "factory create a new env on every call (e.g. `[lambda: gymnasium.make(\"CartPole-v1\") for _ in "
         "range(n)]`), rather than return one made earlier (`[lambda: env] * n`, a module-level env)."
     )
-
-
-def close_made(made: Sequence[Any]) -> list[tuple[int, BaseException]]:
-    """Close every env or vector env, returning ``(position, error)`` for those that raised."""
-    errors = []
-    for position, env in enumerate(made):
-        try:
-            env.close()
-        except Exception as error:
-            errors.append((position, error))
-    return errors
 
 
 def spaces_per_env(made: Sequence[Any]) -> list[tuple[Space, Space]]:

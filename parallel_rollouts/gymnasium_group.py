@@ -29,7 +29,7 @@ from gymnasium.vector import AutoresetMode
 from .errors import ObservationError, SpaceError, WorkerError
 from .spaces import SpaceLayout
 from .storage import RolloutStorage
-from .env_group import describe_failure
+from .env_group import close_each, describe_failure
 
 __all__ = ["GymnasiumGroup", "build_gymnasium_group"]
 
@@ -136,13 +136,7 @@ class GymnasiumGroup:
         """Nothing to drop: every step is complete when it returns."""
 
     def close(self) -> list[tuple[int, BaseException]]:
-        errors = []
-        for column, env in enumerate(self.envs):
-            try:
-                env.close()
-            except Exception as error:
-                errors.append((self.env_offset + column, error))
-        return errors
+        return close_each(self.envs, self.env_offset)
 
     # -- requests other than a step ----------------------------------------------------------
 

@@ -23,7 +23,8 @@ from gymnasium import Env
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from .groups import close_made, make_all
+from .env_group import close_each
+from .groups import make_all
 from .gymnasium_group import GymnasiumGroup, build_gymnasium_group
 from .core import load_core
 from .errors import CollectorClosedError, ConfigurationError
@@ -136,7 +137,7 @@ class ParallelVectorEnv(VectorEnv):
             self._action_layout = SpaceLayout(envs[0].action_space, "action")
             self._group = builder(envs, 0, self._observation_layout, self._action_layout, core_module)
         except BaseException:
-            close_made(envs)
+            close_each(envs)
             raise
         self._storage = RolloutStorage.allocate(self._observation_layout, self._action_layout, 1, self.num_envs)
         self._group.begin(self._storage)

@@ -53,7 +53,7 @@ from .observation_checks import ObservationChecker
 from .seeding import EpisodeSeeds
 from .spaces import SpaceLayout, check_env_spaces
 from .storage import CompletedEpisodes, RolloutStorage
-from .env_group import describe_failure
+from .env_group import describe_failure, episode_recorder
 
 __all__ = ["UNKNOWN_SEED", "VectorEnvGroup", "autoreset_mode_of", "is_vector_env"]
 
@@ -260,21 +260,9 @@ class VectorEnvGroup:
         self._storage = storage
         completed = self._completed = CompletedEpisodes.empty_buffers(storage.horizon * self.num_envs)
         # The episode books of whole rows, kept by the compiled core in one pass per step.
-        self._recorder = self._core.StepRecorder(
-            storage.rewards,
-            storage.terminations,
-            storage.truncations,
-            storage.step_episode_seeds,
-            self._running_returns,
-            self._running_lengths,
-            self._running_seeds,
-            completed.returns,
-            completed.lengths,
-            completed.env_indices,
-            completed.end_steps,
-            completed.seeds,
-            self._done_columns,
-            self.env_offset,
+        self._recorder = episode_recorder(
+            self._core, storage, self._running_returns, self._running_lengths, self._running_seeds,
+            completed, self._done_columns, self.env_offset,
         )
         # Terminal rows are copied by the compiled kernel the per-env groups use.
         self._final_writers = [

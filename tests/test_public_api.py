@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 import parallel_rollouts
 from parallel_rollouts import ParallelRolloutCollector, PolicyOutput, errors

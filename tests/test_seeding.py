@@ -1,7 +1,5 @@
 """Seeding: documented, reproducible, layout-independent, and every episode replayable."""
 
-from functools import partial
-
 import gymnasium as gym
 import numpy as np
 import pytest

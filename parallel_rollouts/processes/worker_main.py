@@ -57,9 +57,9 @@ import cloudpickle
 from multiprocessing.connection import wait
 
 from ..core import load_core
-from ..env_group import EnvGroup, describe_failure
+from ..env_group import EnvGroup, close_each, describe_failure
 from ..errors import ObservationError, WorkerError
-from ..groups import GroupChain, build_groups, close_made, make_all, spaces_per_env
+from ..groups import GroupChain, build_groups, make_all, spaces_per_env
 from ..runners.slice_rollout import PolicyFailed, SliceRollout
 from ..spaces import SpaceLayout
 from ..storage import RolloutStorage
@@ -189,7 +189,7 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
         pass  # the main process is gone: nothing left to report to
     finally:
         if group is None:
-            close_made(envs)
+            close_each(envs)
         if shared is not None:
             shared.release()
         if state_reader is not None:

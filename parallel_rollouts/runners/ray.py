@@ -38,7 +38,7 @@ import numpy as np
 
 from ..batch_memory import BatchMemory
 from ..core import load_core
-from ..env_group import EnvGroup, describe_failure, make_env
+from ..env_group import EnvGroup, close_each, describe_failure, make_env
 from ..groups import check_distinct_envs
 from ..errors import ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError
 from ..processes.forwarded_warnings import WarningRecorder, raise_again
@@ -132,11 +132,7 @@ class SliceActor:
                 # One env object behind several indices of this slice would interleave their data.
                 check_distinct_envs(envs, self._env_offset)
             except BaseException:
-                for env in envs:
-                    try:
-                        env.close()
-                    except Exception:
-                        pass
+                close_each(envs)
                 raise
             self._envs = envs
         return self._envs
@@ -200,12 +196,7 @@ class SliceActor:
         if self._group is not None:
             errors = self._group.close()
         else:  # made, but start() never built the group
-            errors = []
-            for column, env in enumerate(self._envs or []):
-                try:
-                    env.close()
-                except Exception as error:
-                    errors.append((self._env_offset + column, error))
+            errors = close_each(self._envs or [], self._env_offset)
         return [describe_failure(index, "close", error) for index, error in errors]
 
 
