@@ -369,7 +369,7 @@ class LoggingEnv(CountingEnv):
 _WATCHED = ("rollout_loop.py", "local.py", "in_process.py", "env_group.py", "groups.py", "batch_memory.py", "collector.py")
 
 
-def _interrupt_at_line(number):
+def _interrupt_at_line(number, watched=_WATCHED):
     """A trace function raising KeyboardInterrupt at the ``number``-th line run in the watched files."""
     count = [0]
 
@@ -381,7 +381,7 @@ def _interrupt_at_line(number):
         return local
 
     def global_trace(frame, event, arg):
-        if frame.f_code.co_filename.endswith(_WATCHED) and "parallel_rollouts" in frame.f_code.co_filename:
+        if frame.f_code.co_filename.endswith(watched) and "parallel_rollouts" in frame.f_code.co_filename:
             return local
         return None
 
@@ -432,6 +432,59 @@ def test_an_interruption_at_any_line_leaves_the_collector_consistent_or_clearly_
         finally:
             collector.close()
     assert outcomes["consistent"] > 0 and outcomes["broken"] > 0
+
+
+_WATCHED_ASYNC = _WATCHED + ("processes.py", "pool.py", "waiting.py", "shared_memory.py")
+
+
+def test_an_async_interruption_at_sampled_lines_leaves_the_collector_consistent_or_clearly_broken(no_leaks):
+    """The main process's side of an async collect, interrupted at evenly spaced lines.
+
+    The envs live in the workers, so consistency is read from the batch: each env's
+    step counter goes up by one from row 0 to row 1 only if row 0 is where the env stands.
+    """
+    fns = [partial(CountingEnv, env_id=i, episode_length=10**6) for i in range(2)]
+
+    def make():
+        return ParallelRolloutCollector(fns, ConstantPolicy(2), "async", horizon=4, seed=0, num_workers=1)
+
+    collector = make()
+    try:
+        collector.collect()
+        trace, count = _interrupt_at_line(10**9, _WATCHED_ASYNC)
+        sys.settrace(trace)
+        try:
+            collector.collect()
+        finally:
+            sys.settrace(None)
+        lines_in_a_collect = count[0]
+        assert lines_in_a_collect > 50
+        outcomes = {"consistent": 0, "broken": 0, "not reached": 0}
+        for number in sorted(set(np.linspace(1, lines_in_a_collect, 24).astype(int).tolist())):
+            trace, _ = _interrupt_at_line(number, _WATCHED_ASYNC)
+            sys.settrace(trace)
+            try:
+                collector.collect()
+                outcomes["not reached"] += 1
+            except KeyboardInterrupt:
+                pass
+            finally:
+                sys.settrace(None)
+            try:
+                batch = collector.collect()
+            except CollectorClosedError as error:
+                assert "interrupted" in str(error) or "KeyboardInterrupt" in str(error), str(error)
+                outcomes["broken"] += 1
+                collector.close()
+                collector = make()
+                collector.collect()
+                continue
+            steps = batch.observations[:, :, 1]
+            np.testing.assert_array_equal(np.diff(steps, axis=0), 1, err_msg=f"line {number}")
+            outcomes["consistent"] += 1
+    finally:
+        collector.close()
+    assert outcomes["consistent"] > 0 and outcomes["broken"] > 0, outcomes
 
 
 # -- final observations ----------------------------------------------------------------------
