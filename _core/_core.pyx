@@ -264,7 +264,7 @@ cdef class StepRecorder:
         their columns go to the front of ``done_columns``.
         """
         cdef Py_ssize_t column, n_done = 0
-        cdef unsigned char[:] counted_view
+        cdef const unsigned char[:] counted_view
         cdef bint all_counted = counted is None
         if t < 0 or t >= self.rewards.shape[0]:
             raise IndexError(f"time step {t} is outside [0, {self.rewards.shape[0]}).")

@@ -22,14 +22,14 @@ __all__ = [
 ]
 
 
-def _require_array(value: Any, field: str, dtype: type, ndim: int) -> np.ndarray:
+def _require_array(value: Any, field: str, dtype: type, ndim: int, writeable: bool = True) -> np.ndarray:
     if type(value) is not np.ndarray:
         raise TypeError(f"`{field}` must be a numpy.ndarray; got {type(value).__name__}.")
     if value.dtype != np.dtype(dtype):
         raise ValueError(f"`{field}` must have dtype {np.dtype(dtype)}; got {value.dtype}.")
     if value.ndim != ndim:
         raise ValueError(f"`{field}` must have {ndim} dimension(s); got shape {value.shape!r}.")
-    if not value.flags.writeable:
+    if writeable and not value.flags.writeable:
         raise ValueError(f"`{field}` must be writeable.")
     return value
 
@@ -130,8 +130,8 @@ def check_done_columns(done_columns: Any, num_envs: int) -> None:
 
 
 def check_counted(counted: Any, num_envs: int) -> None:
-    """``counted``: a bool vector of one entry per env."""
-    _require_array(counted, "counted", np.bool_, 1)
+    """``counted``: a bool vector of one entry per env (only read)."""
+    _require_array(counted, "counted", np.bool_, 1, writeable=False)
     if counted.shape[0] != num_envs:
         raise ValueError(f"`counted` has {counted.shape[0]} entries; expected {num_envs}.")
 

@@ -236,7 +236,6 @@ class StepRecorder:
 
         return self._end_episodes(t, columns)
 
-
     def _end_episodes(self, t: int, columns: np.ndarray) -> int:
         """Book the episodes of ``columns`` that ended at step ``t``; return how many."""
         n_done = columns.shape[0]

@@ -13,6 +13,7 @@ from .batch import RolloutBatch
 from .core import load_core
 from .errors import CollectorClosedError, ConfigurationError
 from .observation_checks import check_observation_check
+from .processes.forwarded_warnings import raise_again
 from .runners.base import RolloutRunner
 from .runners.build import build_runner, check_placement
 from .seeding import draw_root_seed, validate_seed
@@ -246,8 +247,13 @@ class ParallelRolloutCollector:
             result = self._backend.collect()
         except BaseException:
             self._broken = self._backend.broken
+            raise_again(self._backend.take_warnings(), quietly=True)  # the failure is what counts
             raise
-        return RolloutBatch.from_result(result, self._spec.observation_layout, self._spec.action_layout, self._seed)
+        batch = RolloutBatch.from_result(result, self._spec.observation_layout, self._spec.action_layout, self._seed)
+        # Warnings from worker processes and actors, under this process's filters: with the
+        # rollout complete, one made an error drops this batch and leaves the collector usable.
+        raise_again(self._backend.take_warnings())
+        return batch
 
     def _check_usable(self) -> None:
         if self._closed:

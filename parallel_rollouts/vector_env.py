@@ -28,6 +28,7 @@ from .groups import make_all
 from .gymnasium_group import GymnasiumGroup, build_gymnasium_group
 from .core import load_core
 from .errors import CollectorClosedError, ConfigurationError
+from .processes.forwarded_warnings import raise_again
 from .spaces import SpaceLayout, check_env_spaces
 from .spec import RolloutSpec
 from .storage import RolloutStorage
@@ -164,7 +165,10 @@ class ParallelVectorEnv(VectorEnv):
             replies = self._backend.request(command, argument, payload=payload)
         except BaseException as error:
             self._broken = error
+            raise_again(self._backend.take_warnings(), quietly=True)
             raise
+        # The request is complete on every worker: a warning made an error loses only its result.
+        raise_again(self._backend.take_warnings())
         return [None if reply is None else pickle.loads(reply) for reply in replies]
 
     def _handle(self, request: tuple) -> list:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import warnings
+from pathlib import Path
 from functools import partial
 
 import gymnasium as gym
@@ -21,9 +24,11 @@ from parallel_rollouts import (
     SpaceError,
     WorkerError,
 )
+from tests.batch_compare import assert_batches_identical
 from tests.envs import ConstantPolicy, CountingEnv
 
 IN_PROCESS = ["serial", "sync"]
+REPO_ROOT = Path(__file__).resolve().parent.parent
 ALL_LOCAL = ["serial", "sync", "async"]
 
 
@@ -204,16 +209,69 @@ def test_a_float_bounds_overshoot_warns_and_never_ends_the_run_by_default(backen
 
 @pytest.mark.parametrize("options", [{}, {"policy_placement": "workers"}], ids=["per-step", "rollout-workers"])
 def test_a_filter_in_the_main_process_decides_what_worker_warnings_do(options, no_leaks):
-    with ParallelRolloutCollector([OvershootEnv] * 2, ConstantPolicy(2), "async", horizon=10, seed=0, num_workers=2, **options) as collector:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ObservationWarning)
-            with warnings.catch_warnings(record=True) as caught:
-                collector.collect()
+    def make():
+        return ParallelRolloutCollector(
+            [OvershootEnv] * 2, ConstantPolicy(2), "async", horizon=10, seed=0, num_workers=2, **options
+        )
+
+    with make() as collector:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            # Filters by module see the module that raised it in the worker, as they would in-process.
+            warnings.filterwarnings("ignore", category=ObservationWarning, module=r"parallel_rollouts\.")
+            collector.collect()
         assert not [w for w in caught if issubclass(w.category, ObservationWarning)]
-    with ParallelRolloutCollector([OvershootEnv] * 2, ConstantPolicy(2), "async", horizon=10, seed=0, num_workers=2, **options) as collector:
+    with make() as collector:
         with warnings.catch_warnings():
             warnings.simplefilter("error", ObservationWarning)
             with pytest.raises(ObservationWarning, match="env 0 returned an observation at step t=2"):
+                collector.collect()
+        # Raised once the rollout was complete: that batch is dropped, the collector goes on
+        # from where the envs stand.
+        batch = collector.collect()
+    with make() as collector, warnings.catch_warnings():
+        warnings.simplefilter("ignore", ObservationWarning)
+        expected = [collector.collect() for _ in range(2)][1]
+    assert_batches_identical(batch, expected)
+
+
+def test_dash_w_error_applies_in_the_main_process_not_as_an_env_failure_in_the_workers(tmp_path):
+    # Spawned workers inherit -W options; they must still send the warning back rather than fail on it.
+    script = tmp_path / "w_error.py"
+    script.write_text(
+        "from parallel_rollouts import ObservationWarning, ParallelRolloutCollector\n"
+        "from tests.envs import ConstantPolicy\n"
+        "from tests.test_data_integrity import OvershootEnv\n"
+        "if __name__ == '__main__':\n"
+        "    with ParallelRolloutCollector([OvershootEnv] * 2, ConstantPolicy(2), 'async', horizon=10, seed=0, num_workers=2) as c:\n"
+        "        try:\n"
+        "            c.collect()\n"
+        "        except ObservationWarning as warning:\n"
+        "            print('raised in the main process:', type(warning).__name__)\n"
+        "        c.collect()\n"
+        "        print('still usable')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    completed = subprocess.run(
+        [sys.executable, "-W", "error::UserWarning", str(script)], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT, env=env
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.splitlines() == ["raised in the main process: ObservationWarning", "still usable"]
+
+
+class _FailsAtStepThree(OvershootEnv):
+    def step(self, action):
+        if self._steps == 2:
+            raise RuntimeError("simulator crashed")
+        return super().step(action)
+
+
+def test_an_env_failure_is_not_hidden_by_a_warning_made_an_error(no_leaks):
+    # Env 0 warns at t=2 while env 1 fails at t=2: the failure is what the caller sees.
+    with ParallelRolloutCollector([OvershootEnv, _FailsAtStepThree], ConstantPolicy(2), "async", horizon=10, seed=0, num_workers=2) as collector:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ObservationWarning)
+            with pytest.raises(WorkerError, match="env 1 raised RuntimeError in `step`: simulator crashed"):
                 collector.collect()
 
 

@@ -104,6 +104,8 @@ class _Resources:
                             errors.append(pickle.loads(reply[1:]))
                 except (EOFError, OSError):
                     pass
+                except Exception:  # a reply this process cannot unpickle: closing goes on
+                    logger.debug("unreadable close reply from a worker", exc_info=True)
         for worker in self.workers:
             worker.process.join(max(deadline - time.monotonic(), 0) if graceful else 0)
         for worker in self.workers:
@@ -158,6 +160,9 @@ class WorkerPool:
         self._resources = resources
         self.workers = resources.workers
         self.step_timeout = step_timeout
+        # Warnings the workers raised, sent with their replies; the runner raises them in
+        # this process once its rollout is complete (take_warnings).
+        self._forwarded: list = []
         # Runs on garbage collection or at interpreter exit if close() was never called,
         # but only in the process that created the pool (not in a forked child).
         self._finalizer = weakref.finalize(self, _shutdown_in_owner, resources, os.getpid())
@@ -233,20 +238,14 @@ class WorkerPool:
             worker.awaiting_reply = True
 
     def receive(self, workers: list[_Worker] | None = None, steps: int = 1) -> list[bytes]:
-        """One reply from each of ``workers`` (all by default), in order, within ``steps`` step timeouts.
-
-        Warnings the workers raised come with their replies and are raised here once every
-        reply is in (a filter that turns them into errors then leaves no reply queued).
-        """
+        """One reply from each of ``workers`` (all by default), in order, within ``steps`` step timeouts."""
         deadline = None if self.step_timeout is None else time.monotonic() + self.step_timeout * steps
-        forwarded: list = []
-        try:
-            replies = [self._receive(worker, deadline, forwarded) for worker in (self.workers if workers is None else workers)]
-        except BaseException:
-            raise_again(forwarded, quietly=True)  # the failure is what the caller must see
-            raise
-        raise_again(forwarded)
-        return replies
+        return [self._receive(worker, deadline) for worker in (self.workers if workers is None else workers)]
+
+    def take_warnings(self) -> list:
+        """The warnings the workers sent since the last call (``forwarded_warnings`` records)."""
+        forwarded, self._forwarded = self._forwarded, []
+        return forwarded
 
     def exchange(
         self, command: bytes, argument: int, workers: list[_Worker] | None = None, steps: int = 1, payload: bytes = b""
@@ -274,7 +273,7 @@ class WorkerPool:
             raise WorkerError.from_failures([f for error in worker_errors for f in error.failures])
         raise errors[0]
 
-    def _receive(self, worker: _Worker, deadline: float | None, forwarded: list) -> bytes:
+    def _receive(self, worker: _Worker, deadline: float | None) -> bytes:
         connection = worker.connection
         try:
             if not worker.waiter.spin() and deadline is not None:
@@ -298,7 +297,7 @@ class WorkerPool:
         worker.awaiting_reply = False
         if reply[:1] == protocol.WARNED:
             records, reply = pickle.loads(reply[1:])
-            forwarded.extend(records)
+            self._forwarded.extend(records)
         return reply
 
     def _raise_died(self, worker: _Worker) -> None:

@@ -42,6 +42,11 @@ class RolloutRunner(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None: ...
 
+    def take_warnings(self) -> list:
+        """Warnings raised in worker processes or actors since the last call
+        (:mod:`parallel_rollouts.processes.forwarded_warnings` records)."""
+        return []
+
     def _guarded(self, function, *args):
         """Call ``function``; any exception it raises breaks the runner."""
         try:

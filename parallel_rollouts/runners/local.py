@@ -46,6 +46,9 @@ class LocalRunner(RolloutRunner):
     def _guarded_step(self, t: int) -> None:
         self._guarded(self.stepper.step, t)
 
+    def take_warnings(self) -> list:
+        return self.stepper.take_warnings()
+
     def close(self) -> None:
         self._memory.release()
         self.stepper.close()

@@ -129,6 +129,9 @@ class PipelinedRunner(RolloutRunner):
             # The caller sees the policy's error; this one is what later calls report.
             self.broken = error
 
+    def take_warnings(self) -> list:
+        return self.stepper.take_warnings()
+
     def close(self) -> None:
         self._memory.release()
         for part in self._parts:

@@ -41,7 +41,7 @@ from ..core import load_core
 from ..env_group import EnvGroup, close_each, describe_failure, make_env
 from ..groups import check_distinct_envs
 from ..errors import ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError
-from ..processes.forwarded_warnings import WarningRecorder, raise_again
+from ..processes.forwarded_warnings import WarningRecorder
 from ..processes.slicing import pickle_env_fns, resolve_num_workers, split_envs, usable_cores
 from ..spaces import SpaceLayout, check_env_spaces
 from ..spec import RolloutSpec
@@ -257,6 +257,8 @@ class RayRunner(RolloutRunner):
         self._uses_local_ray = False
         self._actors: list = []
         self._restarts_left = options.max_restarts
+        # Warnings the actors raised, returned with their results (take_warnings).
+        self._forwarded: list = []
         # The actors' slices come back as new arrays and are copied into the batch's columns.
         self._memory = BatchMemory(spec.allocate_storage, reuse_buffers)
         self.broken = None
@@ -281,7 +283,7 @@ class RayRunner(RolloutRunner):
             spec.adopt_spaces(observation_space, action_space)
             policy_reference = None if initial_policy is None else ray.put(initial_policy)
             started = self._get_all([self._start(actor, policy_reference) for actor in self._actors])
-            raise_again([record for records in started for record in records])
+            self._forwarded.extend(record for records in started for record in records)
         except BaseException:
             self.close()
             raise
@@ -400,7 +402,9 @@ class RayRunner(RolloutRunner):
             self.broken = failure
             raise failure
         if dead:
-            self._restart(dead)
+            # A replacement that cannot start (its factory raises, no room on the cluster)
+            # leaves those envs without an actor: broken.
+            self._guarded(self._restart, dead)
         return self._assemble(parts)
 
     def _restart(self, dead: list) -> None:
@@ -420,13 +424,13 @@ class RayRunner(RolloutRunner):
             policy = None if self._shipper is None else self._ray.put(self._shipper.full())
             started = [self._start(self._actors[index], policy)]
             self._wait_for_placement(started)
-            raise_again([record for records in self._get_all(started) for record in records])
+            self._forwarded.extend(record for records in self._get_all(started) for record in records)
             self._episodes_started[start:stop] += 1
 
     def _assemble(self, parts: list) -> RolloutResult:
         memory = self._memory
         storage = memory.begin()
-        episodes, lost, forwarded = [], [], []
+        episodes, lost = [], []
         has_values = has_log_probs = False
         for (start, stop), part in zip(self._slices, parts):
             if part is None:
@@ -434,15 +438,17 @@ class RayRunner(RolloutRunner):
                 memory.lose_columns(start, stop)
                 continue
             slice_storage, slice_episodes, values, log_probs, episodes_started, records = part
-            forwarded.extend(records)
+            self._forwarded.extend(records)
             slice_storage.copy_to(storage.columns(start, stop))
             episodes.append(slice_episodes)
             has_values, has_log_probs = has_values or values, has_log_probs or log_probs
             self._episodes_started[start:stop] = episodes_started
         merged = CompletedEpisodes.merge(episodes) if episodes else CompletedEpisodes.empty_buffers(0)
-        result = RolloutResult(memory.finish(), merged, has_values, has_log_probs, np.asarray(lost, dtype=np.int64))
-        raise_again(forwarded)
-        return result
+        return RolloutResult(memory.finish(), merged, has_values, has_log_probs, np.asarray(lost, dtype=np.int64))
+
+    def take_warnings(self) -> list:
+        forwarded, self._forwarded = self._forwarded, []
+        return forwarded
 
     def close(self) -> None:
         """Kill the actors this collector created; leave a cluster it joined running."""

@@ -97,6 +97,9 @@ class RolloutWorkersRunner(RolloutRunner):
         episodes = CompletedEpisodes.merge([result.episodes for result in results])
         return RolloutResult(memory.finish(), episodes, results[0].has_values, results[0].has_log_probs)
 
+    def take_warnings(self) -> list:
+        return self.pool.take_warnings()
+
     def close(self) -> None:
         self._memory.release()
         self.pool.close()

@@ -41,3 +41,7 @@ class EnvStepper(abc.ABC):
 
     @abc.abstractmethod
     def close(self) -> None: ...
+
+    def take_warnings(self) -> list:
+        """Warnings raised where the envs run since the last call, to raise in this process."""
+        return []

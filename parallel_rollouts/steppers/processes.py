@@ -31,6 +31,9 @@ class ProcessStepper(EnvStepper):
     def build(cls, spec: RolloutSpec, num_workers=None, context=None, step_timeout=None) -> ProcessStepper:
         return cls(WorkerPool.start(spec, num_workers, context, step_timeout))
 
+    def take_warnings(self) -> list:
+        return self.pool.take_warnings()
+
     @property
     def num_envs(self) -> int:
         return self.pool.spec.num_envs
