@@ -20,6 +20,7 @@ from tests.vector_envs import (
     failing_vector,
     int_seed_only,
     misdeclared,
+    nan_at_episode_end,
     nan_observation,
     reset_fails,
     sync_vector,
@@ -310,6 +311,21 @@ def test_a_vector_env_refusing_seed_lists_in_any_way_is_seeded_once_and_records_
 def test_a_vector_env_whose_first_reset_fails_names_its_envs():
     with pytest.raises(WorkerError, match=r"hosting envs 0..2 raised OSError in `reset`: the simulator did not start"):
         ParallelRolloutCollector(reset_fails(3), None, backend="sync")
+
+
+@pytest.mark.parametrize(
+    "mode, where",
+    [
+        ("same_step", r"a terminal observation at step t=1 \(final_observations row t=1\)"),
+        ("disabled", r"a terminal observation at step t=1 \(final_observations row t=1\)"),
+        # NEXT_STEP's terminal row is the step's own observation row, checked as that row.
+        ("next_step", r"an observation at step t=1 \(observations row t=2\)"),
+    ],
+)
+def test_a_nan_terminal_observation_is_caught_in_every_autoreset_mode(mode, where):
+    with ParallelRolloutCollector(nan_at_episode_end(2, mode), None, backend="sync", horizon=4, seed=0) as collector:
+        with pytest.raises(ObservationError, match=r"env 0 returned " + where):
+            collector.collect()
 
 
 def test_observations_from_a_vector_env_are_checked_row_by_row_and_name_the_sub_env():

@@ -145,3 +145,26 @@ class NanObservation(gym.vector.VectorWrapper):
 
 def nan_observation(num_envs: int) -> NanObservation:
     return NanObservation(cartpole_vector(num_envs))
+
+
+class NanAtEpisodeEnd(gym.vector.VectorWrapper):
+    """NaN in each terminal observation: ``info["final_obs"]`` (SAME_STEP) or the step's own row."""
+
+    def step(self, actions):
+        observations, rewards, terminations, truncations, infos = self.env.step(actions)
+        ended = np.logical_or(terminations, truncations)
+        if "final_obs" in infos:
+            final = infos["final_obs"].copy()
+            for index in np.flatnonzero(ended):
+                final[index] = np.full_like(final[index], np.nan)
+            infos = dict(infos, final_obs=final)
+        else:
+            observations = observations.copy()
+            observations[ended] = np.nan
+        return observations, rewards, terminations, truncations, infos
+
+
+def nan_at_episode_end(num_envs: int, mode: str) -> NanAtEpisodeEnd:
+    from tests.envs import CountingEnv
+
+    return NanAtEpisodeEnd(SyncVectorEnv([partial(CountingEnv, episode_length=2)] * num_envs, autoreset_mode=MODES[mode]))
