@@ -74,7 +74,7 @@ def _run_group(
     skipped: dict[str, str] = {}
     try:
         for name in settings.contenders:
-            reason = unavailable_reason(name, workload)
+            reason = unavailable_reason(name, workload, num_envs)
             if reason is not None:
                 skipped[name] = reason
                 progress(f"  skipping {name}: {reason}")

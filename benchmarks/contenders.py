@@ -104,8 +104,11 @@ class Contender(Protocol):
     def close(self) -> None: ...
 
 
-def unavailable_reason(name: str, workload: Workload) -> str | None:
-    """Why ``name`` cannot run ``workload`` here (a package missing, no equivalent env), else ``None``."""
+def unavailable_reason(name: str, workload: Workload, num_envs: int = 2) -> str | None:
+    """Why ``name`` cannot run ``workload`` with ``num_envs`` envs here (a package missing, no
+    equivalent env, too few envs to split), else ``None``."""
+    if name == "bare-loop/2proc" and num_envs < 2:
+        return "two processes need at least two envs"
     if name == "envpool":
         if importlib.util.find_spec("envpool") is None:
             return "envpool is not installed (pip install envpool)"
@@ -397,7 +400,7 @@ def make_contender(
     """Build the contender called ``name`` (see the module docstring for the names)."""
     if name in COLLECTOR_CONTENDERS:
         return CollectorContender(name, workload, num_envs, horizon, seed, num_workers)
-    reason = unavailable_reason(name, workload)
+    reason = unavailable_reason(name, workload, num_envs)
     if reason is not None:
         raise ValueError(f"contender {name!r} cannot run here: {reason}.")
     if name == "bare-loop":
