@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical
 
-from examples.vr_edge.synthetic_env import SyntheticVREdgeEnv
+from examples.vr_edge.synthetic_env import THROUGHPUT_HISTORY_LEN, SyntheticVREdgeEnv
 from parallel_rollouts import PolicyOutput
 
 __all__ = ["ActorCritic", "CollectorPolicy", "load_agent", "save_agent", "seed_torch"]
@@ -79,6 +79,7 @@ class ActorCritic(nn.Module):
         num_levels: int,
         hidden_size: int = 64,
         last_level_feature: int | None = None,
+        log_features: tuple[int, int] | None = None,
     ) -> None:
         super().__init__()
         for name, value, minimum in (
@@ -95,6 +96,13 @@ class ActorCritic(nn.Module):
                 f"`last_level_feature` must index a per-user feature (0..{per_user_features - 1}); "
                 f"got {last_level_feature!r}."
             )
+        if log_features is not None:
+            log_features = tuple(int(index) for index in log_features)
+            if len(log_features) != 2 or not 0 <= log_features[0] < log_features[1] <= per_user_features:
+                raise ValueError(
+                    f"`log_features` must be a (start, stop) range of per-user features within "
+                    f"0..{per_user_features}; got {log_features!r}."
+                )
         self.constructor_args = {
             "num_users": num_users,
             "per_user_features": per_user_features,
@@ -102,6 +110,7 @@ class ActorCritic(nn.Module):
             "num_levels": num_levels,
             "hidden_size": hidden_size,
             "last_level_feature": last_level_feature,
+            "log_features": log_features,
         }
         self.last_level_feature = last_level_feature
         self.num_users = num_users
@@ -111,7 +120,11 @@ class ActorCritic(nn.Module):
         # The level a user streamed at last is also fed one-hot: holding it or stepping to a
         # neighbour is then a simple function of the input, as it is for a feedback rule.
         one_hot_size = 0 if last_level_feature is None else num_levels
-        actor_inputs = 3 * per_user_features + shared_features + one_hot_size
+        # The measured throughput history is also fed in log space: a trend or a dip is then a
+        # difference of inputs, whatever the user's rate.
+        self.log_features = log_features
+        log_size = 0 if log_features is None else log_features[1] - log_features[0]
+        actor_inputs = 3 * per_user_features + shared_features + one_hot_size + log_size
         self.actor = _mlp(actor_inputs, hidden_size, num_levels, output_gain=0.01)
         self.critic = _mlp(self.observation_size, hidden_size, 1, output_gain=1.0)
 
@@ -126,6 +139,9 @@ class ActorCritic(nn.Module):
             num_levels=layout.num_levels,
             hidden_size=hidden_size,
             last_level_feature=layout.feature("last_level"),
+            log_features=(
+                layout.feature(f"throughput_{THROUGHPUT_HISTORY_LEN}"), layout.feature("throughput_1") + 1
+            ),
         )
 
     def value(self, observations: torch.Tensor) -> torch.Tensor:
@@ -155,6 +171,10 @@ class ActorCritic(nn.Module):
         if self.last_level_feature is not None:
             last_level = (users[..., self.last_level_feature] * (self.num_levels - 1)).round().long()
             inputs.append(torch.nn.functional.one_hot(last_level.clamp(0, self.num_levels - 1), self.num_levels).float())
+        if self.log_features is not None:
+            start, stop = self.log_features
+            # log(x + 0.01) / 3 maps the scaled throughputs (0 to a few) to about [-1.5, 0.5].
+            inputs.append(torch.log(users[..., start:stop] + 0.01) * (1.0 / 3.0))
         logits = self.actor(torch.cat(inputs, dim=-1))
         return Categorical(logits=logits), present
 
@@ -201,7 +221,11 @@ class CollectorPolicy:
         self.agent = agent
         self.deterministic = deterministic
 
-    # The Ray backend ships only these to its actors on each collect, not the whole policy.
+    # Only `backend="async"` with `policy_placement="workers"` uses these: on each collect its
+    # workers load the weights (and the modules' training flags) from shared memory, while plain
+    # attributes such as `deterministic` stay as the workers first unpickled them. The Ray
+    # backend ignores them: it pickles the whole policy and, while nothing but the weights has
+    # changed since the last collect, sends only the weights' storages to its actors.
     def state_dict(self) -> dict[str, Any]:
         return self.agent.state_dict()
 
