@@ -4,8 +4,9 @@ The action space is `MultiDiscrete([num_levels] * num_users)`: one categorical c
 independent given the observation, so the joint log-probability and entropy of an action are
 sums over the users present (an empty slot's level changes nothing, so it carries no credit).
 User slots are interchangeable, so the actor is one small head shared by all of them: it scores
-a user's levels from that user's block of the observation together with the mean and the
-maximum of all users' blocks (how loaded the shared cell and GPU look) and the shared features.
+a user's levels from that user's block of the observation (with its last level one-hot and its
+throughput history also in log space) together with the mean and the maximum of all users'
+blocks (how loaded the shared cell and GPU look) and the shared features.
 Sharing lets every step teach the head `num_users` examples at once, which is what makes
 training fit in minutes. The critic is a separate MLP over the whole observation, so the value
 loss does not pull on the policy's features.
@@ -68,7 +69,9 @@ class ActorCritic(nn.Module):
     The flat observation must be laid out as `num_users` blocks of `per_user_features`
     followed by `shared_features` features common to all users (the layout of
     `SyntheticVREdgeEnv`; `for_env` reads the sizes from an env). Both networks are two
-    tanh layers of `hidden_size` units.
+    tanh layers of `hidden_size` units. `last_level_feature` (an index in a user's block) adds
+    that user's last level one-hot to its head's input, `log_features` (a `(start, stop)` range
+    of the block) adds those features in log space.
     """
 
     def __init__(
