@@ -238,15 +238,17 @@ class SyntheticVREdgeEnv(gymnasium.Env):
     over the users present: `"late_rate"`, `"drop_rate"`, `"stall_time"` (frozen seconds this
     step), `"stall_events"` (users whose screen froze this step after not being frozen),
     `"switches"` (users that changed level), `"active_users"`; and arrays for QoE reports:
-    `"user_quality"` (`[num_users]`, displayed quality, NaN for empty slots) and
+    `"users_present"` (`[num_users]` bool), `"user_quality"` (`[num_users]`, displayed
+    quality, 0 for empty slots: a NaN would make two identical steps compare unequal) and
     `"frame_latency_ms"` (the last substep's sampled frames of the users present, flat).
 
     Episodes are truncated after `episode_length` steps and terminated when a present user's
     frozen time exceeds `max_cumulative_stall_s` (that session has failed).
 
     `simulation_substeps` splits each step into that many intervals, each with its own
-    airtime sharing, sender queue and sampled frames (the slow channel moves once per step); results move only slightly with it and stay
-    deterministic for a seed. It also lets benchmarks make a step as cheap or as costly as they
+    airtime sharing, sender queue and sampled frames (the slow channel moves once per step).
+    Results stay deterministic for a seed but move with it: with finer intervals a queue built
+    early in a step also delays the rest of that step. It also lets benchmarks make a step as cheap or as costly as they
     need; docs/vr-edge.md gives measured costs.
 
     Seeding: all randomness comes from `self.np_random`. `reset(seed=...)` seeds it as
@@ -522,7 +524,8 @@ class SyntheticVREdgeEnv(gymnasium.Env):
             "stall_events": float(stall_events),
             "switches": float(switched.sum()),
             "active_users": float(count),
-            "user_quality": np.where(self._active, displayed_quality, np.nan),
+            "users_present": self._active.copy(),
+            "user_quality": displayed_quality * present,
             "frame_latency_ms": latency_ms[self._active].ravel(),
         }
 

@@ -79,7 +79,7 @@ def test_layout_rejects_observations_of_another_size():
 def test_the_observation_holds_each_users_throughput_history_oldest_first():
     env = SyntheticVREdgeEnv(num_users=8, seed=6)
     layout = env.observation_layout
-    observations, _ = _trajectory(env, _random_actions(8, 30, seed=2))
+    observations, _ = _trajectory(env, _random_actions(8, 60, seed=2))
     users = layout.per_user(observations)
     present = users[..., layout.feature("active")] == 1
     first, latest = layout.feature(f"throughput_{THROUGHPUT_HISTORY_LEN}"), layout.feature("throughput_1")
@@ -118,7 +118,7 @@ def test_constructor_seed_is_used_by_the_first_reset_only():
     assert not np.array_equal(second, first)
 
 
-def test_substeps_are_deterministic_and_change_results_only_slightly():
+def test_substeps_are_deterministic_and_change_results():
     actions = np.ones((200, 8), dtype=np.int64)
     returns = {}
     for substeps in (1, 4):
@@ -126,8 +126,8 @@ def test_substeps_are_deterministic_and_change_results_only_slightly():
         _, again = _trajectory(SyntheticVREdgeEnv(simulation_substeps=substeps), actions, seed=5)
         assert steps == again
         returns[substeps] = sum(step[0] for step in steps)
+    # Finer intervals let a queue built early in a step delay the rest of it, so results move.
     assert returns[1] != returns[4]
-    assert abs(returns[1] - returns[4]) < 0.2 * abs(returns[1])
 
 
 def test_an_env_pickled_mid_episode_continues_identically():
@@ -265,7 +265,7 @@ def test_dropped_frames_earn_no_quality():
     fully_dropped = 0
     for _ in range(40):
         _, _, _, _, info = env.step(np.full(8, 5))
-        present = ~np.isnan(info["user_quality"])
+        present = info["users_present"]
         if info["drop_rate"] == 1.0:
             fully_dropped += 1
             assert info["quality"] == 0.0
@@ -273,12 +273,14 @@ def test_dropped_frames_earn_no_quality():
     assert fully_dropped > 0
 
 
-def test_user_quality_is_nan_exactly_for_empty_slots():
+def test_info_marks_the_users_present_and_empty_slots_show_no_quality():
     env = SyntheticVREdgeEnv()
     observation, _ = env.reset(seed=0)
     present = env.observation_layout.per_user(observation)[:, 0] == 1
+    assert not present.all()
     _, _, _, _, info = env.step(np.ones(8, dtype=np.int64))
-    assert np.array_equal(~np.isnan(info["user_quality"]), present)
+    assert np.array_equal(info["users_present"], present)
+    assert np.all(info["user_quality"][~present] == 0.0) and np.all(info["user_quality"][present] > 0.0)
     assert info["frame_latency_ms"].size == present.sum() * 8
 
 
