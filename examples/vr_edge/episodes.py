@@ -91,7 +91,7 @@ class _EpisodeTotals:
         present = info["users_present"]
         self.user_quality[present] += info["user_quality"][present]
         self.user_present += present
-        self.latencies.append(info["frame_latency_ms"])
+        self.latencies.append(info["frame_latency_ms"][present].ravel())
 
     def record(self) -> dict[str, float]:
         user_steps = max(self.user_steps, 1.0)

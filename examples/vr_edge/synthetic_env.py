@@ -240,7 +240,9 @@ class SyntheticVREdgeEnv(gymnasium.Env):
     `"switches"` (users that changed level), `"active_users"`; and arrays for QoE reports:
     `"users_present"` (`[num_users]` bool), `"user_quality"` (`[num_users]`, displayed
     quality, 0 for empty slots: a NaN would make two identical steps compare unequal) and
-    `"frame_latency_ms"` (the last substep's sampled frames of the users present, flat).
+    `"frame_latency_ms"` (`[num_users, FRAME_SAMPLES]`, the last substep's sampled frames,
+    0 for empty slots). Every info entry has the same shape on every step, so vector envs can
+    stack them.
 
     Episodes are truncated after `episode_length` steps and terminated when a present user's
     frozen time exceeds `max_cumulative_stall_s` (that session has failed).
@@ -526,7 +528,7 @@ class SyntheticVREdgeEnv(gymnasium.Env):
             "active_users": float(count),
             "users_present": self._active.copy(),
             "user_quality": displayed_quality * present,
-            "frame_latency_ms": latency_ms[self._active].ravel(),
+            "frame_latency_ms": latency_ms * self._present_column,
         }
 
         terminated = bool(self._cumulative_stall_s.max() > self.max_cumulative_stall_s)
