@@ -82,7 +82,7 @@ class Args:
     gamma: float = option(0.9, "discount factor (a step is 0.1 s, so 0.9 looks about 1 s ahead)")
     gae_lambda: float = option(0.8, "GAE mixing factor")
     clip_coef: float = option(0.2, "PPO ratio clipping range")
-    ent_coef: float = option(0.001, "weight of the entropy bonus")
+    ent_coef: float = option(0.005, "weight of the entropy bonus")
     vf_coef: float = option(0.5, "weight of the value loss")
     max_grad_norm: float = option(0.5, "global gradient-norm clipping threshold")
     output_dir: str = option("runs/vr_edge", "where metrics.jsonl, policy.pt and the plot go")
