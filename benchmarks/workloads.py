@@ -24,7 +24,8 @@ from .envs import DictObservationEnv, FrameImageEnv, HalfMillisecondEnv, RowBurn
 
 __all__ = ["WORKLOADS", "Workload", "get_workload"]
 
-# `simulation_substeps` that makes a SyntheticVREdgeEnv step cost about 0.5 ms (docs/vr-edge.md).
+# `simulation_substeps` that makes a SyntheticVREdgeEnv step costly: about 0.7 ms with the current
+# env (about 0.5 ms with the version before sender queues; docs/vr-edge.md).
 VR_EDGE_COSTLY_SUBSTEPS = 15
 VR_EDGE_USERS = 8
 # A fifth of HalfMillisecondEnv's burn: about 0.1 ms per env step, and per policy row.
@@ -112,7 +113,7 @@ WORKLOADS: dict[str, Workload] = {
         ),
         Workload(
             "vr_edge_costly",
-            f"SyntheticVREdgeEnv, 8 users, simulation_substeps={VR_EDGE_COSTLY_SUBSTEPS} (~0.5 ms per step)",
+            f"SyntheticVREdgeEnv, 8 users, simulation_substeps={VR_EDGE_COSTLY_SUBSTEPS} (~0.7 ms per step)",
             functools.partial(
                 SyntheticVREdgeEnv, num_users=VR_EDGE_USERS, simulation_substeps=VR_EDGE_COSTLY_SUBSTEPS
             ),

@@ -4,8 +4,9 @@ The action space is `MultiDiscrete([num_levels] * num_users)`: one categorical c
 independent given the observation, so the joint log-probability and entropy of an action are
 sums over the users present (an empty slot's level changes nothing, so it carries no credit).
 User slots are interchangeable, so the actor is one small head shared by all of them: it scores
-a user's levels from that user's block of the observation together with the mean and the
-maximum of all users' blocks (how loaded the shared cell and GPU look) and the shared features.
+a user's levels from that user's block of the observation (with its last level one-hot and its
+throughput history also in log space) together with the mean and the maximum of all users'
+blocks (how loaded the shared cell and GPU look) and the shared features.
 Sharing lets every step teach the head `num_users` examples at once, which is what makes
 training fit in minutes. The critic is a separate MLP over the whole observation, so the value
 loss does not pull on the policy's features.
@@ -23,7 +24,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical
 
-from examples.vr_edge.synthetic_env import SyntheticVREdgeEnv
+from examples.vr_edge.synthetic_env import THROUGHPUT_HISTORY_LEN, SyntheticVREdgeEnv
 from parallel_rollouts import PolicyOutput
 
 __all__ = ["ActorCritic", "CollectorPolicy", "load_agent", "save_agent", "seed_torch"]
@@ -68,7 +69,9 @@ class ActorCritic(nn.Module):
     The flat observation must be laid out as `num_users` blocks of `per_user_features`
     followed by `shared_features` features common to all users (the layout of
     `SyntheticVREdgeEnv`; `for_env` reads the sizes from an env). Both networks are two
-    tanh layers of `hidden_size` units.
+    tanh layers of `hidden_size` units. `last_level_feature` (an index in a user's block) adds
+    that user's last level one-hot to its head's input, `log_features` (a `(start, stop)` range
+    of the block) adds those features in log space.
     """
 
     def __init__(
@@ -79,6 +82,7 @@ class ActorCritic(nn.Module):
         num_levels: int,
         hidden_size: int = 64,
         last_level_feature: int | None = None,
+        log_features: tuple[int, int] | None = None,
     ) -> None:
         super().__init__()
         for name, value, minimum in (
@@ -95,6 +99,13 @@ class ActorCritic(nn.Module):
                 f"`last_level_feature` must index a per-user feature (0..{per_user_features - 1}); "
                 f"got {last_level_feature!r}."
             )
+        if log_features is not None:
+            log_features = tuple(int(index) for index in log_features)
+            if len(log_features) != 2 or not 0 <= log_features[0] < log_features[1] <= per_user_features:
+                raise ValueError(
+                    f"`log_features` must be a (start, stop) range of per-user features within "
+                    f"0..{per_user_features}; got {log_features!r}."
+                )
         self.constructor_args = {
             "num_users": num_users,
             "per_user_features": per_user_features,
@@ -102,6 +113,7 @@ class ActorCritic(nn.Module):
             "num_levels": num_levels,
             "hidden_size": hidden_size,
             "last_level_feature": last_level_feature,
+            "log_features": log_features,
         }
         self.last_level_feature = last_level_feature
         self.num_users = num_users
@@ -111,7 +123,11 @@ class ActorCritic(nn.Module):
         # The level a user streamed at last is also fed one-hot: holding it or stepping to a
         # neighbour is then a simple function of the input, as it is for a feedback rule.
         one_hot_size = 0 if last_level_feature is None else num_levels
-        actor_inputs = 3 * per_user_features + shared_features + one_hot_size
+        # The measured throughput history is also fed in log space: a trend or a dip is then a
+        # difference of inputs, whatever the user's rate.
+        self.log_features = log_features
+        log_size = 0 if log_features is None else log_features[1] - log_features[0]
+        actor_inputs = 3 * per_user_features + shared_features + one_hot_size + log_size
         self.actor = _mlp(actor_inputs, hidden_size, num_levels, output_gain=0.01)
         self.critic = _mlp(self.observation_size, hidden_size, 1, output_gain=1.0)
 
@@ -126,6 +142,9 @@ class ActorCritic(nn.Module):
             num_levels=layout.num_levels,
             hidden_size=hidden_size,
             last_level_feature=layout.feature("last_level"),
+            log_features=(
+                layout.feature(f"throughput_{THROUGHPUT_HISTORY_LEN}"), layout.feature("throughput_1") + 1
+            ),
         )
 
     def value(self, observations: torch.Tensor) -> torch.Tensor:
@@ -155,6 +174,10 @@ class ActorCritic(nn.Module):
         if self.last_level_feature is not None:
             last_level = (users[..., self.last_level_feature] * (self.num_levels - 1)).round().long()
             inputs.append(torch.nn.functional.one_hot(last_level.clamp(0, self.num_levels - 1), self.num_levels).float())
+        if self.log_features is not None:
+            start, stop = self.log_features
+            # log(x + 0.01) / 3 maps the scaled throughputs (0 to a few) to about [-1.5, 0.5].
+            inputs.append(torch.log(users[..., start:stop] + 0.01) * (1.0 / 3.0))
         logits = self.actor(torch.cat(inputs, dim=-1))
         return Categorical(logits=logits), present
 
@@ -201,7 +224,11 @@ class CollectorPolicy:
         self.agent = agent
         self.deterministic = deterministic
 
-    # The Ray backend ships only these to its actors on each collect, not the whole policy.
+    # Only `backend="async"` with `policy_placement="workers"` uses these: on each collect its
+    # workers load the weights (and the modules' training flags) from shared memory, while plain
+    # attributes such as `deterministic` stay as the workers first unpickled them. The Ray
+    # backend ignores them: it pickles the whole policy and, while nothing but the weights has
+    # changed since the last collect, sends only the weights' storages to its actors.
     def state_dict(self) -> dict[str, Any]:
         return self.agent.state_dict()
 

@@ -97,9 +97,28 @@ class _Decoded:
         return 1e3 * frame_mbit / np.maximum(rate_mbps, 1e-6)[..., None]
 
 
+# The throughput samples a controller forecasts from unless tuned otherwise (the newest ones).
+DEFAULT_WINDOW = 3
+
+
 def _harmonic_mean(history: np.ndarray, window: int) -> np.ndarray:
     recent = np.maximum(history[..., -window:], 1e-6)
     return window / np.sum(1.0 / recent, axis=-1)
+
+
+def _log_trend(history: np.ndarray, window: int) -> np.ndarray:
+    """Least-squares slope per step of the log of the last `window` samples (0 for one sample)."""
+    if window < 2:
+        return np.zeros(history.shape[:-1])
+    logs = np.log(np.maximum(history[..., -window:], 1e-6))
+    steps = np.arange(window) - (window - 1) / 2.0
+    return logs @ steps / float(steps @ steps)
+
+
+def _check_window(window: Any) -> int:
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or not 1 <= window <= THROUGHPUT_HISTORY_LEN:
+        raise ValueError(f"`window` must be an integer in [1, {THROUGHPUT_HISTORY_LEN}], got {window!r}.")
+    return int(window)
 
 
 def _highest_fitting(fits: np.ndarray) -> np.ndarray:
@@ -163,25 +182,35 @@ class ThroughputRule(_Controller):
     """Highest level whose mean frame arrives in time at `safety` x the predicted throughput.
 
     The prediction is the harmonic mean of the last `window` throughput samples (it weighs
-    dips heavily). A frame must be rendered and sent within the budget left after the fixed
-    pipeline overhead; the render time of each level is scaled from the last measured one.
+    dips heavily), extrapolated along the samples' trend: times `exp(trend x slope x (window +
+    1) / 2)`, the log-throughput slope per step carried from the window's centre to the next
+    step (capped at a factor of e either way); `trend=0` ignores it. A frame must be rendered
+    and sent within the budget left after the fixed pipeline overhead; the render time of each
+    level is scaled from the last measured one.
     """
 
-    def __init__(self, layout: ObservationLayout, safety: float = 0.6, window: int = 3) -> None:
+    def __init__(
+        self, layout: ObservationLayout, safety: float = 0.6, window: int = DEFAULT_WINDOW, trend: float = 0.0
+    ) -> None:
         super().__init__(layout)
         self.safety = _check_fraction("safety", safety)
-        if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or not 1 <= window <= THROUGHPUT_HISTORY_LEN:
-            raise ValueError(f"`window` must be an integer in [1, {THROUGHPUT_HISTORY_LEN}], got {window!r}.")
-        self.window = int(window)
+        self.window = _check_window(window)
+        numeric = isinstance(trend, (int, float, np.integer, np.floating)) and not isinstance(trend, bool)
+        if not (numeric and 0.0 <= trend <= 2.0):
+            raise ValueError(f"`trend` must be a number in [0, 2], got {trend!r}.")
+        self.trend = float(trend)
 
     def choose(self, decoded: _Decoded) -> np.ndarray:
         rate = self.safety * _harmonic_mean(decoded.throughput_mbps, self.window)
+        if self.trend:
+            extrapolation = self.trend * _log_trend(decoded.throughput_mbps, self.window) * (self.window + 1) / 2.0
+            rate = rate * np.exp(np.clip(extrapolation, -1.0, 1.0))
         latency = PIPELINE_OVERHEAD_MS + decoded.predicted_render_ms() + decoded.transmit_ms(rate)
         levels = _highest_fitting(latency <= MOTION_TO_PHOTON_BUDGET_MS)
         return np.where(decoded.measured, levels, 0)
 
     def params(self) -> dict[str, Any]:
-        return {"safety": self.safety, "window": self.window}
+        return {"safety": self.safety, "window": self.window, "trend": self.trend}
 
 
 class DeadlineRule(_Controller):
@@ -215,8 +244,8 @@ _erfc = np.frompyfunc(math.erfc, 1, 1)
 class LookaheadController(_Controller):
     """Per-user MPC over `horizon` steps with a robust throughput forecast.
 
-    Forecast: the harmonic mean of the history, discounted by the history's relative spread
-    ((max - min) / max), as robust MPC discounts by its recent prediction error. Each level's
+    Forecast: the harmonic mean of the last `window` throughput samples, discounted by their
+    relative spread ((max - min) / max), as robust MPC discounts by its recent prediction error. Each level's
     late and dropped rates come from a log-normal frame-time factor with log-std
     `frame_time_std`; its per-step value is the env's reward for that user (published
     weights), and a switch costs once. With a constant forecast the best plan keeps one level
@@ -228,6 +257,7 @@ class LookaheadController(_Controller):
         layout: ObservationLayout,
         horizon: int = 5,
         frame_time_std: float = 0.4,
+        window: int = DEFAULT_WINDOW,
         late_penalty: float = 0.5,
         drop_penalty: float = 2.0,
         switch_penalty: float = 0.5,
@@ -237,13 +267,14 @@ class LookaheadController(_Controller):
             raise ValueError(f"`horizon` must be an integer >= 1, got {horizon!r}.")
         self.horizon = int(horizon)
         self.frame_time_std = _check_fraction("frame_time_std", frame_time_std, upper=2.0)
+        self.window = _check_window(window)
         self.late_penalty, self.drop_penalty, self.switch_penalty = late_penalty, drop_penalty, switch_penalty
 
     def level_values(self, decoded: _Decoded) -> np.ndarray:
         """`[batch, users, levels]` predicted reward per step of each level."""
-        history = decoded.throughput_mbps
+        history = decoded.throughput_mbps[..., -self.window :]
         spread = (history.max(axis=-1) - history.min(axis=-1)) / np.maximum(history.max(axis=-1), 1e-6)
-        rate = _harmonic_mean(history, THROUGHPUT_HISTORY_LEN) / (1.0 + spread)
+        rate = _harmonic_mean(history, self.window) / (1.0 + spread)
         transmit = decoded.transmit_ms(rate)
         fixed = PIPELINE_OVERHEAD_MS + decoded.predicted_render_ms()
         std = self.frame_time_std
@@ -266,7 +297,7 @@ class LookaheadController(_Controller):
         return np.where(decoded.measured, values.argmax(axis=-1), 0)
 
     def params(self) -> dict[str, Any]:
-        return {"horizon": self.horizon, "frame_time_std": self.frame_time_std}
+        return {"horizon": self.horizon, "frame_time_std": self.frame_time_std, "window": self.window}
 
 
 class JointGreedyAllocator(_Controller):
@@ -287,7 +318,7 @@ class JointGreedyAllocator(_Controller):
 
     def choose(self, decoded: _Decoded) -> np.ndarray:
         batch, users = decoded.active.shape
-        rate = _harmonic_mean(decoded.throughput_mbps, THROUGHPUT_HISTORY_LEN)
+        rate = _harmonic_mean(decoded.throughput_mbps, DEFAULT_WINDOW)
         airtime = decoded.bitrate / np.maximum(rate, 1e-6)[..., None]
         gpu_time = decoded.frame_rate[..., None] * decoded.nominal_render * 1e-3
         # Invert the render-time stretch 1 / (1 - c * load) to estimate last step's GPU load,

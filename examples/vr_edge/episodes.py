@@ -88,10 +88,10 @@ class _EpisodeTotals:
             self.sums[key] += info[key] * users
         self.sums["stall_events"] += info["stall_events"]
         self.sums["switches"] += info["switches"]
-        present = ~np.isnan(info["user_quality"])
+        present = info["users_present"]
         self.user_quality[present] += info["user_quality"][present]
         self.user_present += present
-        self.latencies.append(info["frame_latency_ms"])
+        self.latencies.append(info["frame_latency_ms"][present].ravel())
 
     def record(self) -> dict[str, float]:
         user_steps = max(self.user_steps, 1.0)

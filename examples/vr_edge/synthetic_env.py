@@ -7,15 +7,20 @@ bitrate it is encoded at; the two shared resources couple every user's choice to
 
 Users differ: frame rate (60, 72 or 90 fps), render resolution, content complexity (how fast
 quality saturates with bitrate, and how costly a frame is to render), distance from the access
-point and mobility (their own slow and fast fading). Users join and leave during an episode.
+point and mobility (their own slow and fast fading). A user's slow fading follows its movement,
+so its channel drifts in trends that last a second or two. Users join and leave during an
+episode.
 
 Per frame, the motion-to-photon latency is a fixed pipeline overhead (tracking, encode, decode,
 scan-out) plus the render time, stretched when the GPU is busy, plus the transmission time of
 the frame, which grows as 1 / (1 - airtime load) because the cell's air is shared (processor
 sharing). A frame later than `MOTION_TO_PHOTON_BUDGET_MS` is late (shown reprojected); one more
 than a frame interval past the budget, or never sent because the cell or the GPU was overloaded,
-is dropped, and dropped frames are frozen-screen (stall) time. Frame-level randomness (frame-size
-jitter, fast fading) is sampled for `FRAME_SAMPLES` frames per user per simulation substep.
+is dropped, and dropped frames are frozen-screen (stall) time. Bits the cell could not carry
+stay in the user's sender queue (up to the frames of one drop threshold) and go out first in
+the next interval, delaying that interval's frames: an overshoot costs the next frames too.
+Frame-level randomness (frame-size jitter, fast fading) is sampled for `FRAME_SAMPLES` frames
+per user per simulation substep.
 
 Reward per step, averaged over the users present::
 
@@ -24,7 +29,8 @@ Reward per step, averaged over the users present::
     - switch_penalty * |quality change|                     only after the user's first step
 
 Partial observability: each client observes only its own measurements (throughput while its
-frames were on the air, latency, late and dropped rates, the server-reported render time), its
+frames were on the air over the last `THROUGHPUT_HISTORY_LEN` steps, latency, late and dropped
+rates, the server-reported render time and send queue), its
 own stream's parameters and the number of users present, never the cell's or the GPU's capacity.
 
 Cell capacity follows a trace regime drawn per episode from the seed, from the `traces` split
@@ -72,12 +78,17 @@ MAX_AIRTIME_LOAD = 0.95
 # Render time is stretched by 1 / (1 - GPU_CONTENTION * min(load, 1)).
 GPU_CONTENTION = 0.7
 FRAME_SIZE_LOG_STD = 0.25
-CHANNEL_AR_COEFFICIENT = 0.9
+# A user's slow channel gain follows its movement: the log gain has a velocity that persists
+# (CHANNEL_MOMENTUM per step) and a pull back toward the user's mean (CHANNEL_RESTORING), so a
+# user walking away from the access point keeps losing gain for a second or two (a damped
+# oscillation with a period of about 5 s, see `_channel_innovation`).
+CHANNEL_MOMENTUM = 0.9
+CHANNEL_RESTORING = 0.015
 # A user leaves with this probability per step; an empty slot is taken with the other.
 LEAVE_PROBABILITY = 0.004
 JOIN_PROBABILITY = 0.02
 INITIAL_ACTIVE_PROBABILITY = 0.75
-THROUGHPUT_HISTORY_LEN = 3
+THROUGHPUT_HISTORY_LEN = 8
 # Ratio features are clipped here so the observation space has finite bounds.
 OBSERVED_RATIO_CLIP = 5.0
 RATE_SCALE_MBPS = 200.0
@@ -86,7 +97,7 @@ RENDER_SCALE_MS = 20.0
 FEATURES = (
     "active", "frame_rate", "resolution", "complexity", "last_level",
     *(f"throughput_{lag}" for lag in range(THROUGHPUT_HISTORY_LEN, 0, -1)),
-    "mean_latency", "max_latency", "late_rate", "drop_rate", "render_time",
+    "mean_latency", "max_latency", "late_rate", "drop_rate", "render_time", "queue_delay",
 )
 
 _LAST_LEVEL = FEATURES.index("last_level")
@@ -94,7 +105,29 @@ _THROUGHPUT = FEATURES.index(f"throughput_{THROUGHPUT_HISTORY_LEN}")
 _THROUGHPUT_LATEST = FEATURES.index("throughput_1")
 _MEAN_LATENCY = FEATURES.index("mean_latency")
 _MEASUREMENT_SCALE = np.array(
-    [1.0 / MOTION_TO_PHOTON_BUDGET_MS, 1.0 / MOTION_TO_PHOTON_BUDGET_MS, 1.0, 1.0, 1.0 / RENDER_SCALE_MS]
+    [1.0 / MOTION_TO_PHOTON_BUDGET_MS, 1.0 / MOTION_TO_PHOTON_BUDGET_MS, 1.0, 1.0, 1.0 / RENDER_SCALE_MS,
+     1.0 / MOTION_TO_PHOTON_BUDGET_MS]
+)
+
+
+def _channel_innovation(log_std: np.ndarray) -> np.ndarray:
+    """Per-step innovation std that gives the slow channel process a stationary std of `log_std`.
+
+    With velocity `v` and deviation `x` (log gain minus its mean), one step is
+    `v <- CHANNEL_MOMENTUM * v - CHANNEL_RESTORING * x + s * noise`, then `x <- x + v`: an AR(2)
+    in `x` with coefficients `a1 = 1 + momentum - restoring` and `a2 = -momentum`, whose
+    stationary variance is `s^2 (1 - a2) / ((1 + a2) ((1 - a2)^2 - a1^2))`.
+    """
+    a1 = 1.0 + CHANNEL_MOMENTUM - CHANNEL_RESTORING
+    a2 = -CHANNEL_MOMENTUM
+    variance_per_unit = (1.0 - a2) / ((1.0 + a2) * ((1.0 - a2) ** 2 - a1**2))
+    return np.asarray(log_std) / math.sqrt(variance_per_unit)
+
+
+# Stationary std of the channel velocity relative to the gain's (the lag-1 autocorrelation of
+# the AR(2) is a1 / (1 - a2); the velocity is the first difference).
+_VELOCITY_STD_RATIO = math.sqrt(
+    2.0 * (1.0 - (1.0 + CHANNEL_MOMENTUM - CHANNEL_RESTORING) / (1.0 + CHANNEL_MOMENTUM))
 )
 
 
@@ -104,10 +137,11 @@ class ObservationLayout:
 
     The vector holds one block of `per_user_features` per user slot, in the order of
     `FEATURES` (active flag; frame rate / 90; resolution scale / 1.5; content complexity / 2;
-    last level / top level; measured throughput history / `RATE_SCALE_MBPS`, oldest first;
-    mean and worst sampled latency / budget; late and dropped frame rates of the last step;
-    render time / `RENDER_SCALE_MS`), then `shared_features` values common to all users (the
-    fraction of slots in use). An empty slot's block is all zeros.
+    last level / top level; measured throughput of the last `THROUGHPUT_HISTORY_LEN` steps /
+    `RATE_SCALE_MBPS`, oldest first; mean and worst sampled latency / budget; late and dropped
+    frame rates of the last step; render time / `RENDER_SCALE_MS`; the video still queued at
+    the user's sender, in ms of video / budget), then `shared_features` values common to all
+    users (the fraction of slots in use). An empty slot's block is all zeros.
     """
 
     num_users: int
@@ -192,7 +226,7 @@ def _check_non_negative(name: str, value: Any) -> float:
 class SyntheticVREdgeEnv(gymnasium.Env):
     """Headsets sharing an edge GPU and a wireless cell; one quality level per user per step.
 
-    Observation: float32 `Box` of shape `(num_users * 13 + 1,)`, laid out as
+    Observation: float32 `Box` of shape `(num_users * 19 + 1,)`, laid out as
     `ObservationLayout` describes; every feature lies in `[0, 5]`.
 
     Action: `MultiDiscrete([6] * num_users)`, one quality level per user slot (ignored for
@@ -204,15 +238,19 @@ class SyntheticVREdgeEnv(gymnasium.Env):
     over the users present: `"late_rate"`, `"drop_rate"`, `"stall_time"` (frozen seconds this
     step), `"stall_events"` (users whose screen froze this step after not being frozen),
     `"switches"` (users that changed level), `"active_users"`; and arrays for QoE reports:
-    `"user_quality"` (`[num_users]`, displayed quality, NaN for empty slots) and
-    `"frame_latency_ms"` (the last substep's sampled frames of the users present, flat).
+    `"users_present"` (`[num_users]` bool), `"user_quality"` (`[num_users]`, displayed
+    quality, 0 for empty slots: a NaN would make two identical steps compare unequal) and
+    `"frame_latency_ms"` (`[num_users, FRAME_SAMPLES]`, the last substep's sampled frames,
+    0 for empty slots). Every info entry has the same shape on every step, so vector envs can
+    stack them.
 
     Episodes are truncated after `episode_length` steps and terminated when a present user's
     frozen time exceeds `max_cumulative_stall_s` (that session has failed).
 
-    `simulation_substeps` splits each step into that many intervals, each with its own channel
-    fading, airtime sharing and sampled frames; results move only slightly with it and stay
-    deterministic for a seed. It also lets benchmarks make a step as cheap or as costly as they
+    `simulation_substeps` splits each step into that many intervals, each with its own
+    airtime sharing, sender queue and sampled frames (the slow channel moves once per step).
+    Results stay deterministic for a seed but move with it: with finer intervals a queue built
+    early in a step also delays the rest of that step. It also lets benchmarks make a step as cheap or as costly as they
     need; docs/vr-edge.md gives measured costs.
 
     Seeding: all randomness comes from `self.np_random`. `reset(seed=...)` seeds it as
@@ -269,23 +307,27 @@ class SyntheticVREdgeEnv(gymnasium.Env):
         resolution = rng.uniform(0.7, 1.3, count)
         complexity = rng.uniform(0.4, 2.0, count)
         channel_log_mean = np.log(rng.uniform(0.45, 1.4, count))
-        channel_log_std = rng.uniform(0.1, 0.35, count)
+        channel_log_std = rng.uniform(0.15, 0.45, count)
         fading_std = rng.uniform(0.1, 0.4, count)
+        # The slow channel starts from its stationary distribution (deviation and velocity).
+        deviation = channel_log_std * rng.standard_normal(count)
+        velocity = channel_log_std * _VELOCITY_STD_RATIO * rng.standard_normal(count)
 
         self._frame_rate[slots] = frame_rate
         self._resolution[slots] = resolution
         self._complexity[slots] = complexity
-        self._channel_log[slots] = channel_log_mean
-        # The AR(1) per substep that compounds to CHANNEL_AR_COEFFICIENT per step.
-        coefficient = self._channel_coefficient
-        self._channel_drift[slots] = (1.0 - coefficient) * channel_log_mean
-        self._channel_innovation_std[slots] = channel_log_std * math.sqrt(1.0 - coefficient**2)
+        self._channel_mean[slots] = channel_log_mean
+        self._channel_deviation[slots] = deviation
+        self._channel_velocity[slots] = velocity
+        self._channel_innovation_std[slots] = _channel_innovation(channel_log_std)
         # A frame's transmission time scales with size / fading, both log-normal with mean 1;
         # 1 / fading has mean exp(std^2), so the product is log-normal with these parameters.
         factor_std = np.sqrt(FRAME_SIZE_LOG_STD**2 + fading_std**2)
         self._frame_factor_std[slots, 0] = factor_std
         self._frame_factor_shift[slots, 0] = fading_std**2 - 0.5 * factor_std**2
         self._drop_after_ms[slots, 0] = MOTION_TO_PHOTON_BUDGET_MS + 1e3 / frame_rate
+        self._stale_s[slots] = self._drop_after_ms[slots, 0] * 1e-3
+        self._backlog_mbit[slots] = 0.0
         model = self.stream_model
         self._tables[slots, 0] = model.bitrate_mbps(frame_rate, resolution)
         self._tables[slots, 1] = model.render_ms_per_frame(resolution, complexity)
@@ -325,10 +367,18 @@ class SyntheticVREdgeEnv(gymnasium.Env):
         self._frame_rate = np.full(n, REFERENCE_FPS)
         self._resolution = np.ones(n)
         self._complexity = np.ones(n)
-        self._channel_log = np.zeros(n)
-        self._channel_coefficient = CHANNEL_AR_COEFFICIENT ** (1.0 / self.simulation_substeps)
-        self._channel_drift = np.zeros(n)
+        self._channel_mean = np.zeros(n)
+        self._channel_deviation = np.zeros(n)
+        self._channel_velocity = np.zeros(n)
         self._channel_innovation_std = np.zeros(n)
+        # Bits each user's sender still holds at the end of a step (carried into the next).
+        self._backlog_mbit = np.zeros(n)
+        # How long a frame may wait before its sender discards it (the drop threshold).
+        self._stale_s = np.zeros(n)
+        # When each sampled frame of a substep is sent, from the substep's start.
+        interval_ms = STEP_DURATION_S * 1e3 / self.simulation_substeps
+        self._frame_offsets_ms = (np.arange(FRAME_SAMPLES) + 0.5) * (interval_ms / FRAME_SAMPLES)
+        self._interval_s = interval_ms * 1e-3
         self._frame_factor_std = np.zeros((n, 1))
         self._frame_factor_shift = np.zeros((n, 1))
         self._drop_after_ms = np.zeros((n, 1))
@@ -358,7 +408,7 @@ class SyntheticVREdgeEnv(gymnasium.Env):
         n = self.num_users
         rng = self.np_random
         substeps = self.simulation_substeps
-        normals = rng.standard_normal(2 + n * substeps + n * FRAME_SAMPLES * substeps)
+        normals = rng.standard_normal(2 + n + n * FRAME_SAMPLES * substeps)
         uniforms = rng.random(1 + n)
         cell_mbps = self._cell.advance(normals[0], uniforms[0])
         gpu_capacity = self._gpu.advance(normals[1])
@@ -376,30 +426,44 @@ class SyntheticVREdgeEnv(gymnasium.Env):
         fixed_ms = (PIPELINE_OVERHEAD_MS + render_latency_ms)[:, None]
         frame_mbit = bitrate / frame_rate
 
-        # The cell, once per substep: slow per-user fading around each user's own mean, then
-        # airtime sharing. Past MAX_AIRTIME_LOAD the scheduler serves each user a max-min fair
-        # share of the air and the frames that do not fit are dropped.
-        channel_normals = normals[2 : 2 + n * substeps].reshape(substeps, n)
-        frame_normals = normals[2 + n * substeps :].reshape(substeps, n, FRAME_SAMPLES)
+        # Each user's slow channel moves once per step (its movement); see `_channel_innovation`.
+        self._channel_velocity = (
+            CHANNEL_MOMENTUM * self._channel_velocity - CHANNEL_RESTORING * self._channel_deviation
+            + self._channel_innovation_std * normals[2 : 2 + n]
+        )
+        self._channel_deviation = self._channel_deviation + self._channel_velocity
+        phy_mbps = cell_mbps * np.exp(self._channel_mean + self._channel_deviation)
+        inverse_phy = 1.0 / phy_mbps
+        airtime = present * bitrate * inverse_phy
+
+        # The cell, once per substep. Each user's sender queue is served first: bits left over
+        # from earlier intervals (frames the air could not carry) hold the air and delay the
+        # new frames. The cell shares its air by processor sharing; past MAX_AIRTIME_LOAD the
+        # scheduler serves each user a max-min fair share and the rest waits in the queue,
+        # where frames older than the drop threshold are discarded.
+        frame_normals = normals[2 + n :].reshape(substeps, n, FRAME_SAMPLES)
+        interval_s = self._interval_s
         served = late = dropped = latency_sum = latency_max = measured_rate = 0.0
-        for channel_normal, frame_normal in zip(channel_normals, frame_normals):
-            self._channel_log = (
-                self._channel_coefficient * self._channel_log + self._channel_drift
-                + self._channel_innovation_std * channel_normal
-            )
-            phy_mbps = cell_mbps * np.exp(self._channel_log)
-            airtime = present * bitrate / phy_mbps
-            airtime_load = float(airtime @ self._ones)
+        for frame_normal in frame_normals:
+            backlog_air = self._backlog_mbit * inverse_phy * (1.0 / interval_s)
+            demand = airtime + backlog_air
+            airtime_load = float(demand @ self._ones)
             if airtime_load > MAX_AIRTIME_LOAD:
-                served = served + _max_min_fair_allocation(airtime, MAX_AIRTIME_LOAD) / np.maximum(airtime, 1e-12)
+                allocated = _max_min_fair_allocation(demand, MAX_AIRTIME_LOAD)
                 airtime_load = MAX_AIRTIME_LOAD
             else:
-                served = served + 1.0
+                allocated = demand
+            # The share of this interval's frames that got air after the queue ahead of them.
+            served = served + np.clip((allocated - backlog_air) / np.maximum(airtime, 1e-12), 0.0, 1.0)
+            slowdown = 1e3 / (1.0 - airtime_load)
+            queue_ms = (slowdown * self._backlog_mbit * inverse_phy)[:, None]
+            self._backlog_mbit = np.minimum((demand - allocated) * phy_mbps * interval_s, bitrate * self._stale_s)
             # Transmission time of a mean-size frame after contention (processor sharing),
-            # times one log-normal factor per sampled frame: its size jitter over its fading.
-            transmit_ms = ((1e3 / (1.0 - airtime_load)) * frame_mbit / phy_mbps)[:, None]
+            # times one log-normal factor per sampled frame: its size jitter over its fading;
+            # a frame also waits for what is left of the queue when it is sent.
+            transmit_ms = (slowdown * frame_mbit * inverse_phy)[:, None]
             frame_factors = np.exp(self._frame_factor_std * frame_normal + self._frame_factor_shift)
-            latency_ms = fixed_ms + transmit_ms * frame_factors
+            latency_ms = fixed_ms + np.maximum(queue_ms - self._frame_offsets_ms, 0.0) + transmit_ms * frame_factors
             late = late + (latency_ms > MOTION_TO_PHOTON_BUDGET_MS).sum(axis=1)
             dropped = dropped + (latency_ms > self._drop_after_ms).sum(axis=1)
             latency_sum = latency_sum + latency_ms.sum(axis=1)
@@ -435,7 +499,8 @@ class SyntheticVREdgeEnv(gymnasium.Env):
         features[:, _THROUGHPUT_LATEST] = measured_rate * (FRAME_SAMPLES * inverse_substeps / RATE_SCALE_MBPS)
         measured = features[:, _MEAN_LATENCY:]
         np.stack(
-            [latency_sum * inverse_samples, latency_max, late_rate, dropped_rate, render_latency_ms],
+            [latency_sum * inverse_samples, latency_max, late_rate, dropped_rate, render_latency_ms,
+             self._backlog_mbit * 1e3 / bitrate],
             axis=1, out=measured,
         )
         measured *= _MEASUREMENT_SCALE
@@ -461,8 +526,9 @@ class SyntheticVREdgeEnv(gymnasium.Env):
             "stall_events": float(stall_events),
             "switches": float(switched.sum()),
             "active_users": float(count),
-            "user_quality": np.where(self._active, displayed_quality, np.nan),
-            "frame_latency_ms": latency_ms[self._active].ravel(),
+            "users_present": self._active.copy(),
+            "user_quality": displayed_quality * present,
+            "frame_latency_ms": latency_ms * self._present_column,
         }
 
         terminated = bool(self._cumulative_stall_s.max() > self.max_cumulative_stall_s)
@@ -483,6 +549,7 @@ class SyntheticVREdgeEnv(gymnasium.Env):
         joining = ~self._active & candidates
         self._draw_users(joining)
         self._cumulative_stall_s[leaving] = 0.0
+        self._backlog_mbit[leaving] = 0.0
         self._has_previous_level[leaving] = False
         self._set_present((self._active & ~leaving) | joining)
 

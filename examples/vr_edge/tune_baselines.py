@@ -28,11 +28,19 @@ from examples.vr_edge.synthetic_env import ObservationLayout
 
 GRIDS: dict[str, dict[str, list[Any]]] = {
     "constant level": {"level": [0, 1, 2, 3, 4, 5]},
-    "throughput rule": {"safety": [0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0], "window": [1, 2, 3]},
-    "deadline rule": {"late_threshold": [0.02, 0.05, 0.1, 0.2, 0.3], "headroom": [0.5, 0.6, 0.7, 0.8, 0.9]},
+    "throughput rule": {
+        "safety": [0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0],
+        "window": [1, 2, 3, 5, 8],
+        "trend": [0.0, 1.0],
+    },
+    "deadline rule": {
+        "late_threshold": [0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3],
+        "headroom": [0.5, 0.55, 0.6, 0.65, 0.7, 0.8, 0.9],
+    },
     "lookahead (MPC)": {
         "horizon": [1, 2, 3, 5, 10, 20],
         "frame_time_std": [0.2, 0.3, 0.4, 0.5, 0.7, 0.85, 1.0, 1.2, 1.5],
+        "window": [3, 8],
     },
     "joint greedy": {
         "airtime_budget": [0.3, 0.4, 0.5, 0.6, 0.8, 1.0],

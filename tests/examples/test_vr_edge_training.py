@@ -14,7 +14,7 @@ from examples.vr_edge import evaluate, train  # noqa: E402
 from examples.vr_edge.advantages import compute_gae  # noqa: E402
 from examples.vr_edge.agent import ActorCritic, CollectorPolicy, load_agent  # noqa: E402
 from examples.vr_edge.baselines import BASELINES  # noqa: E402
-from examples.vr_edge.synthetic_env import SyntheticVREdgeEnv  # noqa: E402
+from examples.vr_edge.synthetic_env import THROUGHPUT_HISTORY_LEN, SyntheticVREdgeEnv  # noqa: E402
 from parallel_rollouts import ParallelRolloutCollector  # noqa: E402
 
 # Add "async" here once that backend exists; every backend test below follows this list.
@@ -156,6 +156,25 @@ def test_levels_chosen_for_empty_slots_carry_no_log_probability_or_entropy():
     assert torch.equal(first_log_probs, other_log_probs)
     # Each present user contributes at most log(6) nats of entropy, empty slots none.
     assert entropy.item() <= present.sum() * math.log(6) + 1e-5
+
+
+def test_the_actor_reads_the_throughput_history_in_log_space():
+    env = SyntheticVREdgeEnv(num_users=8)
+    layout = env.observation_layout
+    agent = ActorCritic.for_env(env)
+    start, stop = agent.log_features
+    assert (start, stop) == (layout.feature(f"throughput_{THROUGHPUT_HISTORY_LEN}"), layout.feature("throughput_1") + 1)
+    observation, _ = env.reset(seed=0)
+    for action in np.random.default_rng(0).integers(0, 6, size=(5, 8)):
+        observation = env.step(action)[0]
+    # With the head's weights on the raw blocks zeroed, the history still moves the levels.
+    with torch.no_grad():
+        agent.actor[0].weight[:, : 3 * layout.per_user_features] = 0.0
+    scaled = observation.copy()
+    layout.per_user(scaled)[:, start:stop] *= 0.5
+    first = agent._distribution(torch.as_tensor(observation[None]))[0].logits
+    second = agent._distribution(torch.as_tensor(scaled[None]))[0].logits
+    assert not torch.allclose(first, second)
 
 
 # --- the training script -----------------------------------------------------------------------
