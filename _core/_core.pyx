@@ -271,14 +271,13 @@ cdef class StepRecorder:
         if not all_counted:
             check_counted(counted, self.num_envs)
             counted_view = counted.view(np.uint8)
-        for column in range(self.num_envs):
-            if self.terminations[t, column] or self.truncations[t, column]:
-                n_done += 1
-        if self._completed_count + n_done > self.completed_returns.shape[0]:
-            raise ValueError(
-                f"completed-episode buffers are full ({self.completed_returns.shape[0]} slots)."
-            )
-        n_done = 0
+        if self._completed_count + self.num_envs > self.completed_returns.shape[0]:
+            # Only near the end of the buffers can this step's episodes overflow them.
+            for column in range(self.num_envs):
+                if self.terminations[t, column] or self.truncations[t, column]:
+                    n_done += 1
+            self._require_room(n_done)
+            n_done = 0
         with nogil:
             for column in range(self.num_envs):
                 self.step_episode_seeds[t, column] = self.running_seeds[column]
@@ -289,6 +288,13 @@ cdef class StepRecorder:
                     self._end_episode(t, column, n_done)
                     n_done += 1
         return n_done
+
+    cdef int _require_room(self, Py_ssize_t n_done) except -1:
+        if self._completed_count + n_done > self.completed_returns.shape[0]:
+            raise ValueError(
+                f"completed-episode buffers are full ({self.completed_returns.shape[0]} slots)."
+            )
+        return 0
 
     cdef inline void _end_episode(self, Py_ssize_t t, Py_ssize_t column, Py_ssize_t n_done) noexcept nogil:
         """Book the episode of ``column`` that ended at step ``t`` as the ``n_done``-th of the step."""
@@ -316,10 +322,7 @@ cdef class StepRecorder:
             for column in range(self.num_envs):
                 if flags_now[column]:
                     n_done += 1
-            if self._completed_count + n_done > self.completed_returns.shape[0]:
-                raise ValueError(
-                    f"completed-episode buffers are full ({self.completed_returns.shape[0]} slots)."
-                )
+            self._require_room(n_done)
             n_done = 0
         with nogil:
             for column in range(self.num_envs):

@@ -315,6 +315,26 @@ def test_record_rows_matches_a_plain_python_reference(horizon, num_envs, env_off
 
 
 @pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+@pytest.mark.parametrize("method", ["record_step", "record_rows"])
+def test_full_completed_episode_buffers_raise_before_anything_is_recorded(core, method):
+    recorder, state = _recorder_state(core, 2, 2, 0)
+    # Room for one more episode, two end at once.
+    for name in ("completed_returns", "completed_lengths", "completed_env_indices", "completed_end_steps", "completed_seeds"):
+        state[name] = state[name][:1]
+    recorder = core.StepRecorder(*state.values(), 0)
+    if method == "record_step":
+        call = lambda: recorder.record_step(0, [1.0, 1.0], [True, True], [False, False])  # noqa: E731
+    else:
+        state["rewards"][0] = 1.0
+        state["terminations"][0] = True
+        call = lambda: recorder.record_rows(0)  # noqa: E731
+    with pytest.raises(ValueError, match=r"completed-episode buffers are full \(1 slots\)"):
+        call()
+    assert recorder.completed_count == 0
+    assert not state["running_lengths"].any()
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
 def test_record_rows_checks_its_inputs(core):
     recorder, _ = _recorder_state(core, 2, 2, 0)
     with pytest.raises(IndexError, match="time step 2 is outside"):

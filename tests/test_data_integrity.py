@@ -427,6 +427,30 @@ class LoggingEnv(CountingEnv):
 _WATCHED = ("rollout_loop.py", "local.py", "in_process.py", "env_group.py", "groups.py", "batch_memory.py", "collector.py")
 
 
+def _lines_in_a_collect(collector, watched=_WATCHED) -> int:
+    """How many lines of the watched files one ``collect()`` runs."""
+    trace, count = _interrupt_at_line(10**9, watched)
+    sys.settrace(trace)
+    try:
+        collector.collect()
+    finally:
+        sys.settrace(None)
+    return count[0]
+
+
+def _collect_interrupted_at(collector, number, watched=_WATCHED) -> bool:
+    """``collect()`` with a KeyboardInterrupt at the ``number``-th watched line; False if not reached."""
+    trace, _ = _interrupt_at_line(number, watched)
+    sys.settrace(trace)
+    try:
+        collector.collect()
+        return False
+    except KeyboardInterrupt:
+        return True
+    finally:
+        sys.settrace(None)
+
+
 def _interrupt_at_line(number, watched=_WATCHED):
     """A trace function raising KeyboardInterrupt at the ``number``-th line run in the watched files."""
     count = [0]
@@ -452,13 +476,7 @@ def test_an_interruption_at_any_line_leaves_the_collector_consistent_or_clearly_
     fns = [lambda e=env: e for env in envs]
     with ParallelRolloutCollector(fns, ConstantPolicy(2), backend, horizon=4, seed=0, core="compiled") as collector:
         collector.collect()
-        trace, count = _interrupt_at_line(10**9)
-        sys.settrace(trace)
-        try:
-            collector.collect()
-        finally:
-            sys.settrace(None)
-        lines_in_a_collect = count[0]
+        lines_in_a_collect = _lines_in_a_collect(collector)
     assert lines_in_a_collect > 50
     outcomes = {"consistent": 0, "broken": 0, "not reached": 0}
     for number in range(1, lines_in_a_collect + 1):
@@ -467,15 +485,8 @@ def test_an_interruption_at_any_line_leaves_the_collector_consistent_or_clearly_
         collector = ParallelRolloutCollector(fns, ConstantPolicy(2), backend, horizon=4, seed=0, core="compiled")
         try:
             collector.collect()
-            trace, _ = _interrupt_at_line(number)
-            sys.settrace(trace)
-            try:
-                collector.collect()
+            if not _collect_interrupted_at(collector, number):
                 outcomes["not reached"] += 1
-            except KeyboardInterrupt:
-                pass
-            finally:
-                sys.settrace(None)
             where = [env.last.copy() for env in envs]
             try:
                 batch = collector.collect()
@@ -509,25 +520,12 @@ def test_an_async_interruption_at_sampled_lines_leaves_the_collector_consistent_
     collector = make()
     try:
         collector.collect()
-        trace, count = _interrupt_at_line(10**9, _WATCHED_ASYNC)
-        sys.settrace(trace)
-        try:
-            collector.collect()
-        finally:
-            sys.settrace(None)
-        lines_in_a_collect = count[0]
+        lines_in_a_collect = _lines_in_a_collect(collector, _WATCHED_ASYNC)
         assert lines_in_a_collect > 50
         outcomes = {"consistent": 0, "broken": 0, "not reached": 0}
         for number in sorted(set(np.linspace(1, lines_in_a_collect, 24).astype(int).tolist())):
-            trace, _ = _interrupt_at_line(number, _WATCHED_ASYNC)
-            sys.settrace(trace)
-            try:
-                collector.collect()
+            if not _collect_interrupted_at(collector, number, _WATCHED_ASYNC):
                 outcomes["not reached"] += 1
-            except KeyboardInterrupt:
-                pass
-            finally:
-                sys.settrace(None)
             try:
                 batch = collector.collect()
             except CollectorClosedError as error:
