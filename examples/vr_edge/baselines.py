@@ -79,6 +79,7 @@ class _Decoded:
         self.late_rate = users[..., feature("late_rate")]
         self.drop_rate = users[..., feature("drop_rate")]
         self.render_ms = users[..., feature("render_time")] * RENDER_SCALE_MS
+        self.frozen_share = users[..., feature("frozen_share")]
         self.bitrate = model.bitrate_mbps(self.frame_rate, resolution)
         self.nominal_render = model.render_ms_per_frame(resolution, complexity)
         self.quality = model.quality(complexity)
@@ -128,9 +129,15 @@ def _highest_fitting(fits: np.ndarray) -> np.ndarray:
 
 
 class _Controller:
-    """Holds the layout and stream model; subclasses implement `choose(decoded)`."""
+    """Holds the layout and stream model; subclasses implement `choose(decoded)`.
 
-    def __init__(self, layout: ObservationLayout) -> None:
+    Every controller also has a session guard: a user whose frozen time has used more than
+    `stall_guard` of the session's failure budget (the `frozen_share` its headset reports)
+    streams at the lowest level, the one least likely to freeze again. `stall_guard=1` never
+    fires before the session has failed, so it turns the guard off.
+    """
+
+    def __init__(self, layout: ObservationLayout, stall_guard: float = 1.0) -> None:
         if not isinstance(layout, ObservationLayout):
             raise TypeError(
                 "`layout` must be an ObservationLayout (use `env.observation_layout`), "
@@ -138,10 +145,11 @@ class _Controller:
             )
         self.layout = layout
         self.model = StreamModel()
+        self.stall_guard = _check_fraction("stall_guard", stall_guard)
 
     def __call__(self, observations: np.ndarray) -> np.ndarray:
         decoded = _Decoded(self.layout, observations, self.model)
-        levels = self.choose(decoded)
+        levels = np.where(decoded.frozen_share > self.stall_guard, 0, self.choose(decoded))
         return np.where(decoded.active, levels, 0).astype(np.int64)
 
     def choose(self, decoded: _Decoded) -> np.ndarray:
@@ -152,14 +160,14 @@ class _Controller:
         return f"{type(self).__name__}({params})"
 
     def params(self) -> dict[str, Any]:
-        return {}
+        return {"stall_guard": self.stall_guard}
 
 
 class ConstantLevel(_Controller):
     """Every user streams at `level`."""
 
-    def __init__(self, layout: ObservationLayout, level: int = 0) -> None:
-        super().__init__(layout)
+    def __init__(self, layout: ObservationLayout, level: int = 0, stall_guard: float = 1.0) -> None:
+        super().__init__(layout, stall_guard)
         if isinstance(level, bool) or not isinstance(level, (int, np.integer)) or not 0 <= level < layout.num_levels:
             raise ValueError(f"`level` must be an integer in [0, {layout.num_levels - 1}], got {level!r}.")
         self.level = int(level)
@@ -168,7 +176,7 @@ class ConstantLevel(_Controller):
         return np.full(decoded.active.shape, self.level)
 
     def params(self) -> dict[str, Any]:
-        return {"level": self.level}
+        return {"level": self.level, **super().params()}
 
 
 def _check_fraction(name: str, value: Any, upper: float = 1.0) -> float:
@@ -190,9 +198,14 @@ class ThroughputRule(_Controller):
     """
 
     def __init__(
-        self, layout: ObservationLayout, safety: float = 0.6, window: int = DEFAULT_WINDOW, trend: float = 0.0
+        self,
+        layout: ObservationLayout,
+        safety: float = 0.6,
+        window: int = DEFAULT_WINDOW,
+        trend: float = 0.0,
+        stall_guard: float = 1.0,
     ) -> None:
-        super().__init__(layout)
+        super().__init__(layout, stall_guard)
         self.safety = _check_fraction("safety", safety)
         self.window = _check_window(window)
         numeric = isinstance(trend, (int, float, np.integer, np.floating)) and not isinstance(trend, bool)
@@ -210,15 +223,17 @@ class ThroughputRule(_Controller):
         return np.where(decoded.measured, levels, 0)
 
     def params(self) -> dict[str, Any]:
-        return {"safety": self.safety, "window": self.window, "trend": self.trend}
+        return {"safety": self.safety, "window": self.window, "trend": self.trend, **super().params()}
 
 
 class DeadlineRule(_Controller):
     """Step down by one level after late frames above `late_threshold` (two after drops),
     up by one when the worst sampled frame of the last step beat the budget by `headroom`."""
 
-    def __init__(self, layout: ObservationLayout, late_threshold: float = 0.1, headroom: float = 0.7) -> None:
-        super().__init__(layout)
+    def __init__(
+        self, layout: ObservationLayout, late_threshold: float = 0.1, headroom: float = 0.7, stall_guard: float = 1.0
+    ) -> None:
+        super().__init__(layout, stall_guard)
         self.late_threshold = _check_fraction("late_threshold", late_threshold)
         self.headroom = _check_fraction("headroom", headroom)
 
@@ -230,7 +245,7 @@ class DeadlineRule(_Controller):
         return np.where(decoded.measured, levels, 0)
 
     def params(self) -> dict[str, Any]:
-        return {"late_threshold": self.late_threshold, "headroom": self.headroom}
+        return {"late_threshold": self.late_threshold, "headroom": self.headroom, **super().params()}
 
 
 def _normal_tail(z: np.ndarray) -> np.ndarray:
@@ -261,8 +276,9 @@ class LookaheadController(_Controller):
         late_penalty: float = 0.5,
         drop_penalty: float = 2.0,
         switch_penalty: float = 0.5,
+        stall_guard: float = 1.0,
     ) -> None:
-        super().__init__(layout)
+        super().__init__(layout, stall_guard)
         if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
             raise ValueError(f"`horizon` must be an integer >= 1, got {horizon!r}.")
         self.horizon = int(horizon)
@@ -297,7 +313,9 @@ class LookaheadController(_Controller):
         return np.where(decoded.measured, values.argmax(axis=-1), 0)
 
     def params(self) -> dict[str, Any]:
-        return {"horizon": self.horizon, "frame_time_std": self.frame_time_std, "window": self.window}
+        return {
+            "horizon": self.horizon, "frame_time_std": self.frame_time_std, "window": self.window, **super().params()
+        }
 
 
 class JointGreedyAllocator(_Controller):
@@ -311,8 +329,10 @@ class JointGreedyAllocator(_Controller):
     corrected by how stretched its render times were).
     """
 
-    def __init__(self, layout: ObservationLayout, airtime_budget: float = 0.5, gpu_budget: float = 0.6) -> None:
-        super().__init__(layout)
+    def __init__(
+        self, layout: ObservationLayout, airtime_budget: float = 0.5, gpu_budget: float = 0.6, stall_guard: float = 1.0
+    ) -> None:
+        super().__init__(layout, stall_guard)
         self.airtime_budget = _check_fraction("airtime_budget", airtime_budget, upper=5.0)
         self.gpu_budget = _check_fraction("gpu_budget", gpu_budget, upper=1.0)
 
@@ -360,7 +380,7 @@ class JointGreedyAllocator(_Controller):
         return levels
 
     def params(self) -> dict[str, Any]:
-        return {"airtime_budget": self.airtime_budget, "gpu_budget": self.gpu_budget}
+        return {"airtime_budget": self.airtime_budget, "gpu_budget": self.gpu_budget, **super().params()}
 
 
 BASELINES: dict[str, type[_Controller]] = {

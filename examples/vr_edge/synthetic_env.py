@@ -30,8 +30,8 @@ Reward per step, averaged over the users present::
 
 Partial observability: each client observes only its own measurements (throughput while its
 frames were on the air over the last `THROUGHPUT_HISTORY_LEN` steps, latency, late and dropped
-rates, the server-reported render time and send queue), its
-own stream's parameters and the number of users present, never the cell's or the GPU's capacity.
+rates, the server-reported render time and send queue, and how long its screen has been frozen
+this session), its own stream's parameters and the number of users present, never the cell's or the GPU's capacity.
 
 Cell capacity follows a trace regime drawn per episode from the seed, from the `traces` split
 given to the constructor (`"train"` or `"test"`, see `examples.vr_edge.traces`).
@@ -47,7 +47,7 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from examples.vr_edge.traces import TRACE_SPLITS, CellTrace, GpuTrace
+from examples.vr_edge.traces import TRACE_SPLITS, CellTrace, GpuTrace, jittered_regime
 
 __all__ = [
     "DEFAULT_BITRATE_LADDER_MBPS",
@@ -98,12 +98,14 @@ FEATURES = (
     "active", "frame_rate", "resolution", "complexity", "last_level",
     *(f"throughput_{lag}" for lag in range(THROUGHPUT_HISTORY_LEN, 0, -1)),
     "mean_latency", "max_latency", "late_rate", "drop_rate", "render_time", "queue_delay",
+    "frozen_share",
 )
 
 _LAST_LEVEL = FEATURES.index("last_level")
 _THROUGHPUT = FEATURES.index(f"throughput_{THROUGHPUT_HISTORY_LEN}")
 _THROUGHPUT_LATEST = FEATURES.index("throughput_1")
 _MEAN_LATENCY = FEATURES.index("mean_latency")
+_FROZEN_SHARE = FEATURES.index("frozen_share")
 _MEASUREMENT_SCALE = np.array(
     [1.0 / MOTION_TO_PHOTON_BUDGET_MS, 1.0 / MOTION_TO_PHOTON_BUDGET_MS, 1.0, 1.0, 1.0 / RENDER_SCALE_MS,
      1.0 / MOTION_TO_PHOTON_BUDGET_MS]
@@ -140,7 +142,8 @@ class ObservationLayout:
     last level / top level; measured throughput of the last `THROUGHPUT_HISTORY_LEN` steps /
     `RATE_SCALE_MBPS`, oldest first; mean and worst sampled latency / budget; late and dropped
     frame rates of the last step; render time / `RENDER_SCALE_MS`; the video still queued at
-    the user's sender, in ms of video / budget), then `shared_features` values common to all
+    the user's sender, in ms of video / budget; the frozen time of the user's session so far
+    as a share of `max_cumulative_stall_s`), then `shared_features` values common to all
     users (the fraction of slots in use). An empty slot's block is all zeros.
     """
 
@@ -226,7 +229,7 @@ def _check_non_negative(name: str, value: Any) -> float:
 class SyntheticVREdgeEnv(gymnasium.Env):
     """Headsets sharing an edge GPU and a wireless cell; one quality level per user per step.
 
-    Observation: float32 `Box` of shape `(num_users * 19 + 1,)`, laid out as
+    Observation: float32 `Box` of shape `(num_users * 20 + 1,)`, laid out as
     `ObservationLayout` describes; every feature lies in `[0, 5]`.
 
     Action: `MultiDiscrete([6] * num_users)`, one quality level per user slot (ignored for
@@ -265,6 +268,7 @@ class SyntheticVREdgeEnv(gymnasium.Env):
         seed: int | None = None,
         episode_length: int = 200,
         traces: str = "train",
+        trace_jitter: float = 0.0,
         simulation_substeps: int = 1,
         late_penalty: float = 0.5,
         drop_penalty: float = 2.0,
@@ -279,6 +283,7 @@ class SyntheticVREdgeEnv(gymnasium.Env):
         if traces not in TRACE_SPLITS:
             raise ValueError(f"`traces` must be one of {sorted(TRACE_SPLITS)}, got {traces!r}.")
         self.traces = traces
+        self.trace_jitter = _check_non_negative("trace_jitter", trace_jitter)
         self.late_penalty = _check_non_negative("late_penalty", late_penalty)
         self.drop_penalty = _check_non_negative("drop_penalty", drop_penalty)
         self.switch_penalty = _check_non_negative("switch_penalty", switch_penalty)
@@ -358,6 +363,8 @@ class SyntheticVREdgeEnv(gymnasium.Env):
         rng = self.np_random
         regimes = TRACE_SPLITS[self.traces]
         self._regime = regimes[int(rng.integers(len(regimes)))]
+        if self.trace_jitter:
+            self._regime = jittered_regime(self._regime, self.trace_jitter, rng)
         self._cell = CellTrace(self._regime, rng)
         self._gpu = GpuTrace(rng)
 
@@ -497,13 +504,16 @@ class SyntheticVREdgeEnv(gymnasium.Env):
         features[:, _LAST_LEVEL] = levels * (1.0 / self._top_level)
         features[:, _THROUGHPUT : _THROUGHPUT_LATEST] = features[:, _THROUGHPUT + 1 : _THROUGHPUT_LATEST + 1]
         features[:, _THROUGHPUT_LATEST] = measured_rate * (FRAME_SAMPLES * inverse_substeps / RATE_SCALE_MBPS)
-        measured = features[:, _MEAN_LATENCY:]
+        measured = features[:, _MEAN_LATENCY:_FROZEN_SHARE]
         np.stack(
             [latency_sum * inverse_samples, latency_max, late_rate, dropped_rate, render_latency_ms,
              self._backlog_mbit * 1e3 / bitrate],
             axis=1, out=measured,
         )
         measured *= _MEASUREMENT_SCALE
+        # A headset knows how long its screen has been frozen this session: the share of the
+        # failure budget used tells how close the session is to failing.
+        features[:, _FROZEN_SHARE] = self._cumulative_stall_s * (1.0 / self.max_cumulative_stall_s)
 
         scale = 1.0 / count if count else 0.0
         ones = self._ones

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["TRACE_SPLITS", "CellTrace", "GpuTrace", "TraceRegime"]
+__all__ = ["TRACE_SPLITS", "TRAINING_TRACE_JITTER", "CellTrace", "GpuTrace", "TraceRegime", "jittered_regime"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,36 @@ TRACE_SPLITS: dict[str, tuple[TraceRegime, ...]] = {
         TraceRegime("congested-b", 350.0, 0.35, 0.88, 0.060, 0.25, 0.45),
     ),
 }
+
+
+# The spread `train.py` and `tune_baselines.py` train and tune with by default (evaluation never
+# jitters: it plays the test split as it is).
+TRAINING_TRACE_JITTER = 0.25
+
+
+def jittered_regime(regime: TraceRegime, spread: float, rng: np.random.Generator) -> TraceRegime:
+    """`regime` with each parameter scaled by its own factor drawn log-uniformly in [1/(1+spread), 1+spread].
+
+    Training on regimes jittered this way (domain randomisation) teaches a policy to cope with
+    places whose statistics differ from the ones it trained on, as the test split's do. The
+    scaled quantities are the mean capacity, the volatility, the memory's complement
+    `1 - ar_coefficient` (how fast the capacity varies), the degraded state's entry and exit
+    probabilities, and its capacity loss `1 - degraded_fraction`. Exactly six uniforms are
+    drawn, so the rest of the episode's draws do not depend on the regime picked.
+    """
+    if spread < 0:
+        raise ValueError(f"`spread` must be >= 0, got {spread!r}.")
+    width = math.log1p(spread)
+    scale = np.exp(rng.uniform(-width, width, 6))
+    return TraceRegime(
+        name=regime.name,
+        mean_capacity_mbps=regime.mean_capacity_mbps * scale[0],
+        log_std=regime.log_std * scale[1],
+        ar_coefficient=min(max(1.0 - (1.0 - regime.ar_coefficient) * scale[2], 0.0), 0.995),
+        degraded_enter_probability=min(regime.degraded_enter_probability * scale[3], 1.0),
+        degraded_exit_probability=min(regime.degraded_exit_probability * scale[4], 1.0),
+        degraded_fraction=min(max(1.0 - (1.0 - regime.degraded_fraction) * scale[5], 0.05), 1.0),
+    )
 
 
 class CellTrace:

@@ -43,6 +43,7 @@ from examples.vr_edge.agent import ActorCritic, CollectorPolicy, save_agent, see
 from examples.vr_edge.baselines import tuned_baselines
 from examples.vr_edge.reporting import Progress, evaluate_returns, format_summary, plot_learning_curve
 from examples.vr_edge.synthetic_env import SyntheticVREdgeEnv
+from examples.vr_edge.traces import TRAINING_TRACE_JITTER
 from parallel_rollouts import ParallelRolloutCollector
 from parallel_rollouts.collector import BACKENDS
 
@@ -66,11 +67,14 @@ class Args:
     backend: str = option("sync", "collector backend", choices=BACKENDS)
     num_envs: int = option(8, "environments stepped in parallel")
     horizon: int = option(128, "steps per environment in each rollout")
-    total_timesteps: int = option(409_600, "transitions to train on (rounded down to whole rollouts)")
+    total_timesteps: int = option(614_400, "transitions to train on (rounded down to whole rollouts)")
     seed: int = option(1, "root seed of the environments, the network and the minibatch order")
     num_users: int = option(8, "user slots sharing the edge GPU and the cell")
     episode_length: int = option(200, "steps after which an episode is truncated")
     simulation_substeps: int = option(1, "frame-sampling rounds simulated per environment step")
+    trace_jitter: float = option(
+        TRAINING_TRACE_JITTER, "training only: scale each trace parameter by a per-episode factor in [1/(1+j), 1+j]"
+    )
     eval_every: int = option(20, "evaluate the deterministic policy on held-out seeds every this many updates")
     eval_episodes: int = option(16, "held-out episodes (test traces) per periodic evaluation")
     eval_first_seed: int = option(
@@ -124,6 +128,8 @@ def _argument_problem(args: Args) -> str | None:
     ):
         if getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)!r}."
+    if not args.trace_jitter >= 0:
+        return f"--trace-jitter must be >= 0; got {args.trace_jitter!r}."
     batch_size = args.num_envs * args.horizon
     if batch_size % args.num_minibatches:
         return (
@@ -158,7 +164,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "simulation_substeps": args.simulation_substeps,
     }
     # Training sees the train traces; every evaluation uses the held-out test traces.
-    env_fn = functools.partial(SyntheticVREdgeEnv, traces="train", **env_kwargs)
+    env_fn = functools.partial(SyntheticVREdgeEnv, traces="train", trace_jitter=args.trace_jitter, **env_kwargs)
     eval_env_kwargs = {**env_kwargs, "traces": "test"}
     eval_seeds = range(args.eval_first_seed, args.eval_first_seed + args.eval_episodes)
     probe_env = env_fn()

@@ -25,6 +25,7 @@ import numpy as np
 from examples.vr_edge.baselines import BASELINES, TUNED_PATH
 from examples.vr_edge.episodes import play_episodes
 from examples.vr_edge.synthetic_env import ObservationLayout
+from examples.vr_edge.traces import TRAINING_TRACE_JITTER
 
 GRIDS: dict[str, dict[str, list[Any]]] = {
     "constant level": {"level": [0, 1, 2, 3, 4, 5]},
@@ -40,7 +41,7 @@ GRIDS: dict[str, dict[str, list[Any]]] = {
     "lookahead (MPC)": {
         "horizon": [1, 2, 3, 5, 10, 20],
         "frame_time_std": [0.2, 0.3, 0.4, 0.5, 0.7, 0.85, 1.0, 1.2, 1.5],
-        "window": [3, 8],
+        "window": [2, 3, 5, 8],
     },
     "joint greedy": {
         "airtime_budget": [0.3, 0.4, 0.5, 0.6, 0.8, 1.0],
@@ -48,25 +49,41 @@ GRIDS: dict[str, dict[str, list[Any]]] = {
     },
 }
 
+# Tried on each baseline's GUARD_CANDIDATES best grid points; 1.0 (the last) is off, the grids' default.
+STALL_GUARD_GRID = [0.3, 0.5, 0.7, 0.85, 1.0]
+GUARD_CANDIDATES = 5
 
-def tune(episodes: int, first_seed: int, names: list[str], num_users: int = 8) -> dict[str, Any]:
+
+def tune(
+    episodes: int, first_seed: int, names: list[str], num_users: int = 8, trace_jitter: float = TRAINING_TRACE_JITTER
+) -> dict[str, Any]:
     """Score every grid point of the named baselines; return the winners and all scores."""
     layout = ObservationLayout(num_users)
     seeds = range(first_seed, first_seed + episodes)
-    env_kwargs = {"num_users": num_users, "traces": "train"}
+    env_kwargs = {"num_users": num_users, "traces": "train", "trace_jitter": trace_jitter}
     best: dict[str, dict[str, Any]] = {}
     scores: dict[str, list[dict[str, Any]]] = {}
+    def score(name: str, params: dict[str, Any]) -> None:
+        returns = [record["return"] for record in play_episodes(BASELINES[name](layout, **params), seeds, env_kwargs)]
+        scores[name].append({"params": params, "mean_return": float(np.mean(returns))})
+
     for name in names:
         grid = GRIDS[name]
         scores[name] = []
         for values in itertools.product(*grid.values()):
-            params = dict(zip(grid, values))
-            returns = [record["return"] for record in play_episodes(BASELINES[name](layout, **params), seeds, env_kwargs)]
-            scores[name].append({"params": params, "mean_return": float(np.mean(returns))})
+            score(name, dict(zip(grid, values)))
+        # The session guard is tried on top of the grid's best few points (it acts only on users
+        # close to failing, so a full product with every grid would mostly repeat them).
+        leaders = sorted(scores[name], key=lambda entry: -entry["mean_return"])[:GUARD_CANDIDATES]
+        for leader, stall_guard in itertools.product(leaders, STALL_GUARD_GRID[:-1]):
+            score(name, {**leader["params"], "stall_guard": stall_guard})
         winner = max(scores[name], key=lambda entry: entry["mean_return"])
         best[name] = winner["params"]
         print(f"{name:<18} best {winner['params']} -> {winner['mean_return']:.1f} (of {len(scores[name])})", flush=True)
-    return {"tuned": best, "scores": scores, "episodes": episodes, "first_seed": first_seed, "traces": "train"}
+    return {
+        "tuned": best, "scores": scores, "episodes": episodes, "first_seed": first_seed, "traces": "train",
+        "trace_jitter": trace_jitter,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -76,6 +93,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--episodes", type=int, default=24, help="tuning episodes per grid point")
     parser.add_argument("--first-seed", type=int, default=0, help="reset seed of the first tuning episode")
+    parser.add_argument(
+        "--trace-jitter", type=float, default=TRAINING_TRACE_JITTER,
+        help="per-episode spread of the train traces' parameters (train.py's default, so both see the same traces)",
+    )
     parser.add_argument("--report", default="docs/vr-edge-tuning.json", help="where every grid point's score goes")
     parser.add_argument("--tuned", default=str(TUNED_PATH), help="where the winning parameters go")
     parser.add_argument(
@@ -85,8 +106,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.episodes < 1:
         parser.error(f"--episodes must be >= 1; got {args.episodes}.")
+    if not args.trace_jitter >= 0:
+        parser.error(f"--trace-jitter must be >= 0; got {args.trace_jitter}.")
     started = time.perf_counter()
-    result = tune(args.episodes, args.first_seed, args.baselines)
+    result = tune(args.episodes, args.first_seed, args.baselines, trace_jitter=args.trace_jitter)
     result["wall_seconds"] = time.perf_counter() - started
     # Baselines not tuned in this run keep what an earlier run (same seeds) recorded.
     for path, key in ((args.report, "scores"), (args.tuned, None)):

@@ -24,7 +24,7 @@ from examples.vr_edge.synthetic_env import (
     _max_min_fair_allocation,
     make_env,
 )
-from examples.vr_edge.traces import TRACE_SPLITS
+from examples.vr_edge.traces import TRACE_SPLITS, jittered_regime
 
 NUM_LEVELS = 6
 
@@ -160,6 +160,45 @@ def test_train_and_test_regimes_differ():
     assert all(a.mean_capacity_mbps != b.mean_capacity_mbps for a, b in zip(train, test))
 
 
+def test_jittered_regimes_stay_inside_the_spread_and_follow_the_rng():
+    regime = TRACE_SPLITS["train"][2]
+    spread = 0.25
+    jittered = [jittered_regime(regime, spread, np.random.default_rng(seed)) for seed in range(200)]
+    # (value, base) pairs of every scaled quantity, as the docstring lists them.
+    pairs = [
+        (np.array([j.mean_capacity_mbps for j in jittered]), regime.mean_capacity_mbps),
+        (np.array([j.log_std for j in jittered]), regime.log_std),
+        (np.array([1.0 - j.ar_coefficient for j in jittered]), 1.0 - regime.ar_coefficient),
+        (np.array([j.degraded_enter_probability for j in jittered]), regime.degraded_enter_probability),
+        (np.array([j.degraded_exit_probability for j in jittered]), regime.degraded_exit_probability),
+        (np.array([1.0 - j.degraded_fraction for j in jittered]), 1.0 - regime.degraded_fraction),
+    ]
+    for values, base in pairs:
+        ratios = values / base
+        assert ratios.min() >= 1.0 / (1.0 + spread) - 1e-12 and ratios.max() <= 1.0 + spread + 1e-12
+        # The factors cover the range on both sides rather than sitting at one value.
+        assert ratios.min() < 0.85 and ratios.max() > 1.15
+    assert {j.name for j in jittered} == {regime.name}
+    same = jittered_regime(regime, spread, np.random.default_rng(3))
+    assert same == jittered[3]
+    assert jittered_regime(regime, 0.0, np.random.default_rng(0)) == regime
+    with pytest.raises(ValueError, match=r"`spread` must be >= 0, got -0.1"):
+        jittered_regime(regime, -0.1, np.random.default_rng(0))
+
+
+def test_trace_jitter_zero_plays_the_split_unchanged_and_jitter_is_seeded():
+    actions = _random_actions(8, 60, seed=5)
+    plain, _ = _trajectory(SyntheticVREdgeEnv(traces="test"), actions, seed=11)
+    unjittered, _ = _trajectory(SyntheticVREdgeEnv(traces="test", trace_jitter=0.0), actions, seed=11)
+    jittered, _ = _trajectory(SyntheticVREdgeEnv(traces="test", trace_jitter=0.5), actions, seed=11)
+    again, _ = _trajectory(SyntheticVREdgeEnv(traces="test", trace_jitter=0.5), actions, seed=11)
+    np.testing.assert_array_equal(plain, unjittered)
+    np.testing.assert_array_equal(jittered, again)
+    assert not np.array_equal(plain, jittered)
+    env = SyntheticVREdgeEnv(traces="train", trace_jitter=0.5)
+    assert {env.reset(seed=seed)[1]["regime"] for seed in range(40)} == {r.name for r in TRACE_SPLITS["train"]}
+
+
 def test_users_join_and_leave_during_episodes():
     env = SyntheticVREdgeEnv(num_users=8, episode_length=200)
     counts = []
@@ -215,6 +254,7 @@ def test_invalid_actions_are_rejected(action, match):
         ({"drop_penalty": -1.0}, r"`drop_penalty` must be a finite number >= 0, got -1.0"),
         ({"max_cumulative_stall_s": 0.0}, r"`max_cumulative_stall_s` must be > 0"),
         ({"simulation_substeps": 0}, r"`simulation_substeps` must be an integer >= 1"),
+        ({"trace_jitter": -0.5}, r"`trace_jitter` must be a finite number >= 0, got -0.5"),
     ],
 )
 def test_invalid_environment_parameters_are_rejected(kwargs, match):
@@ -410,6 +450,67 @@ def test_deadline_rule_steps_down_after_late_frames_and_up_with_headroom():
     users[0, 0, layout.feature("late_rate")] = 0.5
     users[0, 1, layout.feature("max_latency")] = 0.3
     assert DeadlineRule(layout, late_threshold=0.1, headroom=0.7)(observation).tolist() == [[2, 4]]
+
+
+@pytest.mark.parametrize("name", sorted(BASELINES))
+def test_the_stall_guard_sends_a_user_near_failure_to_the_lowest_level(name):
+    layout = ObservationLayout(2)
+    observation = np.zeros((1, layout.size))
+    users = layout.per_user(observation)
+    users[0, :, layout.feature("active")] = 1.0
+    users[0, :, layout.feature("frame_rate")] = 0.8
+    users[0, :, layout.feature("resolution")] = 0.66
+    users[0, :, layout.feature("complexity")] = 0.5
+    users[0, :, layout.feature("last_level")] = 0.6  # level 3
+    first = layout.feature(f"throughput_{THROUGHPUT_HISTORY_LEN}")
+    users[0, :, first : first + THROUGHPUT_HISTORY_LEN] = 2.0  # 400 Mbps: room for any level
+    users[0, :, layout.feature("max_latency")] = 0.3
+    users[0, 0, layout.feature("frozen_share")] = 0.6
+    users[0, 1, layout.feature("frozen_share")] = 0.4
+    kwargs = {"level": 4} if name == "constant level" else {}
+    unguarded = BASELINES[name](layout, **kwargs)(observation)[0]
+    guarded = BASELINES[name](layout, stall_guard=0.5, **kwargs)(observation)[0]
+    assert unguarded[0] > 0, "the case needs a controller that would not pick the lowest level anyway"
+    assert guarded.tolist() == [0, unguarded[1]]
+    assert BASELINES[name](layout, stall_guard=0.5, **kwargs).params()["stall_guard"] == 0.5
+    with pytest.raises(ValueError, match=r"`stall_guard` must be in \(0, 1.0\], got 0"):
+        BASELINES[name](layout, stall_guard=0, **kwargs)
+
+
+def test_tuning_tries_the_stall_guard_on_the_grids_leaders_and_keeps_the_best():
+    from examples.vr_edge.tune_baselines import GRIDS, GUARD_CANDIDATES, STALL_GUARD_GRID, tune
+
+    result = tune(episodes=1, first_seed=0, names=["constant level"], num_users=2)
+    scores = result["scores"]["constant level"]
+    grid_size = len(GRIDS["constant level"]["level"])
+    grid_scores, guard_scores = scores[:grid_size], scores[grid_size:]
+    leaders = sorted(grid_scores, key=lambda entry: -entry["mean_return"])[:GUARD_CANDIDATES]
+    assert [entry["params"] for entry in guard_scores] == [
+        {**leader["params"], "stall_guard": guard} for leader in leaders for guard in STALL_GUARD_GRID[:-1]
+    ]
+    best = max(scores, key=lambda entry: entry["mean_return"])
+    assert result["tuned"]["constant level"] == best["params"]
+    assert result["trace_jitter"] > 0
+
+
+def test_the_observation_reports_each_sessions_frozen_share_of_the_failure_budget():
+    env = SyntheticVREdgeEnv(num_users=4, max_cumulative_stall_s=2.0)
+    observation, _ = env.reset(seed=1)
+    frozen = env.observation_layout.feature("frozen_share")
+    users = env.observation_layout.per_user
+    assert np.all(users(observation)[:, frozen] == 0.0)
+    shares = []
+    for _ in range(200):
+        observation, _, terminated, truncated, _ = env.step(np.full(4, 5))
+        np.testing.assert_allclose(
+            users(observation)[:, frozen], np.minimum(env._cumulative_stall_s / 2.0, 5.0) * env._present, rtol=1e-6
+        )
+        shares.append(users(observation)[:, frozen].max())
+        if terminated or truncated:
+            break
+    # The top level overloads the cell: frozen time builds up until a session fails, on the step
+    # its share passes 1.
+    assert terminated and shares[-1] > 1.0 and 0.5 < max(shares[:-1]) <= 1.0
 
 
 def test_throughput_rule_extrapolates_a_rising_trend_only_when_asked():
