@@ -4,8 +4,9 @@
 
 Every policy plays the same episodes: one `env.reset(seed=s)` per seed in
 `range(--first-seed, --first-seed + --episodes)` on the *test* traces, which neither training
-nor baseline tuning sees (training draws 32-bit reset seeds from its own streams and the train
-traces; tuning uses seeds 0 on, train traces). PPO acts deterministically (each user's most
+nor baseline tuning sees (training draws 32-bit reset seeds from its own streams and the
+jittered train traces; tuning uses seeds 0 on, the same traces). The test traces are played as
+they are, never jittered. PPO acts deterministically (each user's most
 probable level).
 
 Prints, as Markdown: each policy's mean episode return with a 95% confidence interval; for

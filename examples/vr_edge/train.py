@@ -78,7 +78,7 @@ class Args:
     eval_every: int = option(20, "evaluate the deterministic policy on held-out seeds every this many updates")
     eval_episodes: int = option(16, "held-out episodes (test traces) per periodic evaluation")
     eval_first_seed: int = option(
-        2_000_000, "reset seed of the first periodic-evaluation episode (evaluate.py uses 1,000,000 on)"
+        2_000_000, "reset seed of the first periodic-evaluation episode (evaluate.py uses 3,000,000 on)"
     )
     learning_rate: float = option(1e-3, "Adam learning rate, annealed linearly to zero")
     update_epochs: int = option(4, "passes over each rollout")

@@ -3,10 +3,11 @@
     python -m examples.vr_edge.tune_baselines
 
 Each baseline in `examples.vr_edge.baselines` is run with every combination of its grid below
-on `--episodes` episodes of the *train* traces, reset seeds `range(--first-seed, ...)` (0 on by
-default: disjoint from the periodic-evaluation seeds of `train.py`, 2,000,000 on, and from
-`evaluate.py`'s, 1,000,000 on, which also use the test traces). The combination with the highest
-mean return wins. The winners are written to `examples/vr_edge/tuned_baselines.json`, which
+on `--episodes` episodes of the *train* traces, jittered as `train.py` jitters them, reset seeds
+`range(--first-seed, ...)` (0 on by default: disjoint from the periodic-evaluation seeds of
+`train.py`, 2,000,000 on, and from `evaluate.py`'s, 3,000,000 on, which also use the test
+traces). Each of the session guards in `STALL_GUARD_GRID` is then tried on the grid's
+`GUARD_CANDIDATES` best points. The combination with the highest mean return wins. The winners are written to `examples/vr_edge/tuned_baselines.json`, which
 `baselines.tuned_baselines` reads, and every score to `--report` (a JSON file), so the choice
 can be checked.
 """
@@ -50,7 +51,7 @@ GRIDS: dict[str, dict[str, list[Any]]] = {
 }
 
 # Tried on each baseline's GUARD_CANDIDATES best grid points; 1.0 (the last) is off, the grids' default.
-STALL_GUARD_GRID = [0.3, 0.5, 0.7, 0.85, 1.0]
+STALL_GUARD_GRID = [0.005, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.85, 1.0]
 GUARD_CANDIDATES = 5
 
 

@@ -15,6 +15,7 @@ from examples.vr_edge.advantages import compute_gae  # noqa: E402
 from examples.vr_edge.agent import ActorCritic, CollectorPolicy, load_agent  # noqa: E402
 from examples.vr_edge.baselines import BASELINES  # noqa: E402
 from examples.vr_edge.synthetic_env import THROUGHPUT_HISTORY_LEN, SyntheticVREdgeEnv  # noqa: E402
+from examples.vr_edge.traces import TRAINING_TRACE_JITTER  # noqa: E402
 from parallel_rollouts import ParallelRolloutCollector  # noqa: E402
 
 # Add "async" here once that backend exists; every backend test below follows this list.
@@ -225,6 +226,9 @@ def test_training_writes_finite_metrics_policy_and_plot(tiny_runs, backend):
     agent, checkpoint = load_agent(summary["policy_path"])
     assert checkpoint["env_kwargs"] == {"num_users": 2, "episode_length": 6, "simulation_substeps": 1}
     assert checkpoint["args"]["backend"] == backend
+    # Training jitters the train traces; the jitter is a training argument, not part of the env
+    # that evaluations rebuild.
+    assert checkpoint["args"]["trace_jitter"] == TRAINING_TRACE_JITTER > 0
     env = SyntheticVREdgeEnv(**checkpoint["env_kwargs"])
     observation, _ = env.reset(seed=0)
     actions = CollectorPolicy(agent, deterministic=True)(observation[None]).actions
@@ -258,6 +262,9 @@ def test_arguments_that_cannot_train_are_rejected(capsys):
     with pytest.raises(SystemExit):
         train.parse_args(["--num-envs", "3", "--horizon", "5", "--num-minibatches", "4"])
     assert "--num-minibatches (4) must divide num_envs * horizon (3 * 5 = 15)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train.parse_args(["--trace-jitter", "-0.1"])
+    assert "--trace-jitter must be >= 0; got -0.1." in capsys.readouterr().err
 
 
 # --- the summary and the command line ---------------------------------------------------------
@@ -290,6 +297,7 @@ def test_evaluate_reports_every_policy_with_paired_differences_reproducibly(tiny
 
     # Both runs trained with seed 7; the second is told apart by its position.
     assert list(result["returns"]) == [*BASELINES, "PPO (seed 7)", "PPO (seed 7, #2)"]
+    assert result["env_kwargs"]["traces"] == "test" and result["env_kwargs"]["trace_jitter"] == 0.0
     for score in result["returns"].values():
         assert score["ci95_low"] <= score["mean"] <= score["ci95_high"]
     differences = result["paired_differences"]["PPO (seed 7)"]
