@@ -11,7 +11,9 @@ probable level).
 
 Prints, as Markdown: each policy's mean episode return with a 95% confidence interval; for
 each PPO policy, the paired difference to every baseline (PPO minus baseline, per seed, mean
-and 95% CI; above zero means PPO is better on these seeds); and the QoE of every policy.
+and 95% CI; above zero means PPO is better on these seeds); the mean return by trace regime, and
+each PPO policy's paired difference to the best baseline (the highest mean return on these
+seeds) by regime; and the QoE of every policy.
 `--json` writes all numbers, `--markdown` the printed tables.
 """
 
@@ -43,10 +45,19 @@ DEFAULT_EPISODES = 200
 Z95 = 1.96
 
 
-def _interval(values: np.ndarray) -> dict[str, float]:
-    half_width = Z95 * values.std(ddof=1) / math.sqrt(values.size) if values.size > 1 else math.nan
+def _interval(values: np.ndarray) -> dict[str, float | None]:
+    """Mean and normal 95% interval; the bounds are None (JSON null) for fewer than two values."""
+    if values.size < 2:
+        return {"mean": float(values.mean()), "ci95_low": None, "ci95_high": None}
+    half_width = Z95 * values.std(ddof=1) / math.sqrt(values.size)
     return {"mean": float(values.mean()), "ci95_low": float(values.mean() - half_width),
             "ci95_high": float(values.mean() + half_width)}
+
+
+def _difference_cell(score: dict[str, float | None]) -> str:
+    if score["ci95_low"] is None:
+        return f"{score['mean']:+.1f} [n/a]"
+    return f"{score['mean']:+.1f} [{score['ci95_low']:+.1f}, {score['ci95_high']:+.1f}]"
 
 
 def evaluate_policies(
@@ -77,6 +88,11 @@ def evaluate_policies(
     records = {name: play_episodes(policy, seeds, env_kwargs) for name, policy in policies.items()}
     returns = {name: np.array([record["return"] for record in episode_records]) for name, episode_records in records.items()}
     baseline_names = [name for name in policies if name not in ppo_names]
+    best_baseline = max(baseline_names, key=lambda name: returns[name].mean())
+    # The regime each seed's episode plays: a reset draws it first, whatever the policy.
+    probe = SyntheticVREdgeEnv(**env_kwargs)
+    regimes = np.array([probe.reset(seed=seed)[1]["regime"] for seed in seeds])
+    regime_names = sorted(set(regimes.tolist()))
     return {
         "episodes": episodes,
         "first_seed": first_seed,
@@ -87,6 +103,20 @@ def evaluate_policies(
             ppo: {baseline: _interval(returns[ppo] - returns[baseline]) for baseline in baseline_names}
             for ppo in ppo_names
         },
+        "best_baseline": best_baseline,
+        "regime_episodes": {regime: int((regimes == regime).sum()) for regime in regime_names},
+        "returns_by_regime": {
+            name: {regime: float(values[regimes == regime].mean()) for regime in regime_names}
+            for name, values in returns.items()
+        },
+        "paired_differences_by_regime": {
+            ppo: {
+                regime: _interval(returns[ppo][regimes == regime] - returns[best_baseline][regimes == regime])
+                for regime in regime_names
+            }
+            for ppo in ppo_names
+        },
+        "regimes": regimes.tolist(),
         "qoe": {
             name: {metric: float(np.mean([record[metric] for record in episode_records])) for metric in QOE_METRICS}
             for name, episode_records in records.items()
@@ -110,7 +140,18 @@ def markdown_tables(result: dict[str, Any]) -> str:
         lines += ["", f"Paired difference, {ppo} minus baseline (same seeds), mean [95% CI]:", "",
                   "| baseline | difference |", "|---|---:|"]
         for baseline, score in differences.items():
-            lines.append(f"| {baseline} | {score['mean']:+.1f} [{score['ci95_low']:+.1f}, {score['ci95_high']:+.1f}] |")
+            lines.append(f"| {baseline} | {_difference_cell(score)} |")
+    regimes = list(result["regime_episodes"])
+    header = " | ".join(f"{regime} ({result['regime_episodes'][regime]})" for regime in regimes)
+    lines += ["", "Mean return by trace regime (episodes in brackets):", "",
+              f"| policy | {header} |", "|---|" + "---:|" * len(regimes)]
+    for name, by_regime in result["returns_by_regime"].items():
+        lines.append(f"| {name} | " + " | ".join(f"{by_regime[regime]:.1f}" for regime in regimes) + " |")
+    best = result["best_baseline"]
+    lines += ["", f"Paired difference to the best baseline ({best}) by trace regime, mean [95% CI]:", "",
+              f"| policy | {header} |", "|---|" + "---:|" * len(regimes)]
+    for ppo, by_regime in result["paired_differences_by_regime"].items():
+        lines.append(f"| {ppo} | " + " | ".join(_difference_cell(by_regime[regime]) for regime in regimes) + " |")
     metrics = list(QOE_METRICS)
     lines += ["", "QoE, mean over episodes (see `examples/vr_edge/episodes.py` for definitions):", "",
               "| policy | " + " | ".join(metrics) + " |", "|---|" + "---:|" * len(metrics)]
@@ -148,7 +189,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = evaluate_policies(args.policy, args.episodes, args.first_seed)
     tables = markdown_tables(result)
     print(tables)
-    for path, content in ((args.json, json.dumps(result, indent=2) + "\n"), (args.markdown, tables + "\n")):
+    for path, content in ((args.json, json.dumps(result, indent=2, allow_nan=False) + "\n"), (args.markdown, tables + "\n")):
         if path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_text(content)

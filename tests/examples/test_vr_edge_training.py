@@ -305,8 +305,29 @@ def test_evaluate_reports_every_policy_with_paired_differences_reproducibly(tiny
     for baseline, score in differences.items():
         expected = np.mean(np.array(per_episode["PPO (seed 7)"]) - np.array(per_episode[baseline]))
         assert score["mean"] == pytest.approx(expected)
-    assert json.loads(json_path.read_text()) == json.loads(json.dumps(result))
+    # The regime breakdown: each seed's regime is the one its reset draws, the best baseline
+    # is the one with the highest mean, and each regime's means come from its own episodes.
+    env = SyntheticVREdgeEnv(**result["env_kwargs"])
+    assert result["regimes"] == [env.reset(seed=seed)[1]["regime"] for seed in range(evaluate.DEFAULT_FIRST_SEED, evaluate.DEFAULT_FIRST_SEED + 3)]
+    baseline_means = {name: result["returns"][name]["mean"] for name in BASELINES}
+    assert result["best_baseline"] == max(baseline_means, key=baseline_means.get)
+    assert sum(result["regime_episodes"].values()) == 3
+    regimes = np.array(result["regimes"])
+    for regime, mean in result["returns_by_regime"]["PPO (seed 7)"].items():
+        assert mean == pytest.approx(np.mean(np.array(per_episode["PPO (seed 7)"])[regimes == regime]))
+        expected = np.mean(np.array(per_episode["PPO (seed 7)"])[regimes == regime] - np.array(per_episode[result["best_baseline"]])[regimes == regime])
+        assert result["paired_differences_by_regime"]["PPO (seed 7)"][regime]["mean"] == pytest.approx(expected)
+    assert json.loads(json_path.read_text()) == json.loads(json.dumps(result, allow_nan=False))
     tables = capsys.readouterr().out
     assert "| PPO (seed 7) |" in tables and "| joint greedy |" in tables
     assert markdown_path.read_text().strip() in tables
     assert evaluate.main(argv)["per_episode_returns"] == per_episode
+
+
+def test_an_interval_over_one_episode_has_no_bounds_and_prints_as_such():
+    single = evaluate._interval(np.array([2.5]))
+    assert single == {"mean": 2.5, "ci95_low": None, "ci95_high": None}
+    assert evaluate._difference_cell(single) == "+2.5 [n/a]"
+    pair = evaluate._interval(np.array([1.0, 3.0]))
+    assert pair["ci95_low"] < 2.0 < pair["ci95_high"]
+    assert evaluate._difference_cell(pair) == f"+2.0 [{pair['ci95_low']:+.1f}, {pair['ci95_high']:+.1f}]"
