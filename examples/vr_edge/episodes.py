@@ -1,7 +1,7 @@
 """Play whole evaluation episodes with a batched policy and report QoE apart from the reward.
 
 `play_episodes` runs one episode per seed, all seeds in lockstep so the policy sees one batch
-per step (a network or a vectorised controller costs about the same for 50 observations as for
+per step (a network or a vectorised controller costs about the same for 200 observations as for
 one). Each episode's record holds its return and the QoE a viewer would notice.
 """
 

@@ -143,7 +143,7 @@ def markdown_tables(result: dict[str, Any]) -> str:
             lines.append(f"| {baseline} | {_difference_cell(score)} |")
     regimes = list(result["regime_episodes"])
     header = " | ".join(f"{regime} ({result['regime_episodes'][regime]})" for regime in regimes)
-    lines += ["", "Mean return by trace regime (episodes in brackets):", "",
+    lines += ["", "Mean return by trace regime (episodes in parentheses):", "",
               f"| policy | {header} |", "|---|" + "---:|" * len(regimes)]
     for name, by_regime in result["returns_by_regime"].items():
         lines.append(f"| {name} | " + " | ".join(f"{by_regime[regime]:.1f}" for regime in regimes) + " |")
@@ -183,13 +183,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if not Path(path).is_file():
             parser.error(f"--policy {path!r} is not a file; train one with `python -m examples.vr_edge.train`.")
 
-    # A batch of 50 observations is too little work to share between threads, and idle
+    # A batch of 200 observations is too little work to share between threads, and idle
     # intra-op threads spinning for work slow everything down on a busy machine.
     torch.set_num_threads(1)
     result = evaluate_policies(args.policy, args.episodes, args.first_seed)
     tables = markdown_tables(result)
     print(tables)
-    for path, content in ((args.json, json.dumps(result, indent=2, allow_nan=False) + "\n"), (args.markdown, tables + "\n")):
+    # allow_nan=False: the file stays strict JSON (undefined intervals are null, never NaN).
+    outputs = ((args.json, json.dumps(result, indent=2, allow_nan=False) + "\n"), (args.markdown, tables + "\n"))
+    for path, content in outputs:
         if path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_text(content)

@@ -73,8 +73,8 @@ def jittered_regime(regime: TraceRegime, spread: float, rng: np.random.Generator
     probabilities, and its capacity loss `1 - degraded_fraction`. Exactly six uniforms are
     drawn, so the rest of the episode's draws do not depend on the regime picked.
     """
-    if spread < 0:
-        raise ValueError(f"`spread` must be >= 0, got {spread!r}.")
+    if not (math.isfinite(spread) and spread >= 0):
+        raise ValueError(f"`spread` must be a finite number >= 0, got {spread!r}.")
     width = math.log1p(spread)
     scale = np.exp(rng.uniform(-width, width, 6))
     return TraceRegime(

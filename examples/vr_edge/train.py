@@ -17,7 +17,8 @@ It writes to `--output-dir`:
 - `learning_curve.png` with `--plot`: the deterministic policy's return on held-out seeds of
   the test traces (every `--eval-every` updates) with the tuned baselines as horizontal lines.
 
-Training sees only the train traces. The run ends by printing a summary: the final held-out
+Training sees only the train traces, each episode's regime jittered by `--trace-jitter`
+(`examples.vr_edge.traces.jittered_regime`). The run ends by printing a summary: the final held-out
 evaluation next to the baselines' scores on the same seeds, and every path it wrote.
 
 The same `--seed` gives the same learning curve on every backend: the collector hands out

@@ -6,8 +6,9 @@ Each baseline in `examples.vr_edge.baselines` is run with every combination of i
 on `--episodes` episodes of the *train* traces, jittered as `train.py` jitters them, reset seeds
 `range(--first-seed, ...)` (0 on by default: disjoint from the periodic-evaluation seeds of
 `train.py`, 2,000,000 on, and from `evaluate.py`'s, 3,000,000 on, which also use the test
-traces). Each of the session guards in `STALL_GUARD_GRID` is then tried on the grid's
-`GUARD_CANDIDATES` best points. The combination with the highest mean return wins. The winners are written to `examples/vr_edge/tuned_baselines.json`, which
+traces). Every session guard of `STALL_GUARD_GRID` but the last (1, off, which the grid used)
+is then tried on the grid's best distinct points (`guard_leaders`). The combination with the
+highest mean return wins. The winners are written to `examples/vr_edge/tuned_baselines.json`, which
 `baselines.tuned_baselines` reads, and every score to `--report` (a JSON file), so the choice
 can be checked.
 """
@@ -50,9 +51,23 @@ GRIDS: dict[str, dict[str, list[Any]]] = {
     },
 }
 
-# Tried on each baseline's GUARD_CANDIDATES best grid points; 1.0 (the last) is off, the grids' default.
+# Tried on each baseline's GUARD_CANDIDATES best distinct grid points; 1.0 (the last) is off, the grids' default.
 STALL_GUARD_GRID = [0.005, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.85, 1.0]
 GUARD_CANDIDATES = 5
+
+
+def guard_leaders(grid_scores: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The grid points the session guard is tried on: the `GUARD_CANDIDATES` best distinct scores.
+
+    The guard acts only on users close to failing, so a full product with every grid would mostly
+    repeat the grid. Points that tie exactly are one controller in effect (every deadline-rule
+    `late_threshold` below 1/8 is), so only the first of each score is kept: five copies of one
+    controller would leave the guard four fewer real candidates.
+    """
+    distinct: dict[float, dict[str, Any]] = {}
+    for entry in grid_scores:
+        distinct.setdefault(entry["mean_return"], entry)
+    return sorted(distinct.values(), key=lambda entry: -entry["mean_return"])[:GUARD_CANDIDATES]
 
 
 def tune(
@@ -64,6 +79,7 @@ def tune(
     env_kwargs = {"num_users": num_users, "traces": "train", "trace_jitter": trace_jitter}
     best: dict[str, dict[str, Any]] = {}
     scores: dict[str, list[dict[str, Any]]] = {}
+
     def score(name: str, params: dict[str, Any]) -> None:
         returns = [record["return"] for record in play_episodes(BASELINES[name](layout, **params), seeds, env_kwargs)]
         scores[name].append({"params": params, "mean_return": float(np.mean(returns))})
@@ -73,10 +89,7 @@ def tune(
         scores[name] = []
         for values in itertools.product(*grid.values()):
             score(name, dict(zip(grid, values)))
-        # The session guard is tried on top of the grid's best few points (it acts only on users
-        # close to failing, so a full product with every grid would mostly repeat them).
-        leaders = sorted(scores[name], key=lambda entry: -entry["mean_return"])[:GUARD_CANDIDATES]
-        for leader, stall_guard in itertools.product(leaders, STALL_GUARD_GRID[:-1]):
+        for leader, stall_guard in itertools.product(guard_leaders(scores[name]), STALL_GUARD_GRID[:-1]):
             score(name, {**leader["params"], "stall_guard": stall_guard})
         winner = max(scores[name], key=lambda entry: entry["mean_return"])
         best[name] = winner["params"]

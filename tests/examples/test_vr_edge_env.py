@@ -182,8 +182,21 @@ def test_jittered_regimes_stay_inside_the_spread_and_follow_the_rng():
     same = jittered_regime(regime, spread, np.random.default_rng(3))
     assert same == jittered[3]
     assert jittered_regime(regime, 0.0, np.random.default_rng(0)) == regime
-    with pytest.raises(ValueError, match=r"`spread` must be >= 0, got -0.1"):
-        jittered_regime(regime, -0.1, np.random.default_rng(0))
+    # Exactly six draws, whatever the spread: the rest of the episode's draws do not move.
+    for any_spread in (0.0, spread, 3.0):
+        used, reference = np.random.default_rng(9), np.random.default_rng(9)
+        jittered_regime(regime, any_spread, used)
+        reference.uniform(size=6)
+        assert used.random() == reference.random()
+    # A spread far past the usual keeps every parameter meaningful.
+    for seed in range(200):
+        wild = jittered_regime(regime, 20.0, np.random.default_rng(seed))
+        assert 0.0 <= wild.ar_coefficient <= 0.995 and 0.05 <= wild.degraded_fraction <= 1.0
+        assert 0.0 <= wild.degraded_enter_probability <= 1.0 and 0.0 <= wild.degraded_exit_probability <= 1.0
+        assert wild.mean_capacity_mbps > 0 and wild.log_std > 0
+    for bad in (-0.1, float("nan")):
+        with pytest.raises(ValueError, match=r"`spread` must be a finite number >= 0, got"):
+            jittered_regime(regime, bad, np.random.default_rng(0))
 
 
 def test_trace_jitter_zero_plays_the_split_unchanged_and_jitter_is_seeded():
@@ -466,21 +479,33 @@ def test_the_stall_guard_sends_a_user_near_failure_to_the_lowest_level(name):
     users[0, :, first : first + THROUGHPUT_HISTORY_LEN] = 2.0  # 400 Mbps: room for any level
     users[0, :, layout.feature("max_latency")] = 0.3
     users[0, 0, layout.feature("frozen_share")] = 0.6
-    users[0, 1, layout.feature("frozen_share")] = 0.4
+    # Exactly at the guard does not fire: only a share past it does.
+    users[0, 1, layout.feature("frozen_share")] = 0.5
     kwargs = {"level": 4} if name == "constant level" else {}
     unguarded = BASELINES[name](layout, **kwargs)(observation)[0]
     guarded = BASELINES[name](layout, stall_guard=0.5, **kwargs)(observation)[0]
-    assert unguarded[0] > 0, "the case needs a controller that would not pick the lowest level anyway"
+    assert unguarded[0] > 0 and unguarded[1] > 0, "the case needs a controller that would not pick level 0 anyway"
     assert guarded.tolist() == [0, unguarded[1]]
+    # The default guard (1) never fires while a session is alive, even at a share of 1.
+    users[0, :, layout.feature("frozen_share")] = 1.0
+    assert BASELINES[name](layout, **kwargs)(observation)[0].tolist() == unguarded.tolist()
     assert BASELINES[name](layout, stall_guard=0.5, **kwargs).params()["stall_guard"] == 0.5
     with pytest.raises(ValueError, match=r"`stall_guard` must be in \(0, 1.0\], got 0"):
         BASELINES[name](layout, stall_guard=0, **kwargs)
 
 
-def test_tuning_tries_the_stall_guard_on_the_grids_leaders_and_keeps_the_best():
-    from examples.vr_edge.tune_baselines import GRIDS, GUARD_CANDIDATES, STALL_GUARD_GRID, tune
+def test_tuning_tries_the_stall_guard_on_the_grids_leaders_and_keeps_the_best(monkeypatch):
+    from examples.vr_edge import tune_baselines
+    from examples.vr_edge.tune_baselines import GRIDS, GUARD_CANDIDATES, STALL_GUARD_GRID, guard_leaders, tune
 
-    result = tune(episodes=1, first_seed=0, names=["constant level"], num_users=2)
+    played_with = []
+
+    def recording_play_episodes(policy, seeds, env_kwargs):
+        played_with.append(dict(env_kwargs))
+        return play_episodes(policy, seeds, env_kwargs)
+
+    monkeypatch.setattr(tune_baselines, "play_episodes", recording_play_episodes)
+    result = tune(episodes=1, first_seed=0, names=["constant level"], num_users=2, trace_jitter=0.3)
     scores = result["scores"]["constant level"]
     grid_size = len(GRIDS["constant level"]["level"])
     grid_scores, guard_scores = scores[:grid_size], scores[grid_size:]
@@ -490,7 +515,12 @@ def test_tuning_tries_the_stall_guard_on_the_grids_leaders_and_keeps_the_best():
     ]
     best = max(scores, key=lambda entry: entry["mean_return"])
     assert result["tuned"]["constant level"] == best["params"]
-    assert result["trace_jitter"] > 0
+    # Every point was played on the jittered train traces it was asked for.
+    assert len(played_with) == len(scores)
+    assert all(kwargs["traces"] == "train" and kwargs["trace_jitter"] == 0.3 for kwargs in played_with)
+    # Points that tie exactly count once among the leaders.
+    tied = [{"params": {"x": index}, "mean_return": 5.0 if index < 4 else 10.0 + index} for index in range(9)]
+    assert [entry["params"]["x"] for entry in guard_leaders(tied)] == [8, 7, 6, 5, 4, 0][:GUARD_CANDIDATES]
 
 
 def test_the_observation_reports_each_sessions_frozen_share_of_the_failure_budget():

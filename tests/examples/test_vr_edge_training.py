@@ -270,6 +270,21 @@ def test_arguments_that_cannot_train_are_rejected(capsys):
 # --- the summary and the command line ---------------------------------------------------------
 
 
+def test_training_envs_play_jittered_train_traces_and_evaluations_the_test_traces(tmp_path, monkeypatch):
+    built = []
+
+    class RecordingEnv(SyntheticVREdgeEnv):
+        def __init__(self, **kwargs):
+            built.append(kwargs)
+            super().__init__(**kwargs)
+
+    monkeypatch.setattr(train, "SyntheticVREdgeEnv", RecordingEnv)
+    argv = _tiny_run_argv("serial", tmp_path)
+    train.main([*argv, "--trace-jitter", "0.4"])
+    assert {kwargs["traces"] for kwargs in built} == {"train"}
+    assert {kwargs["trace_jitter"] for kwargs in built} == {0.4}
+
+
 def test_training_prints_a_summary_with_the_final_evaluation_and_every_path(tmp_path, capsys):
     summary = train.main(_tiny_run_argv("serial", tmp_path))
     out = capsys.readouterr().out
@@ -308,14 +323,16 @@ def test_evaluate_reports_every_policy_with_paired_differences_reproducibly(tiny
     # The regime breakdown: each seed's regime is the one its reset draws, the best baseline
     # is the one with the highest mean, and each regime's means come from its own episodes.
     env = SyntheticVREdgeEnv(**result["env_kwargs"])
-    assert result["regimes"] == [env.reset(seed=seed)[1]["regime"] for seed in range(evaluate.DEFAULT_FIRST_SEED, evaluate.DEFAULT_FIRST_SEED + 3)]
+    seeds = range(evaluate.DEFAULT_FIRST_SEED, evaluate.DEFAULT_FIRST_SEED + 3)
+    assert result["regimes"] == [env.reset(seed=seed)[1]["regime"] for seed in seeds]
     baseline_means = {name: result["returns"][name]["mean"] for name in BASELINES}
     assert result["best_baseline"] == max(baseline_means, key=baseline_means.get)
     assert sum(result["regime_episodes"].values()) == 3
     regimes = np.array(result["regimes"])
+    ppo, best = np.array(per_episode["PPO (seed 7)"]), np.array(per_episode[result["best_baseline"]])
     for regime, mean in result["returns_by_regime"]["PPO (seed 7)"].items():
-        assert mean == pytest.approx(np.mean(np.array(per_episode["PPO (seed 7)"])[regimes == regime]))
-        expected = np.mean(np.array(per_episode["PPO (seed 7)"])[regimes == regime] - np.array(per_episode[result["best_baseline"]])[regimes == regime])
+        assert mean == pytest.approx(np.mean(ppo[regimes == regime]))
+        expected = np.mean(ppo[regimes == regime] - best[regimes == regime])
         assert result["paired_differences_by_regime"]["PPO (seed 7)"][regime]["mean"] == pytest.approx(expected)
     assert json.loads(json_path.read_text()) == json.loads(json.dumps(result, allow_nan=False))
     tables = capsys.readouterr().out
