@@ -38,8 +38,8 @@ from examples.vr_edge.synthetic_env import SyntheticVREdgeEnv
 # periodic evaluation and the development checks use 2,000,000 on; seeds 1,000,000-1,000,049
 # served two earlier comparisons, so they are no longer fresh).
 DEFAULT_FIRST_SEED = 3_000_000
-# Paired differences between good controllers vary by about 9 per episode, across trace regimes
-# mostly; 200 episodes bring the 95% half-width to about 1.3.
+# Paired differences between the best controllers have a standard deviation of 5-10 per episode,
+# mostly across trace regimes; 200 episodes bring the 95% half-width to 0.7-1.4.
 DEFAULT_EPISODES = 200
 # Two-sided 95% normal quantile; with 200 paired seeds the t quantile (1.97) differs by 0.5%.
 Z95 = 1.96
