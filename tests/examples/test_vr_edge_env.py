@@ -450,7 +450,11 @@ def test_baselines_validate_their_inputs():
         DeadlineRule(layout)(np.zeros(layout.size))
 
 
-def test_deadline_rule_steps_down_after_late_frames_and_up_with_headroom():
+def _two_users_at_level_3():
+    """A one-env observation of two present users (72 fps, resolution 1, complexity 1) last at level 3.
+
+    Returns the layout, the observation and its `[1, users, features]` view to fill in.
+    """
     layout = ObservationLayout(2)
     observation = np.zeros((1, layout.size))
     users = layout.per_user(observation)
@@ -459,6 +463,11 @@ def test_deadline_rule_steps_down_after_late_frames_and_up_with_headroom():
     users[0, :, layout.feature("resolution")] = 0.66
     users[0, :, layout.feature("complexity")] = 0.5
     users[0, :, layout.feature("last_level")] = 0.6  # level 3
+    return layout, observation, users
+
+
+def test_deadline_rule_steps_down_after_late_frames_and_up_with_headroom():
+    layout, observation, users = _two_users_at_level_3()
     users[0, :, layout.feature("throughput_1")] = 1.0
     users[0, 0, layout.feature("late_rate")] = 0.5
     users[0, 1, layout.feature("max_latency")] = 0.3
@@ -467,14 +476,7 @@ def test_deadline_rule_steps_down_after_late_frames_and_up_with_headroom():
 
 @pytest.mark.parametrize("name", sorted(BASELINES))
 def test_the_stall_guard_sends_a_user_near_failure_to_the_lowest_level(name):
-    layout = ObservationLayout(2)
-    observation = np.zeros((1, layout.size))
-    users = layout.per_user(observation)
-    users[0, :, layout.feature("active")] = 1.0
-    users[0, :, layout.feature("frame_rate")] = 0.8
-    users[0, :, layout.feature("resolution")] = 0.66
-    users[0, :, layout.feature("complexity")] = 0.5
-    users[0, :, layout.feature("last_level")] = 0.6  # level 3
+    layout, observation, users = _two_users_at_level_3()
     first = layout.feature(f"throughput_{THROUGHPUT_HISTORY_LEN}")
     users[0, :, first : first + THROUGHPUT_HISTORY_LEN] = 2.0  # 400 Mbps: room for any level
     users[0, :, layout.feature("max_latency")] = 0.3
