@@ -25,7 +25,7 @@ from parallel_rollouts._core_checks import (
     check_step_storage,
     check_stepper_arguments,
 )
-from parallel_rollouts.env_returns import check_step_result, end_flag, reward_value
+from parallel_rollouts.env_returns import check_step_result, end_flag, info_number, reward_value
 from parallel_rollouts.conversion import convert_row
 
 cimport numpy as cnp
@@ -383,7 +383,7 @@ cdef class EnvStepper:
         cdef double[::1] rewards_now = self.recorder.rewards_now
         cdef unsigned char[::1] flags_now = self.recorder.flags_now
         cdef ObservationWriter writer
-        cdef object result, observation, reward, terminated, truncated, info
+        cdef object result, observation, reward, terminated, truncated, info, info_value
         if t < 0 or t >= self.recorder.rewards.shape[0]:
             raise IndexError(f"time step {t} is outside [0, {self.recorder.rewards.shape[0]}).")
         if len(actions) != self.num_envs:
@@ -418,7 +418,10 @@ cdef class EnvStepper:
             for leaf_index in range(n_keys):
                 key = self.info_keys[leaf_index]
                 try:
-                    (<cnp.ndarray>self.info_storage[leaf_index])[t, column] = float(info[key])
+                    info_value = info[key]
+                    if type(info_value) is not float:
+                        info_value = info_number(info_value, key)
+                    (<cnp.ndarray>self.info_storage[leaf_index])[t, column] = info_value
                 except (KeyError, TypeError, ValueError) as error:
                     self.failures.append((column, "info", error, key, info))
             if self.bad_observation is not None:

@@ -33,7 +33,7 @@ from ._core_checks import (
     check_stepper_arguments,
 )
 from .conversion import convert_row
-from .env_returns import check_step_result, end_flag, reward_value
+from .env_returns import check_step_result, end_flag, info_number, reward_value
 
 __all__ = ["EnvStepper", "ObservationWriter", "StepRecorder", "find_out_of_bounds"]
 
@@ -377,7 +377,8 @@ class EnvStepper:
             truncations.append(truncated)
             for key, storage in self._info:
                 try:
-                    storage[t, column] = float(info[key])
+                    value = info[key]
+                    storage[t, column] = value if type(value) is float else info_number(value, key)
                 except (KeyError, TypeError, ValueError) as error:
                     self.failures.append((column, "info", error, key, info))
             if self.bad_observation is None:

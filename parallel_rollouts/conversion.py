@@ -5,7 +5,9 @@ change a value in any other way: a float never goes into an integer or bool
 leaf, and an integer goes into an integer leaf only when it fits. Both cores
 take every observation that is not already an exact row (same dtype, same
 shape, C-contiguous) through :func:`convert_row`; when it refuses a value,
-:func:`explain_rejected_row` says why, for the error message.
+:func:`explain_rejected_row` says why, for the error message. Sources that hand
+over whole batches (a vector env's observations, rewards and end flags) store
+them with :func:`store_rows`, under the same rule.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["convert_row", "explain_rejected_row"]
+__all__ = ["convert_row", "explain_rejected_row", "store_rows"]
 
 _NUMERIC_KINDS = "biuf"
 
@@ -52,6 +54,28 @@ def convert_row(source: Any, row_shape: tuple[int, ...], dtype: np.dtype) -> np.
     if source_kind == "f":
         return None
     return array if _integers_fit(array, dtype) else None
+
+
+def store_rows(target: np.ndarray, source: Any) -> int:
+    """Store ``source`` into ``target`` (``[n, *row_shape]``) under the rule of :func:`convert_row`.
+
+    Returns ``-1`` when every row was stored. Otherwise nothing is stored and
+    the index of the first row the rule refuses is returned (``0`` when
+    ``source`` as a whole has the wrong shape or cannot be made an array), for
+    the caller to name that env.
+    """
+    array = convert_row(source, target.shape, target.dtype)
+    if array is not None:
+        target[...] = array
+        return -1
+    array = _as_array(source)
+    if array is None or array.shape != target.shape:
+        return 0
+    row_shape = target.shape[1:]
+    for index in range(target.shape[0]):
+        if convert_row(array[index], row_shape, target.dtype) is None:
+            return index
+    return 0  # not reached: a block is refused only for a row it refuses
 
 
 def explain_rejected_row(source: Any, row_shape: tuple[int, ...], dtype: np.dtype) -> str:

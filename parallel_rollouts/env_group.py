@@ -43,7 +43,7 @@ from .seeding import EpisodeSeeds
 from .spaces import SpaceLayout, check_env_spaces
 from .storage import CompletedEpisodes, RolloutStorage
 
-__all__ = ["EnvGroup", "close_each", "describe_failure", "episode_recorder", "make_env"]
+__all__ = ["EnvGroup", "close_each", "describe_failure", "episode_recorder", "make_env", "unstorable_observation"]
 
 
 def describe_failure(env_index: int, phase: str, error: BaseException) -> EnvFailure:
@@ -399,16 +399,23 @@ class EnvGroup:
             ) from None
 
     def _raise_write_error(self, column: int, leaf_index: int, value: Any, describe) -> None:
-        leaf = self._observation_layout.leaves[leaf_index]
-        where = f" at {leaf.name}" if self._observation_layout.is_nested else ""
-        raise ObservationError(
-            f"env {self.env_offset + column} returned {describe(column)}{where} that its observation "
-            f"space {leaf.space!r} cannot store: got {explain_rejected_row(value, leaf.shape, leaf.dtype)}."
-        )
+        raise unstorable_observation(self._observation_layout, leaf_index, self.env_offset + column, value, describe(column))
+
+
+def unstorable_observation(layout: SpaceLayout, leaf_index: int, env_index: int, value: Any, what: str) -> ObservationError:
+    """The error for an observation the conversion rule refuses: which env, which row and leaf, and why."""
+    leaf = layout.leaves[leaf_index]
+    where = f" at {leaf.name}" if layout.is_nested else ""
+    return ObservationError(
+        f"env {env_index} returned {what}{where} that its observation space {leaf.space!r} cannot "
+        f"store: got {explain_rejected_row(value, leaf.shape, leaf.dtype)}."
+    )
 
 
 def _info_error(key: str, info: Any, error: BaseException) -> Exception:
+    """What the user reads for a failed ``info_keys`` entry (the env index is added by the caller)."""
+    if not isinstance(info, dict):
+        return TypeError(f"`step` returned info {type(info).__name__} {info!r}; Gymnasium envs return a dict.")
     if isinstance(error, KeyError):
-        keys = sorted(info) if isinstance(info, dict) else info
-        return KeyError(f"info has no key {key!r} (keys: {keys!r}); info_keys must name scalar entries present on every step")
-    return TypeError(f"info[{key!r}] is not a scalar number: {info.get(key)!r}")
+        return KeyError(f"info has no key {key!r} (keys: {sorted(map(str, info))!r}); info_keys must name scalar entries present on every step")
+    return error

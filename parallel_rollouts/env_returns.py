@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_reset_result", "check_step_result", "end_flag", "reward_value"]
+__all__ = ["check_reset_result", "check_step_result", "end_flag", "info_number", "reward_value"]
 
 _OLD_API_HINT = (
     "This is the pre-0.26 Gym API; port the env to Gymnasium's API or wrap it with shimmy's "
@@ -72,3 +72,27 @@ def end_flag(value: Any, field: str) -> bool:
         f"`{field}` returned by `step` is {_describe(value)}, not a bool; `step` must return "
         f"one bool `{field}` per call."
     )
+
+
+def info_number(value: Any, key: str) -> float:
+    """An ``info_keys`` entry as a float: a bool, an int, a float, a NumPy scalar or 0-d array of those.
+
+    Nothing else is converted (a string such as ``'1.5'`` is refused, not parsed),
+    and an integer too large for float64 is refused rather than overflowing.
+    """
+    if isinstance(value, np.ndarray):
+        numeric = value.ndim == 0 and value.dtype.kind in "biuf"
+    else:
+        numeric = isinstance(value, (numbers.Real, np.bool_))
+    if not numeric:
+        raise TypeError(
+            f"info[{key!r}] is {_describe(value)}, not a number; info_keys must name entries that are "
+            "one bool, int, float or NumPy scalar per env and step."
+        )
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(
+            f"info[{key!r}] is {_describe(value)}, which does not fit a float64; info_keys entries "
+            "are stored as float64."
+        ) from None

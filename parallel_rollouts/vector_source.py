@@ -48,12 +48,14 @@ import numpy as np
 from gymnasium import Env, Space
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from .conversion import convert_row, store_rows
+from .env_group import describe_failure, episode_recorder, unstorable_observation
+from .env_returns import info_number
 from .errors import ObservationError, SpaceError, WorkerError
 from .observation_checks import ObservationChecker
 from .seeding import EpisodeSeeds
 from .spaces import SpaceLayout, check_env_spaces
 from .storage import CompletedEpisodes, RolloutStorage
-from .env_group import describe_failure, episode_recorder
 
 __all__ = ["UNKNOWN_SEED", "VectorEnvGroup", "autoreset_mode_of", "is_vector_env"]
 
@@ -244,14 +246,10 @@ class VectorEnvGroup:
         """First reset of every sub-env."""
         observations = self._reset(None)
         self._counted[:] = True
+        describe = lambda column: "an observation from its first `reset` (observations row t=0)"  # noqa: E731
         leaves = self._leaves_of(observations, "reset observation")
-        for current, values in zip(self._current_observations, leaves):
-            current[0] = values
-        self._checker.check(
-            [leaf[0] for leaf in self._current_observations],
-            None,
-            lambda column: "an observation from its first `reset` (observations row t=0)",
-        )
+        self._store_observations([current[0] for current in self._current_observations], leaves, None, describe)
+        self._checker.check([leaf[0] for leaf in self._current_observations], None, describe)
 
     # -- one rollout -----------------------------------------------------------------------
 
@@ -281,13 +279,16 @@ class VectorEnvGroup:
             observations, rewards, terminations, truncations, info = self.vector_env.step(actions)
         except Exception as error:
             raise self._failure("step", error) from error
-        # Rewards and flags go straight into their rows (converted on the way), read back from there.
+        # Rewards and flags go straight into their rows (under the conversion rule), read back from there.
         self._store_per_env(rewards, storage.rewards[t], "rewards")
         terminated = self._store_per_env(terminations, storage.terminations[t], "terminations")
         truncated = self._store_per_env(truncations, storage.truncations[t], "truncations")
-        for leaf_storage, values in zip(storage.observations, self._leaves_of(observations, "observation")):
-            leaf_storage[t + 1] = values
         ended = terminated | truncated
+        self._verify_autoreset(t, ended, info)
+        describe_row = lambda column: f"an observation at step t={t} (observations row t={t + 1})"  # noqa: E731
+        self._store_observations(
+            [leaf[t + 1] for leaf in storage.observations], self._leaves_of(observations, "observation"), None, describe_row
+        )
         mode = self.autoreset_mode
         if mode is AutoresetMode.NEXT_STEP:
             counted = self._counted
@@ -301,11 +302,7 @@ class VectorEnvGroup:
             self._counted = ~ended
         if n_done:
             self._end_episodes(t, n_done, info, ended)
-        self._checker.check(
-            [leaf[t + 1] for leaf in storage.observations],
-            None,
-            lambda column: f"an observation at step t={t} (observations row t={t + 1})",
-        )
+        self._checker.check([leaf[t + 1] for leaf in storage.observations], None, describe_row)
 
     def _end_episodes(self, t: int, n_done: int, info: Any, ended: np.ndarray) -> None:
         """Terminal observations of the ``n_done`` episodes that ended at step ``t`` (the books are kept), then resets."""
@@ -332,8 +329,13 @@ class VectorEnvGroup:
             self._running_seeds[columns] = UNKNOWN_SEED
             return
         reset_observations = self._leaves_of(self._reset(ended), "reset observation")
-        for leaf_storage, values in zip(storage.observations, reset_observations):
-            leaf_storage[t + 1, columns] = values[columns]
+        describe = lambda column: (  # noqa: E731
+            f"an observation from the reset after its episode ended at step t={t} (observations row t={t + 1})"
+        )
+        blocks = [np.empty((columns.size,) + leaf.shape, leaf.dtype) for leaf in self._observation_layout.leaves]
+        self._store_observations(blocks, [values[columns] for values in reset_observations], columns, describe)
+        for leaf_storage, block in zip(storage.observations, blocks):
+            leaf_storage[t + 1, columns] = block
 
     def _store_same_step_finals(self, t: int, columns: np.ndarray, info: Any) -> None:
         final = info.get("final_obs") if isinstance(info, dict) else None
@@ -345,19 +347,24 @@ class VectorEnvGroup:
                 "terminal observations there."
             )
         layout = self._observation_layout
+        what = f"a terminal observation (info['final_obs']) at step t={t} (final_observations row t={t})"
         for column in columns.tolist():
             try:
                 values = layout.flatten(final[column])
             except (SpaceError, IndexError, TypeError) as error:
                 raise ObservationError(
-                    f"env {self.env_offset + column} returned a terminal observation (info['final_obs']) "
-                    f"that does not match the observation space: {error}"
+                    f"env {self.env_offset + column} returned {what} that does not match the observation "
+                    f"space: {error}"
                 ) from None
-            for leaf_index, (finals, value) in enumerate(zip(self._storage.final_observations, values)):
-                value = np.asarray(value)
-                if value.shape != layout.leaves[leaf_index].shape:
-                    self._raise_shape(column, leaf_index, value, "terminal observation (info['final_obs'])")
-                finals[t, column] = value
+            # Every leaf is converted before any is stored, under the one conversion rule.
+            converted = []
+            for leaf_index, (leaf, value) in enumerate(zip(layout.leaves, values)):
+                array = convert_row(value, leaf.shape, leaf.dtype)
+                if array is None:
+                    raise unstorable_observation(layout, leaf_index, self.env_offset + column, value, what)
+                converted.append(array)
+            for finals, array in zip(self._storage.final_observations, converted):
+                finals[t, column] = array
 
     def finish(self) -> CompletedEpisodes:
         """End the rollout: remember where each sub-env is, return the episodes."""
@@ -399,29 +406,96 @@ class VectorEnvGroup:
         return WorkerError(message, failures)
 
     def _store_per_env(self, values: Any, row: np.ndarray, name: str) -> np.ndarray:
-        """Write one value per sub-env into ``row`` (converting to its dtype); return ``row``."""
-        try:
-            array = np.asarray(values)
-            if array.shape == row.shape:
-                row[...] = array
-        except (TypeError, ValueError) as error:
-            raise WorkerError.from_failures(
-                [describe_failure(self.env_offset, "step", TypeError(f"{name} cannot be converted to {row.dtype}: {error}"))]
-            ) from None
-        if array.shape != row.shape:
-            raise WorkerError.from_failures(
-                [
-                    describe_failure(
-                        self.env_offset,
-                        "step",
-                        ValueError(
-                            f"{_describe(self.vector_env)} returned {name} of shape {array.shape!r}; its "
-                            f"num_envs={self.num_envs} needs shape ({self.num_envs},)."
-                        ),
-                    )
-                ]
+        """Write one value per sub-env into ``row`` under the conversion rule; return ``row``.
+
+        Rewards take any real number (as a single env's reward does); flags take
+        bools, or the integers 0 and 1. Anything else (strings, a flag of 0.25)
+        is refused, naming the sub-env.
+        """
+        refused = store_rows(row, values)
+        if refused < 0:
+            return row
+        array = _as_array(values)
+        if array is None or array.shape != row.shape:
+            got = f"shape {array.shape!r}" if array is not None else f"{type(values).__name__} {values!r}"
+            reason = ValueError(
+                f"{_describe(self.vector_env)} returned {name} as {got}; its num_envs={self.num_envs} needs "
+                f"one {row.dtype} per sub-env, shape ({self.num_envs},)."
             )
-        return row
+        else:
+            expected = "a bool (or the integer 0 or 1)" if row.dtype == np.bool_ else "a real number"
+            if row.dtype == np.bool_ and array.dtype.kind == "f":
+                # Every float is refused for a flag; name the first that is not even 0 or 1.
+                odd = np.flatnonzero((array != 0) & (array != 1))
+                refused = int(odd[0]) if odd.size else refused
+            value = array[refused]
+            value = value.item() if isinstance(value, np.generic) else value
+            reason = TypeError(
+                f"{_describe(self.vector_env)} returned {name}[{refused}] = {value!r} ({array.dtype}); "
+                f"each entry of {name} must be {expected}, stored as {row.dtype} without change."
+            )
+        raise WorkerError.from_failures([describe_failure(self.env_offset + refused, "step", reason)])
+
+    def _store_observations(self, targets: list, leaves: list, columns: np.ndarray | None, describe) -> None:
+        """Store ``leaves[i]`` (``[k, *leaf]``) into ``targets[i]`` under the conversion rule.
+
+        Row ``k`` belongs to group column ``columns[k]`` (``None``: column ``k``).
+        Every leaf is checked before any is written, so a refused value leaves the
+        targets as they were.
+        """
+        layout = self._observation_layout
+        for leaf_index, (target, values) in enumerate(zip(targets, leaves)):
+            if convert_row(values, target.shape, target.dtype) is None:
+                scratch = np.empty_like(target)
+                row = max(store_rows(scratch, values), 0)
+                column = row if columns is None else int(columns[row])
+                raise unstorable_observation(layout, leaf_index, self.env_offset + column, values[row], describe(column))
+        for target, values in zip(targets, leaves):
+            store_rows(target, values)
+
+    def _verify_autoreset(self, t: int, ended: np.ndarray, info: Any) -> None:
+        """Check the step against the declared autoreset mode; a mismatch is an ``ObservationError``.
+
+        Two behaviours give a mode away. A vector env that resets within the step
+        puts the terminal observations in ``info["final_obs"]`` (SAME_STEP). A
+        NEXT_STEP vector env spends the step after an episode's end on the reset,
+        which never ends an episode; one that reports an end there did not reset.
+        """
+        mode = self.autoreset_mode
+        if mode is not AutoresetMode.SAME_STEP and isinstance(info, dict) and "final_obs" in info:
+            mask = np.asarray(info.get("_final_obs", ended), dtype=bool)
+            columns = np.flatnonzero(mask) if mask.shape == ended.shape else np.flatnonzero(ended)
+            raise self._misdeclared(
+                "SAME_STEP",
+                f"at step t={t} its info holds 'final_obs' for the sub-env(s) "
+                f"{(self.env_offset + columns).tolist()!r}: it resets an ended sub-env within the step, so the "
+                "observation it returned there is already the next episode's first",
+            )
+        if mode is AutoresetMode.NEXT_STEP:
+            not_reset = ended & ~self._counted
+            if not_reset.any():
+                columns = np.flatnonzero(not_reset)
+                raise self._misdeclared(
+                    "DISABLED",
+                    f"at step t={t} the sub-env(s) {(self.env_offset + columns).tolist()!r}, whose episodes ended "
+                    "at the step before, reported terminated or truncated again: a NEXT_STEP vector env resets "
+                    "them in this step, which ends no episode, so they were not reset",
+                )
+
+    def _misdeclared(self, seen: str, evidence: str) -> ObservationError:
+        declared = getattr(self.vector_env, "metadata", {}).get("autoreset_mode")
+        said = (
+            "declares no metadata['autoreset_mode'] (read as NEXT_STEP, Gymnasium's default)"
+            if declared is None
+            else f"declares autoreset_mode {self.autoreset_mode.name}"
+        )
+        last = self.env_offset + self.num_envs - 1
+        return ObservationError(
+            f"{_describe(self.vector_env)} (envs {self.env_offset}..{last}) {said}, but it behaves as {seen}: "
+            f"{evidence}. Reading it under the declared mode would store wrong terminal observations, episode "
+            "lengths and reset rows. Declare the mode it implements: set metadata['autoreset_mode'] = "
+            "gymnasium.vector.AutoresetMode.<MODE> on the vector env (or its class)."
+        )
 
     def _leaves_of(self, observations: Any, what: str) -> list[np.ndarray]:
         """The batched observation as one ``[n, *leaf_shape]`` array per leaf, shapes checked."""
@@ -482,26 +556,43 @@ class VectorEnvGroup:
                 )
 
     def _fill_info(self, row: np.ndarray, info: Any, key: str, where: np.ndarray) -> np.ndarray:
+        """Store ``info[key]`` (one entry per sub-env) where its ``_key`` mask and ``where`` say; return that mask.
+
+        The entries follow the rule of single envs (:func:`~parallel_rollouts.env_returns.info_number`):
+        numbers only, the same error naming the key and the sub-env.
+        """
         if not isinstance(info, dict) or key not in info:
             return np.zeros(self.num_envs, dtype=bool)
         mask = np.asarray(info.get(f"_{key}", np.ones(self.num_envs, dtype=bool)), dtype=bool) & where
-        try:
-            values = np.asarray(info[key], dtype=np.float64)
-        except (TypeError, ValueError):
-            column = int(np.flatnonzero(mask)[0]) if mask.any() else 0
+        values = _as_array(info[key])
+        if values is None or values.shape != (self.num_envs,):
+            got = f"shape {values.shape!r}" if values is not None else f"{type(info[key]).__name__}"
             raise WorkerError.from_failures(
-                [describe_failure(self.env_offset + column, "info", TypeError(f"info[{key!r}] is not a scalar number per env: {info[key]!r}"))]
-            ) from None
-        if values.shape != (self.num_envs,):
-            raise WorkerError.from_failures(
-                [describe_failure(self.env_offset, "info", TypeError(f"info[{key!r}] has shape {values.shape!r}; expected ({self.num_envs},)"))]
+                [
+                    describe_failure(
+                        self.env_offset,
+                        "info",
+                        TypeError(
+                            f"info[{key!r}] of {_describe(self.vector_env)} has {got}; expected one number per "
+                            f"sub-env, shape ({self.num_envs},)."
+                        ),
+                    )
+                ]
             )
-        row[mask] = values[mask]
+        if values.dtype.kind in "biuf":
+            row[mask] = values[mask]
+            return mask
+        # Object arrays (mixed entries) and anything else: each entry the env reported, one by one.
+        for column in np.flatnonzero(mask).tolist():
+            try:
+                row[column] = info_number(values[column], key)
+            except (TypeError, ValueError) as error:
+                raise WorkerError.from_failures([describe_failure(self.env_offset + column, "info", error)]) from None
         return mask
 
-    def _raise_shape(self, column: int, leaf_index: int, value: np.ndarray, what: str) -> None:
-        leaf = self._observation_layout.leaves[leaf_index]
-        raise ObservationError(
-            f"env {self.env_offset + column} returned a {what} of shape {value.shape!r} (dtype {value.dtype}); "
-            f"its observation space {leaf.space!r} expects shape {leaf.shape!r} (dtype {leaf.dtype})."
-        )
+
+def _as_array(values: Any) -> np.ndarray | None:
+    try:
+        return np.asarray(values)
+    except (TypeError, ValueError):
+        return None

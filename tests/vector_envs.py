@@ -168,3 +168,94 @@ def nan_at_episode_end(num_envs: int, mode: str) -> NanAtEpisodeEnd:
     from tests.envs import CountingEnv
 
     return NanAtEpisodeEnd(SyncVectorEnv([partial(CountingEnv, episode_length=2)] * num_envs, autoreset_mode=MODES[mode]))
+
+
+class ScriptedVectorEnv(gym.vector.VectorEnv):
+    """Three sub-envs with uint8 observations ``[steps in episode, column, 7]``, episodes of ``episode_length`` steps.
+
+    ``behaves`` is the autoreset mode it implements; ``declares`` the one its
+    metadata names (``None``: no ``autoreset_mode`` key). ``bad`` replaces sub-env
+    1's entry of one field the first time ``where`` comes up: ``"reset"``,
+    ``"step"``, ``"final_obs"`` or ``"mask_reset"`` (an observation),
+    ``"rewards"``, ``"terminations"`` or ``"info"`` (the ``score`` entry).
+    """
+
+    def __init__(self, behaves="next_step", declares="next_step", where=None, bad=None, episode_length=3, num_envs=3):
+        self.num_envs = num_envs
+        self.single_observation_space = spaces.Box(0, 255, shape=(3,), dtype=np.uint8)
+        self.single_action_space = spaces.Discrete(2)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self.metadata = {} if declares is None else {"autoreset_mode": MODES[declares]}
+        self._behaves = MODES[behaves]
+        self._where, self._bad = where, bad
+        self._length = episode_length
+        self._counts = np.zeros(num_envs, dtype=np.int64)
+        self._pending = np.zeros(num_envs, dtype=bool)
+
+    def _inject(self, where: str, values):
+        if self._where != where:
+            return values
+        self._where = None
+        # A bad reward or info entry sits among numbers, as in a list the env built.
+        mixed = where in ("rewards", "info")
+        values = np.array(values, dtype=object if mixed else np.asarray(self._bad).dtype)
+        values[1] = self._bad
+        return values
+
+    def _observations(self) -> np.ndarray:
+        columns = np.arange(self.num_envs)
+        return np.stack([self._counts, columns, np.full(self.num_envs, 7)], axis=1).astype(np.uint8)
+
+    def reset(self, *, seed=None, options=None):
+        mask = (options or {}).get("reset_mask")
+        mask = np.ones(self.num_envs, dtype=bool) if mask is None else np.asarray(mask)
+        self._counts[mask] = 0
+        self._pending[mask] = False
+        return self._inject("mask_reset" if options else "reset", self._observations()), {}
+
+    def step(self, actions):
+        rewards = np.ones(self.num_envs)
+        resetting = self._pending.copy()
+        self._counts[~resetting] += 1
+        self._counts[resetting] = 0
+        rewards[resetting] = 0.0
+        terminations = (self._counts >= self._length) & ~resetting
+        truncations = np.zeros(self.num_envs, dtype=bool)
+        info = {"score": self._inject("info", self._counts * 0.5), "_score": np.ones(self.num_envs, dtype=bool)}
+        if self._behaves is AutoresetMode.NEXT_STEP:
+            self._pending = terminations.copy()
+        elif self._behaves is AutoresetMode.SAME_STEP and terminations.any():
+            rows = self._inject("final_obs", self._observations())
+            final = np.empty(self.num_envs, dtype=object)  # as Gymnasium gives it: one entry per sub-env
+            for column in np.flatnonzero(terminations):
+                final[column] = rows[column]
+            info["final_obs"] = final
+            info["_final_obs"] = terminations.copy()
+            self._counts[terminations] = 0
+        observations = self._inject("step", self._observations())
+        return (
+            observations,
+            self._inject("rewards", rewards),
+            self._inject("terminations", terminations),
+            truncations,
+            info,
+        )
+
+
+def scripted_vector(behaves="next_step", declares="next_step", where=None, bad=None) -> ScriptedVectorEnv:
+    return ScriptedVectorEnv(behaves, declares, where, bad)
+
+
+class DeclaresMode(gym.vector.VectorWrapper):
+    """A Gymnasium vector env whose metadata names another autoreset mode than the one it runs (or none)."""
+
+    def __init__(self, env, declares):
+        super().__init__(env)
+        self.metadata = {key: value for key, value in env.metadata.items() if key != "autoreset_mode"}
+        if declares is not None:
+            self.metadata["autoreset_mode"] = MODES[declares]
+
+
+def cartpole_declaring(behaves: str, declares) -> DeclaresMode:
+    return DeclaresMode(sync_vector("cartpole", 2, behaves), declares)
