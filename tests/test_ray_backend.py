@@ -9,6 +9,7 @@ import pytest
 import ray  # the dev extra installs Ray; a missing Ray fails the suite
 
 from parallel_rollouts import (
+    ActionError,
     CollectorClosedError,
     ConfigurationError,
     ObservationWarning,
@@ -48,6 +49,23 @@ def test_ray_matches_sync_with_a_policy_and_with_random_actions(num_workers):
         for first, second in zip(expected, got):
             assert_batches_identical(first, second)
             assert second.lost_env_indices.size == 0
+
+
+class ValuesForTheFirstSliceOnly:
+    """Returns values only when it sees env 0 (a CountingEnv's observation starts with its env id)."""
+
+    def __call__(self, observations):
+        actions = np.zeros(observations.shape[0], dtype=np.int64)
+        if observations[0, 0] == 0:
+            return PolicyOutput(actions, values=np.zeros(observations.shape[0]))
+        return actions
+
+
+def test_actors_disagreeing_on_values_are_an_action_error_not_a_merge():
+    fns = [partial(CountingEnv, env_id=i, episode_length=50) for i in range(3)]
+    with ParallelRolloutCollector(fns, ValuesForTheFirstSliceOnly(), "ray", horizon=2, seed=0, num_workers=2) as collector:
+        with pytest.raises(ActionError, match=r"returned `values` for envs 0..1 but not for envs 2..2"):
+            collector.collect()
 
 
 def test_values_and_log_probs_travel_back():

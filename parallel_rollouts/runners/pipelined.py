@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..batch_memory import BatchMemory
-from ..errors import ActionError, ConfigurationError
+from ..errors import ConfigurationError
 from ..policy import PolicyOutputWriter, RandomActionSampler
 from ..rollout_loop import RolloutLoop
 from ..steppers.processes import ProcessStepper
 from ..storage import RolloutStorage
 from .base import RolloutResult, RolloutRunner
+from .slice_merge import merged_output_fields
 
 __all__ = ["PipelinedRunner"]
 
@@ -103,15 +104,11 @@ class PipelinedRunner(RolloutRunner):
             part.steps_done += 1
 
     def _optional_fields(self) -> tuple[bool, bool]:
-        first, second = (part.loop.output_writer for part in self._parts)
-        for name in ("has_values", "has_log_probs"):
-            if getattr(first, name) != getattr(second, name):
-                field_name = name.removeprefix("has_")
-                raise ActionError(
-                    f"the policy returned `{field_name}` for some envs but not others; return it for "
-                    "every call or never."
-                )
-        return bool(first.has_values), bool(first.has_log_probs)
+        writers = [part.loop.output_writer for part in self._parts]
+        return merged_output_fields(
+            [(writer.has_values, writer.has_log_probs) for writer in writers],
+            [(part.start, part.stop) for part in self._parts],
+        )
 
     def _drop_rollout(self) -> None:
         """The policy failed: finish the steps in flight, then drop the rollout.

@@ -48,6 +48,7 @@ from ..spec import RolloutSpec
 from ..storage import CompletedEpisodes, RolloutStorage
 from .base import RolloutResult, RolloutRunner
 from .policy_shipping import PolicyReplica, PolicyShipper, PolicySnapshot
+from .slice_merge import merged_output_fields
 from .slice_rollout import PolicyFailed, SliceRollout
 
 __all__ = ["RayOptions", "RayRunner"]
@@ -430,8 +431,7 @@ class RayRunner(RolloutRunner):
     def _assemble(self, parts: list) -> RolloutResult:
         memory = self._memory
         storage = memory.begin()
-        episodes, lost = [], []
-        has_values = has_log_probs = False
+        episodes, lost, fields, field_slices = [], [], [], []
         for (start, stop), part in zip(self._slices, parts):
             if part is None:
                 lost.extend(range(start, stop))
@@ -441,8 +441,16 @@ class RayRunner(RolloutRunner):
             self._forwarded.extend(records)
             slice_storage.copy_to(storage.columns(start, stop))
             episodes.append(slice_episodes)
-            has_values, has_log_probs = has_values or values, has_log_probs or log_probs
+            fields.append((values, log_probs))
+            field_slices.append((start, stop))
             self._episodes_started[start:stop] = episodes_started
+        try:
+            # Every actor ran its whole rollout: the envs stand at the horizon, so a refused
+            # batch is dropped and the next collect continues from there.
+            has_values, has_log_probs = merged_output_fields(fields, field_slices)
+        except BaseException:
+            memory.abandon(self._spec.horizon)
+            raise
         merged = CompletedEpisodes.merge(episodes) if episodes else CompletedEpisodes.empty_buffers(0)
         return RolloutResult(memory.finish(), merged, has_values, has_log_probs, np.asarray(lost, dtype=np.int64))
 

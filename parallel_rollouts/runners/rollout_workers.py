@@ -27,6 +27,7 @@ from ..processes.pool import WorkerPool
 from ..spec import RolloutSpec
 from ..storage import CompletedEpisodes
 from .base import RolloutResult, RolloutRunner
+from .slice_merge import merged_output_fields
 
 __all__ = ["RolloutWorkersRunner"]
 
@@ -88,14 +89,16 @@ class RolloutWorkersRunner(RolloutRunner):
             memory.abandon(pool.spec.horizon)
             raise policy_failures[0][0]
         results = [pickle.loads(reply[1:]) for reply in replies]
-        if len({(result.has_values, result.has_log_probs) for result in results}) > 1:
-            memory.abandon(pool.spec.horizon)
-            raise ActionError(
-                "the policy returned `values` or `log_probs` in some workers but not others; return them "
-                "from every call or never."
+        try:
+            has_values, has_log_probs = merged_output_fields(
+                [(result.has_values, result.has_log_probs) for result in results],
+                [(worker.start, worker.stop) for worker in pool.workers],
             )
+        except ActionError:
+            memory.abandon(pool.spec.horizon)
+            raise
         episodes = CompletedEpisodes.merge([result.episodes for result in results])
-        return RolloutResult(memory.finish(), episodes, results[0].has_values, results[0].has_log_probs)
+        return RolloutResult(memory.finish(), episodes, has_values, has_log_probs)
 
     def take_warnings(self) -> list:
         return self.pool.take_warnings()
