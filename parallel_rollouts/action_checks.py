@@ -120,9 +120,11 @@ class ActionBatchChecker:
                     f"{leaf.shape!r})."
                 )
             if leaf.dtype.kind in "iub" and array.dtype.kind not in "iub":
+                env = _first_non_integer_row(array)
                 raise ActionError(
                     f"{source} actions{where} have dtype {array.dtype}; the action space "
-                    f"{leaf.space!r} needs integers. Convert them (e.g. `.astype(np.int64)`)."
+                    f"{leaf.space!r} needs integers (env {env} got {array[env].tolist()!r}). "
+                    "Convert them (e.g. `.astype(np.int64)`)."
                 )
             if array.dtype.kind not in "iubf":
                 raise ActionError(
@@ -140,3 +142,14 @@ class ActionBatchChecker:
                 )
             checked.append(array)
         return checked
+
+
+def _first_non_integer_row(array: np.ndarray) -> int:
+    """The first env whose action is not a whole number (env 0 when every one is): the one to name."""
+    try:
+        flat = array.reshape(array.shape[0], -1)
+        whole = np.isfinite(flat) & (np.mod(flat, 1) == 0)
+    except TypeError:
+        return 0
+    rows = np.flatnonzero(~whole.all(axis=1))
+    return int(rows[0]) if rows.size else 0

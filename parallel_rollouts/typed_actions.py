@@ -67,8 +67,9 @@ class TypedActionWriter:
 
     def write(self, leaf_actions: list[np.ndarray]) -> None:
         for index, array in enumerate(leaf_actions):
-            dtype = array.dtype
-            if dtype != self._dtypes[index]:
+            dtype, written = array.dtype, self._dtypes[index]
+            # (`dtype != None` is false for float64: NumPy reads None as the default dtype.)
+            if written is None or dtype != written:
                 rows = self._rows[index]
                 rows[:, :HEADER_BYTES] = _header(dtype)
                 self._views[index] = _values_view(rows, self._leaves[index], dtype)
