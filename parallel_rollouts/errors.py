@@ -9,6 +9,10 @@ Every exception also subclasses the builtin a caller would naturally catch::
     ├── ActionError (ValueError)               the policy's output does not fit the action space
     ├── ObservationError (ValueError)          an env returned an observation outside its space
     ├── CollectorClosedError (RuntimeError)    the collector was closed or broken earlier
+    │   └── VectorEnvClosedError               the same for ParallelVectorEnv; also a
+    │                                          ``gymnasium.error.ClosedEnvironmentError``
+    ├── ResetNeededError (RuntimeError)        ParallelVectorEnv stepped before its envs were reset;
+    │                                          also a ``gymnasium.error.ResetNeeded``
     └── WorkerError (RuntimeError)             an env raised, or the process hosting it failed
         ├── WorkerDiedError                    a worker process exited or was killed
         └── StepTimeoutError (TimeoutError)    envs did not finish a step within ``step_timeout``
@@ -24,6 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gymnasium.error import ClosedEnvironmentError, ResetNeeded
+
 __all__ = [
     "ActionError",
     "CollectorClosedError",
@@ -33,8 +39,10 @@ __all__ = [
     "ObservationError",
     "ObservationWarning",
     "ParallelRolloutsError",
+    "ResetNeededError",
     "SpaceError",
     "StepTimeoutError",
+    "VectorEnvClosedError",
     "WorkerDiedError",
     "WorkerError",
 ]
@@ -70,6 +78,21 @@ class ObservationWarning(ParallelRolloutsError, UserWarning):
 
 class CollectorClosedError(ParallelRolloutsError, RuntimeError):
     """The collector was closed, or an earlier failure left it unusable."""
+
+
+class VectorEnvClosedError(CollectorClosedError, ClosedEnvironmentError):
+    """A ParallelVectorEnv was closed, or an earlier failure left it unusable.
+
+    Also a ``gymnasium.error.ClosedEnvironmentError``, which Gymnasium's
+    ``AsyncVectorEnv`` raises in the same case.
+    """
+
+
+class ResetNeededError(ParallelRolloutsError, RuntimeError, ResetNeeded):
+    """A ParallelVectorEnv was stepped before every env was reset; nothing was stepped.
+
+    Also a ``gymnasium.error.ResetNeeded``, which a Gymnasium env raises in the same case.
+    """
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,10 @@ order, so that the main process merges them with ``VectorEnv._add_info`` in
 the same order ``SyncVectorEnv`` does. A step whose envs all returned empty
 infos reports ``None``: nothing is pickled on the fast path.
 
+The storage's actions are typed (:mod:`~parallel_rollouts.typed_actions`):
+each env receives a row of the array the caller passed, with the caller's
+dtype, as ``SyncVectorEnv`` hands it out.
+
 Requests other than a step arrive as tuples through :meth:`GymnasiumGroup.handle`:
 ``("reset", seeds, options, reset_mask)``, ``("call", name, args, kwargs)``,
 ``("set_attr", name, values)``, each with whole-vector arguments that the group
@@ -29,6 +33,7 @@ from gymnasium.vector import AutoresetMode
 from .errors import ObservationError, SpaceError, WorkerError
 from .spaces import SpaceLayout
 from .storage import RolloutStorage
+from .typed_actions import TypedActionReader
 from .env_group import close_each, describe_failure
 
 __all__ = ["GymnasiumGroup", "build_gymnasium_group"]
@@ -74,6 +79,7 @@ class GymnasiumGroup:
         self._autoreset = np.zeros(self.num_envs, dtype=bool)
         self._storage: RolloutStorage | None = None
         self._writers: list = []
+        self._actions: TypedActionReader | None = None
 
     # -- the group interface an async worker serves ------------------------------------------
 
@@ -86,11 +92,12 @@ class GymnasiumGroup:
             self._core.ObservationWriter(observations, final)
             for observations, final in zip(storage.observations, storage.final_observations)
         ]
+        self._actions = TypedActionReader(self._action_layout, [leaf[0] for leaf in storage.actions])
 
     def step(self, t: int) -> InfoEvents | None:
         """Step every env with ``storage.actions[0]``; write row 0; return the info events."""
         storage = self._storage
-        actions = self._split_actions([leaf[0] for leaf in storage.actions])
+        actions = self._split_actions(self._actions.read())
         mode = self.autoreset_mode
         events: InfoEvents = []
         observations, rewards, terminations, truncations = [], [], [], []

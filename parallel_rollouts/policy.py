@@ -9,9 +9,9 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
-from gymnasium import spaces
 
-from .errors import ActionError, SpaceError
+from .action_checks import ActionBatchChecker, as_action_array, to_numpy
+from .errors import ActionError
 from .seeding import action_sampler_seed
 from .spaces import SpaceLayout
 from .storage import RolloutStorage
@@ -37,43 +37,6 @@ class PolicyOutput:
     log_probs: Any = None
 
 
-def to_numpy(value: Any) -> Any:
-    """Turn a PyTorch tensor (on any device) into a NumPy array; pass anything else through.
-
-    ``bfloat16``, which NumPy lacks, becomes float32 (exactly). A tensor on the
-    ``meta`` device holds no values and raises :class:`ActionError`.
-    """
-    if not (type(value).__module__.startswith("torch") and hasattr(value, "detach")):
-        return value
-    tensor = value.detach()
-    if tensor.device.type == "meta":
-        raise ActionError(
-            "the policy returned a tensor on the 'meta' device, which holds shapes but no values; "
-            "compute the output on a real device (e.g. 'cpu' or 'cuda')."
-        )
-    if str(tensor.dtype) == "torch.bfloat16":
-        tensor = tensor.float()
-    try:
-        return tensor.cpu().numpy()
-    except TypeError as error:
-        raise ActionError(
-            f"the policy returned a tensor of dtype {tensor.dtype}, which NumPy cannot hold ({error}); "
-            "convert it (e.g. `.float()` or `.long()`)."
-        ) from None
-
-
-def _as_array(value: Any, field: str, expected: str) -> np.ndarray:
-    try:
-        return np.asarray(to_numpy(value))
-    except ActionError as error:
-        raise ActionError(f"`{field}`: {error}") from None
-    except (ValueError, TypeError) as error:
-        raise ActionError(
-            f"the policy's {field} cannot be made into one array ({type(value).__name__}: {error}); "
-            f"return an array of shape {expected}, not a ragged or mixed nesting of lists."
-        ) from None
-
-
 class PolicyOutputWriter:
     """Checks a policy's output for one step and writes it into storage row ``t``.
 
@@ -85,16 +48,7 @@ class PolicyOutputWriter:
         self._layout = action_layout
         self._core = core
         self._num_envs = num_envs
-        # What each leaf's check needs, worked out once rather than per step.
-        self._leaf_checks = [
-            (
-                leaf,
-                f" at {leaf.name}" if action_layout.is_nested else "",
-                (num_envs,) + leaf.shape,
-                action_layout.bounds(leaf_index),
-            )
-            for leaf_index, leaf in enumerate(action_layout.leaves)
-        ]
+        self._actions = ActionBatchChecker(action_layout, num_envs, core, "the policy's")
         self.has_values: bool | None = None
         self.has_log_probs: bool | None = None
 
@@ -103,7 +57,7 @@ class PolicyOutputWriter:
             actions, values, log_probs = output.actions, output.values, output.log_probs
         else:
             actions, values, log_probs = output, None, None
-        leaf_actions = self._check_actions(actions)
+        leaf_actions = self._actions.check(actions)
         values = self._check_per_env(values, "values", "has_values")
         log_probs = self._check_per_env(log_probs, "log_probs", "has_log_probs")
         for leaf_storage, leaf_action in zip(storage.actions, leaf_actions):
@@ -112,40 +66,6 @@ class PolicyOutputWriter:
             storage.values[t] = values
         if log_probs is not None:
             storage.log_probs[t] = log_probs
-
-    def _check_actions(self, actions: Any) -> list[np.ndarray]:
-        try:
-            leaf_values = self._layout.flatten(actions)
-        except SpaceError as error:
-            raise ActionError(f"the policy's actions do not match the action space: {error}") from None
-        checked = []
-        for (leaf, where, expected_shape, (low, high)), value in zip(self._leaf_checks, leaf_values):
-            array = _as_array(value, f"actions{where}", repr(expected_shape))
-            if array.shape != expected_shape:
-                raise ActionError(
-                    f"the policy's actions{where} have shape {array.shape!r}; expected "
-                    f"{expected_shape!r} ([num_envs={self._num_envs}] + the action space's shape "
-                    f"{leaf.shape!r})."
-                )
-            if leaf.dtype.kind in "iub" and array.dtype.kind not in "iub":
-                raise ActionError(
-                    f"the policy's actions{where} have dtype {array.dtype}; the action space "
-                    f"{leaf.space!r} needs integers. Convert them (e.g. `.astype(np.int64)`)."
-                )
-            if array.dtype.kind not in "iubf":
-                raise ActionError(
-                    f"the policy's actions{where} have dtype {array.dtype}; expected a numeric dtype "
-                    f"convertible to {leaf.dtype}."
-                )
-            env = self._core.find_out_of_bounds(array, low, high)
-            if env >= 0:
-                hint = " Clip continuous actions to the space's bounds." if isinstance(leaf.space, spaces.Box) else ""
-                raise ActionError(
-                    f"the policy's action{where} for env {env} is outside the action space "
-                    f"{leaf.space!r}: got {array[env].tolist()!r}.{hint}"
-                )
-            checked.append(array)
-        return checked
 
     def _check_per_env(self, value: Any, field: str, seen_attribute: str) -> np.ndarray | None:
         present = value is not None
@@ -159,7 +79,7 @@ class PolicyOutputWriter:
             )
         if not present:
             return None
-        array = _as_array(value, f"`{field}`", f"({self._num_envs},)")
+        array = as_action_array(value, f"the policy's `{field}`", f"({self._num_envs},)")
         if array.shape not in ((self._num_envs,), (self._num_envs, 1)):
             raise ActionError(
                 f"the policy's `{field}` have shape {array.shape!r}; expected ({self._num_envs},) "

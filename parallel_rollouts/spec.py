@@ -43,6 +43,9 @@ class RolloutSpec:
         #: Async workers host ``group_builder(envs, env_offset, observation_layout, action_layout,
         #: core)`` instead of the rollout groups when set (the VectorEnv adapter does).
         self.group_builder = None
+        #: Store each action with the dtype it was given (the VectorEnv adapter's envs
+        #: receive the caller's dtype, as in ``SyncVectorEnv``; see ``typed_actions``).
+        self.typed_actions = False
 
     def adopt_spaces(self, observation_space: Space, action_space: Space, num_envs: int | None = None) -> None:
         """Take env 0's spaces as the reference every env must match, and the final env count."""
@@ -60,4 +63,5 @@ class RolloutSpec:
             self.info_keys,
             allocator,
             zeroed,
+            typed_actions=self.typed_actions,
         )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from .spaces import SpaceLayout
+from .typed_actions import allocate_typed_actions
 
 __all__ = ["CompletedEpisodes", "RolloutStorage"]
 
@@ -78,13 +79,22 @@ class RolloutStorage:
         info_keys: Sequence[str] = (),
         allocator: Allocator = np.empty,
         zeroed: Allocator = np.zeros,
+        typed_actions: bool = False,
     ) -> RolloutStorage:
-        """Allocate storage; ``final_observations`` comes from ``zeroed``, the rest from ``allocator``."""
+        """Allocate storage; ``final_observations`` comes from ``zeroed``, the rest from ``allocator``.
+
+        With ``typed_actions`` each action leaf holds bytes, each row a dtype and values of that
+        dtype (:mod:`~parallel_rollouts.typed_actions`), instead of values of the space's dtype.
+        """
         steps = (horizon, num_envs)
         return cls(
             observations=observation_layout.allocate((horizon + 1, num_envs), allocator),
             final_observations=observation_layout.allocate(steps, zeroed),
-            actions=action_layout.allocate(steps, allocator),
+            actions=(
+                allocate_typed_actions(action_layout, steps, allocator)
+                if typed_actions
+                else action_layout.allocate(steps, allocator)
+            ),
             rewards=allocator(steps, dtype=np.float64),
             terminations=allocator(steps, dtype=np.bool_),
             truncations=allocator(steps, dtype=np.bool_),

@@ -23,15 +23,17 @@ from gymnasium import Env
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from .action_checks import ActionBatchChecker
 from .env_group import close_each
 from .groups import make_all
 from .gymnasium_group import GymnasiumGroup, build_gymnasium_group
 from .core import load_core
-from .errors import CollectorClosedError, ConfigurationError
+from .errors import ConfigurationError, ResetNeededError, VectorEnvClosedError
 from .processes.forwarded_warnings import raise_again
 from .spaces import SpaceLayout, check_env_spaces
 from .spec import RolloutSpec
 from .storage import RolloutStorage
+from .typed_actions import TypedActionWriter
 
 __all__ = ["ParallelVectorEnv"]
 
@@ -67,11 +69,26 @@ class ParallelVectorEnv(VectorEnv):
         ``"auto"``, ``"compiled"`` or ``"python"``.
 
     ``reset(seed=...)`` takes ``None``, an int ``s`` (env ``i`` gets ``s + i``)
-    or one seed per env, like Gymnasium's vector envs; autoresets use no seed.
+    or a list of one int or ``None`` per env, like ``SyncVectorEnv``; autoresets
+    use no seed. ``np_random_seed`` is the tuple of every env's seed.
+
+    ``step(actions)`` hands each env the row of ``actions`` that ``SyncVectorEnv``
+    would hand it, with the dtype passed (float64 actions for a float32 ``Box``
+    reach the env as float64). Actions are checked first, the whole batch before
+    any env steps: a wrong shape, a non-integer for an integer space, an integer
+    outside the space (or its dtype), or NaN raises
+    :class:`~parallel_rollouts.ActionError` naming the env and the value, and
+    steps nothing. A float outside a float ``Box``'s bounds reaches the env, as
+    in Gymnasium. Stepping before every env was reset raises
+    :class:`~parallel_rollouts.ResetNeededError` (a ``gymnasium.error.ResetNeeded``)
+    and steps nothing.
+
     ``call``, ``get_attr`` and ``set_attr`` reach every env (their arguments and
     results are pickled for ``"async"``). Env failures raise
     :class:`~parallel_rollouts.WorkerError` naming the env; the vector env is
-    then unusable, and ``close()`` still releases everything.
+    then unusable. Any use after ``close()`` (or such a failure) raises
+    :class:`~parallel_rollouts.VectorEnvClosedError`, a
+    ``gymnasium.error.ClosedEnvironmentError``; ``close()`` still releases everything.
     """
 
     def __init__(
@@ -112,11 +129,18 @@ class ParallelVectorEnv(VectorEnv):
         self.backend = backend
         core_name, core_module = load_core(core)
         self.num_envs = len(env_fns)
+        # Envs not reset since they were made: stepping them first is refused here, before
+        # their own order check (gymnasium's OrderEnforcing) would break the vector env.
+        self._never_reset = np.ones(self.num_envs, dtype=bool)
         builder = partial(build_gymnasium_group, autoreset_mode=self.autoreset_mode)
         if backend == "sync":
             self._start_sync(list(env_fns), builder, core_module)
         else:
             self._start_async(list(env_fns), builder, core_name, core_module, num_workers, context, step_timeout)
+        self._action_checker = ActionBatchChecker(
+            self._action_layout, self.num_envs, core_module, "the", float_box_bounds="pass"
+        )
+        self._action_writer = TypedActionWriter(self._action_layout, [leaf[0] for leaf in self._storage.actions])
         self.single_observation_space = self._observation_layout.space
         self.single_action_space = self._action_layout.space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
@@ -140,7 +164,9 @@ class ParallelVectorEnv(VectorEnv):
         except BaseException:
             close_each(envs)
             raise
-        self._storage = RolloutStorage.allocate(self._observation_layout, self._action_layout, 1, self.num_envs)
+        self._storage = RolloutStorage.allocate(
+            self._observation_layout, self._action_layout, 1, self.num_envs, typed_actions=True
+        )
         self._group.begin(self._storage)
 
     def _start_async(self, env_fns, builder, core_name, core_module, num_workers, context, step_timeout) -> None:
@@ -149,6 +175,7 @@ class ParallelVectorEnv(VectorEnv):
 
         spec = RolloutSpec(env_fns, 0, 1, (), core_name, core_module)
         spec.group_builder = builder
+        spec.typed_actions = True
         self._backend = WorkerPool.start(spec, num_workers=num_workers, context=context, step_timeout=step_timeout)
         self._worker = protocol
         self._observation_layout = spec.observation_layout
@@ -194,9 +221,9 @@ class ParallelVectorEnv(VectorEnv):
 
     def _check_usable(self) -> None:
         if self.closed:
-            raise CollectorClosedError("this ParallelVectorEnv is closed; create a new one.")
+            raise VectorEnvClosedError("this ParallelVectorEnv is closed; create a new one.")
         if self._broken is not None:
-            raise CollectorClosedError(
+            raise VectorEnvClosedError(
                 f"this ParallelVectorEnv is broken by an earlier failure ({type(self._broken).__name__}: "
                 f"{self._broken}); close it and create a new one."
             ) from self._broken
@@ -216,19 +243,16 @@ class ParallelVectorEnv(VectorEnv):
 
     # -- the VectorEnv API -----------------------------------------------------------------
 
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:
+        """Every env's ``np_random_seed``, in env order (as ``SyncVectorEnv`` gives it)."""
+        return self.get_attr("np_random_seed")
+
     def reset(self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None):
         """Reset every env (or those in ``options["reset_mask"]``); return ``(observations, infos)``."""
-        super().reset(seed=seed if isinstance(seed, (int, np.integer)) else None)
-        if seed is None:
-            seeds = [None] * self.num_envs
-        elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-            seeds = [int(seed) + index for index in range(self.num_envs)]
-        else:
-            seeds = list(seed)
-            if len(seeds) != self.num_envs:
-                raise ValueError(
-                    f"`seed` as a list must have one entry per env (num_envs={self.num_envs}); got {len(seeds)}."
-                )
+        self._check_usable()
+        seeds = self._seeds_per_env(seed)
+        super().reset(seed=seeds[0] if isinstance(seed, (int, np.integer)) else None)
         options = dict(options) if options is not None else None
         reset_mask = None
         if options is not None and "reset_mask" in options:
@@ -240,12 +264,42 @@ class ParallelVectorEnv(VectorEnv):
             if not reset_mask.any():
                 raise ValueError("`options['reset_mask']` must select at least one env.")
         parts = self._handle(("reset", seeds, options, reset_mask))
+        self._never_reset[slice(None) if reset_mask is None else reset_mask] = False
         return self._observations(), self._merge_infos(parts)
+
+    def _seeds_per_env(self, seed: Any) -> list[int | None]:
+        """``reset``'s ``seed`` as one int or ``None`` per env, or :class:`ConfigurationError`."""
+        if seed is None:
+            return [None] * self.num_envs
+        if _is_seed(seed):
+            return [int(seed) + index for index in range(self.num_envs)]
+        if isinstance(seed, (str, bytes, dict)) or not isinstance(seed, (Sequence, np.ndarray)):
+            raise ConfigurationError(
+                f"`seed` must be None, a non-negative int, or a list of one such int or None per env (num_envs={self.num_envs}); "
+                f"got {seed!r}."
+            )
+        seeds = list(seed)
+        if len(seeds) != self.num_envs:
+            raise ConfigurationError(
+                f"`seed` as a list must have one entry per env (num_envs={self.num_envs}); got {len(seeds)}."
+            )
+        for index, entry in enumerate(seeds):
+            if entry is not None and not _is_seed(entry):
+                raise ConfigurationError(
+                    f"`seed[{index}]` (for env {index}) must be a non-negative int or None; got {entry!r}."
+                )
+        return [None if entry is None else int(entry) for entry in seeds]
 
     def step(self, actions: Any):
         """Step every env once; return ``(observations, rewards, terminations, truncations, infos)``."""
         self._check_usable()
-        self._write_actions(actions)
+        if self._never_reset.any():
+            unreset = np.flatnonzero(self._never_reset).tolist()
+            raise ResetNeededError(
+                f"`step` was called before envs {unreset!r} were ever reset; call `reset()` first. "
+                "Nothing was stepped."
+            )
+        self._action_writer.write(self._action_checker.check(actions))
         parts = self._step_groups()
         storage = self._storage
         return (
@@ -255,23 +309,6 @@ class ParallelVectorEnv(VectorEnv):
             storage.truncations[0].copy(),
             self._merge_infos(parts),
         )
-
-    def _write_actions(self, actions: Any) -> None:
-        layout = self._action_layout
-        try:
-            values = layout.flatten(actions)
-        except Exception as error:
-            raise ValueError(f"the actions do not match the action space {self.action_space!r}: {error}") from None
-        for leaf, target, value in zip(layout.leaves, self._storage.actions, values):
-            array = np.asarray(value)
-            expected = (self.num_envs,) + leaf.shape
-            if array.shape != expected:
-                where = f" at {leaf.name}" if layout.is_nested else ""
-                raise ValueError(
-                    f"the actions{where} have shape {array.shape!r}; with num_envs={self.num_envs} and the single "
-                    f"action space {leaf.space!r} they must have shape {expected!r}."
-                )
-            target[0] = array
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
         """Call method ``name`` of every env (or read the attribute); one result per env."""
@@ -310,3 +347,8 @@ class ParallelVectorEnv(VectorEnv):
 
     def __repr__(self) -> str:
         return f"ParallelVectorEnv(backend={self.backend!r}, num_envs={self.num_envs}, autoreset_mode={self.autoreset_mode.name})"
+
+
+def _is_seed(value: Any) -> bool:
+    """A seed Gymnasium's envs take: a non-negative int (a NumPy integer too), not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value >= 0

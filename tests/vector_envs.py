@@ -259,3 +259,41 @@ class DeclaresMode(gym.vector.VectorWrapper):
 
 def cartpole_declaring(behaves: str, declares) -> DeclaresMode:
     return DeclaresMode(sync_vector("cartpole", 2, behaves), declares)
+
+RECORDER_ACTION_SPACES = {
+    "discrete": spaces.Discrete(3),
+    "float_box": spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32),
+    "uint8_box": spaces.Box(0, 255, shape=(2,), dtype=np.uint8),
+    "multi_discrete": spaces.MultiDiscrete([3, 4]),
+    "dict": spaces.Dict({"move": spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32), "tool": spaces.Discrete(4)}),
+}
+
+
+def describe_action(action) -> object:
+    """Everything an env could tell about the action it received: type, dtype, shape, exact bytes."""
+    if isinstance(action, dict):
+        return {key: describe_action(value) for key, value in action.items()}
+    array = np.asarray(action)
+    return (type(action).__name__, array.dtype.str, array.shape, array.tobytes())
+
+
+class ActionRecorder(gym.Env):
+    """Records each action it is stepped with (``received``): a sub-env that shows what it was handed."""
+
+    observation_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+
+    def __init__(self, action_space: spaces.Space):
+        self.action_space = action_space
+        self.received = []
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action):
+        self.received.append(describe_action(action))
+        return np.zeros(1, dtype=np.float32), 0.0, False, False, {}
+
+
+def action_recorder(space_name: str) -> ActionRecorder:
+    return ActionRecorder(RECORDER_ACTION_SPACES[space_name])

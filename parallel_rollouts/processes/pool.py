@@ -341,6 +341,7 @@ def _attach(spec: RolloutSpec, resources: _Resources, policy, policy_state: Poli
         core_name=spec.core_name,
         observation_check=spec.observation_check,
         group_builder=spec.group_builder,
+        typed_actions=spec.typed_actions,
         policy=policy,
         policy_state=None if policy_state is None else policy_state.layout,
     )

@@ -113,6 +113,8 @@ class AttachOrder:
     #: ``builder(envs, env_offset, observation_layout, action_layout, core)`` -> the group to
     #: host instead of the rollout groups (the VectorEnv adapter's); picklable.
     group_builder: object = None
+    #: Action storage holds each action's own dtype (``RolloutStorage.allocate(typed_actions=...)``).
+    typed_actions: bool = False
     policy: ShippedPolicy | None = None
     policy_state: StateLayout | None = None
 
@@ -150,7 +152,8 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
 
             def allocate(allocator, zeroed):
                 return RolloutStorage.allocate(
-                    observation_layout, action_layout, order.horizon, order.num_envs, order.info_keys, allocator, zeroed
+                    observation_layout, action_layout, order.horizon, order.num_envs, order.info_keys, allocator, zeroed,
+                    typed_actions=order.typed_actions,
                 )
 
             shared = SharedStorage.attach(order.segment_name, allocate)
