@@ -279,11 +279,23 @@ def _picklable_policy_error(error: BaseException, env_offset: int) -> BaseExcept
     """The policy's own exception (with its remote traceback as a note) if it pickles, else a description."""
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     try:
-        error.add_note(f"Raised in the rollout worker hosting envs from {env_offset}:\n{text}")
+        _add_note(error, f"Raised in the rollout worker hosting envs from {env_offset}:\n{text}")
         pickle.loads(pickle.dumps(error))
         return error
     except Exception:
         return RuntimeError(f"the policy raised {type(error).__name__}: {error}\n{text}")
+
+
+def _add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)``; on Python 3.10, which has no ``add_note``, the same ``__notes__`` list.
+
+    Python 3.10 does not print notes under the traceback, but the note still travels with the
+    pickled exception and can be read from ``error.__notes__``.
+    """
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    else:
+        error.__notes__ = [*getattr(error, "__notes__", ()), note]
 
 
 def _close_error(errors) -> WorkerError:
