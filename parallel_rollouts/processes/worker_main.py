@@ -132,6 +132,7 @@ def _reply_error(connection, error: BaseException, env_offset: int) -> None:
 
 def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _allow_env_processes()
     _warnings.install()
     group = None
     shared: SharedStorage | None = None
@@ -194,6 +195,19 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
             shared.release()
         if state_reader is not None:
             state_reader.release()
+
+
+def _allow_env_processes() -> None:
+    """Let this worker's envs start processes of their own (an ``AsyncVectorEnv`` does).
+
+    The main process starts workers as daemons, so that it terminates any still running at its
+    exit; multiprocessing forbids a daemon to start children. The flag is cleared in this
+    worker's own copy of its process object only: the main process still treats the worker as
+    a daemon. Children an env starts go away with the worker: ``AsyncVectorEnv``'s own workers
+    are daemons, terminated when this worker exits, and they leave when their pipe to this
+    worker closes if it is killed.
+    """
+    multiprocessing.current_process().daemon = False
 
 
 def _receiver(connection):
