@@ -56,6 +56,31 @@ def _children() -> set[int]:
     return result
 
 
+def descendants_of(pid: int) -> set[int]:
+    """The live processes below ``pid``, at any depth."""
+    return {child.pid for child in psutil.Process(pid).children(recursive=True) if child.status() != psutil.STATUS_ZOMBIE}
+
+
+def still_running(pids, timeout: float = 30.0) -> list[int]:
+    """Those of ``pids`` still running (zombies count as gone) once they have all gone or ``timeout`` passed.
+
+    For processes that are no longer this process's descendants (orphans adopted by init),
+    which ``ResourceSnapshot`` cannot see.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.monotonic() > deadline:
+            return sorted(alive)
+        time.sleep(0.05)
+
+
 @dataclass
 class ResourceSnapshot:
     children: set[int]

@@ -1,9 +1,12 @@
-"""Policies for the rollout-worker and pipelining tests (top level: worker processes unpickle them)."""
+"""NumPy policies for the rollout-worker and pipelining tests (top level: worker processes unpickle them).
+
+No PyTorch here, so that the tests using them also run where PyTorch is not installed;
+the PyTorch policies are in ``tests/torch_policies.py``.
+"""
 
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from parallel_rollouts import PolicyOutput
 
@@ -55,29 +58,3 @@ class ArrayStatePolicy:
 
     def __call__(self, observations):
         return np.full(observations.shape[0], int(self.bias[0]), dtype=np.int64)
-
-
-class MLPPolicy(torch.nn.Module):
-    """A small PyTorch MLP policy: greedy action from logits, and a value head."""
-
-    def __init__(self, observation_size: int = 4, num_actions: int = 2, hidden: int = 64):
-        super().__init__()
-        self.body = torch.nn.Sequential(torch.nn.Linear(observation_size, hidden), torch.nn.Tanh())
-        self.logits = torch.nn.Linear(hidden, num_actions)
-        self.value = torch.nn.Linear(hidden, 1)
-
-    @torch.no_grad()
-    def forward(self, observations):
-        hidden = self.body(torch.from_numpy(np.array(observations, dtype=np.float32)))
-        return PolicyOutput(self.logits(hidden).argmax(dim=1), values=self.value(hidden).squeeze(1))
-
-
-class ModeReportingPolicy(torch.nn.Module):
-    """Action 1 in training mode, 0 in evaluation mode: shows which mode a copy is in."""
-
-    def __init__(self):
-        super().__init__()
-        self.scale = torch.nn.Parameter(torch.ones(1))
-
-    def forward(self, observations):
-        return np.full(len(observations), int(self.training), dtype=np.int64)

@@ -275,3 +275,16 @@ def test_a_script_without_the_main_guard_gets_one_error_saying_how_to_fix_it(tmp
     # The workers printed the main script's output too (they ran its top level) but nothing else.
     program = int(result.stdout.split()[0])
     assert __import__("tests.leaks", fromlist=["segments_of"]).segments_of(program) == set()
+
+
+def test_a_policy_raising_in_a_rollout_worker_keeps_its_type_and_carries_the_worker_traceback_as_a_note():
+    # Python 3.10 has no BaseException.add_note: the note must still reach the caller there.
+    from tests.policies import RaisingPolicy
+
+    fns = [partial(CountingEnv, env_id=i, episode_length=50) for i in range(4)]
+    with ParallelRolloutCollector(fns, RaisingPolicy(fail_on=2), "async", horizon=4, seed=0, num_workers=2, policy_placement="workers") as collector:
+        with pytest.raises(KeyError, match="the policy failed on purpose") as raised:
+            collector.collect()
+    (note,) = raised.value.__notes__
+    assert note.startswith("Raised in the rollout worker hosting envs from ")
+    assert "in __call__" in note and "KeyError: 'the policy failed on purpose'" in note

@@ -9,8 +9,9 @@ import torch
 from parallel_rollouts import ActionError, CollectorClosedError, ConfigurationError, ParallelRolloutCollector, WorkerDiedError
 from tests.batch_compare import assert_batches_identical
 from tests.envs import ConstantPolicy, CountingEnv, FaultyEnv, ObservationDependentPolicy, cartpole
-from tests.policies import ArrayStatePolicy, MLPPolicy, ModeReportingPolicy, RaisingPolicy, ValuedPolicy
+from tests.policies import ArrayStatePolicy, RaisingPolicy, ValuedPolicy
 from tests.test_backend_identity import space_env_fns
+from tests.torch_policies import MLPPolicy, ModeReportingPolicy
 
 pytestmark = pytest.mark.timeout(120)
 

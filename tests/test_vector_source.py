@@ -9,13 +9,15 @@ import numpy as np
 import pytest
 
 from parallel_rollouts import ParallelRolloutCollector
-from parallel_rollouts.errors import ConfigurationError, ObservationError, SpaceError, WorkerError
+from parallel_rollouts.errors import ConfigurationError, ObservationError, SpaceError, WorkerDiedError, WorkerError
 from parallel_rollouts.seeding import episode_seed
 from tests.batch_compare import assert_batches_identical
 from tests.envs import counting
+from tests.leaks import descendants_of, run_script, still_running
 from tests.vector_envs import (
     MODES,
     SINGLE_ENVS,
+    async_vector_fn,
     cartpole_vector,
     failing_vector,
     int_seed_only,
@@ -180,6 +182,65 @@ def test_every_backend_gives_the_same_batch_from_numpy_vectorized_cartpole(reuse
     batch = batches["sync"][-1]
     assert (batch.episode_seeds == -1).all() and (batch.step_episode_seeds == -1).all()
     assert not batch.valid.all(), "CartPoleVectorEnv autoresets on the next step"
+
+
+@pytest.mark.parametrize("mode", ["disabled", "same_step"])
+def test_async_vector_env_factories_give_the_same_batch_on_the_async_backend_as_on_sync(mode):
+    factories = [async_vector_fn("cartpole", 2, mode)] * 2
+    batches = {}
+    for backend in ("sync", "async"):
+        options = {"num_workers": 2} if backend == "async" else {}
+        with ParallelRolloutCollector(factories, None, backend=backend, horizon=30, seed=3, **options) as collector:
+            batches[backend] = [collector.collect() for _ in range(2)]
+    for a, b in zip(batches["sync"], batches["async"]):
+        assert_batches_identical(a, b)
+
+
+def test_closing_an_async_collector_ends_the_async_vector_env_processes_of_its_workers(no_leaks):
+    collector = ParallelRolloutCollector([async_vector_fn("cartpole", 2, "disabled")] * 2, None, backend="async", horizon=8, seed=0, num_workers=2)
+    collector.collect()
+    workers = [worker.process.pid for worker in collector._backend.stepper.pool.workers]
+    assert all(len(descendants_of(pid)) == 2 for pid in workers), "each sub-env runs in a child of its worker"
+    collector.close()
+
+
+def test_the_async_vector_env_processes_of_a_killed_worker_go_away(no_leaks):
+    collector = ParallelRolloutCollector([async_vector_fn("cartpole", 2, "disabled")] * 2, None, backend="async", horizon=8, seed=0, num_workers=2)
+    collector.collect()
+    killed = collector._backend.stepper.pool.workers[1].process
+    orphans = descendants_of(killed.pid)
+    assert len(orphans) == 2, "each AsyncVectorEnv sub-env runs in a child of its worker"
+    killed.kill()
+    with pytest.raises(WorkerDiedError, match=r"worker 1 \(pid \d+, envs 2..3\) was killed by signal SIGKILL"):
+        collector.collect()
+    # Orphaned by the kill, they are no longer this process's descendants: no_leaks cannot see them.
+    assert still_running(orphans) == []
+    collector.close()
+
+
+@pytest.mark.parametrize("ending", ["killed", "exits_without_close"])
+def test_async_vector_env_processes_go_away_with_the_main_process(ending):
+    program = run_script(
+        f"""
+        import os, signal, sys
+        from parallel_rollouts import ParallelRolloutCollector
+        from tests.leaks import descendants_of
+        from tests.vector_envs import async_vector_fn
+        if __name__ == "__main__":
+            collector = ParallelRolloutCollector([async_vector_fn("cartpole", 2, "next_step")] * 2, None, backend="async",
+                                                 horizon=8, seed=0, num_workers=2)
+            collector.collect()
+            tracker = [p.pid for p in __import__("psutil").Process().children() if "resource_tracker" in " ".join(p.cmdline())]
+            print(*sorted(descendants_of(os.getpid()) - set(tracker)), flush=True)
+            if {ending!r} == "killed":
+                os.kill(os.getpid(), signal.SIGKILL)
+        """,
+        timeout=120,
+    )
+    assert program.returncode == (-9 if ending == "killed" else 0), program.stderr
+    processes = [int(pid) for pid in program.stdout.split()]
+    assert len(processes) == 6, "two workers, each with two AsyncVectorEnv sub-env processes"
+    assert still_running(processes) == []
 
 
 def test_a_vector_env_seeded_with_one_int_is_reproducible_from_the_root_seed():

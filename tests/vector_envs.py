@@ -7,7 +7,7 @@ from functools import partial
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space
 
 from tests.envs import SpaceEnv
@@ -38,6 +38,15 @@ def sync_vector(name: str, num_envs: int, mode: str) -> SyncVectorEnv:
 
 def sync_vector_fn(name: str, num_envs: int, mode: str):
     return partial(sync_vector, name, num_envs, mode)
+
+
+def async_vector(name: str, num_envs: int, mode: str) -> AsyncVectorEnv:
+    """Gymnasium's AsyncVectorEnv: one process of its own per sub-env."""
+    return AsyncVectorEnv([SINGLE_ENVS[name]] * num_envs, autoreset_mode=MODES[mode])
+
+
+def async_vector_fn(name: str, num_envs: int, mode: str):
+    return partial(async_vector, name, num_envs, mode)
 
 
 def cartpole_vector(num_envs: int) -> gym.vector.VectorEnv:

@@ -134,6 +134,7 @@ def _reply_error(connection, error: BaseException, env_offset: int) -> None:
 
 def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _allow_env_processes()
     _warnings.install()
     group = None
     shared: SharedStorage | None = None
@@ -197,6 +198,19 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
             shared.release()
         if state_reader is not None:
             state_reader.release()
+
+
+def _allow_env_processes() -> None:
+    """Let this worker's envs start processes of their own (an ``AsyncVectorEnv`` does).
+
+    The main process starts workers as daemons, so that it terminates any still running at its
+    exit; multiprocessing forbids a daemon to start children. The flag is cleared in this
+    worker's own copy of its process object only: the main process still treats the worker as
+    a daemon. Children an env starts go away with the worker: ``AsyncVectorEnv``'s own workers
+    are daemons, terminated when this worker exits, and they leave when their pipe to this
+    worker closes if it is killed.
+    """
+    multiprocessing.current_process().daemon = False
 
 
 def _receiver(connection):
@@ -282,11 +296,23 @@ def _picklable_policy_error(error: BaseException, env_offset: int) -> BaseExcept
     """The policy's own exception (with its remote traceback as a note) if it pickles, else a description."""
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     try:
-        error.add_note(f"Raised in the rollout worker hosting envs from {env_offset}:\n{text}")
+        _add_note(error, f"Raised in the rollout worker hosting envs from {env_offset}:\n{text}")
         pickle.loads(pickle.dumps(error))
         return error
     except Exception:
         return RuntimeError(f"the policy raised {type(error).__name__}: {error}\n{text}")
+
+
+def _add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)``; on Python 3.10, which has no ``add_note``, the same ``__notes__`` list.
+
+    Python 3.10 does not print notes under the traceback, but the note still travels with the
+    pickled exception and can be read from ``error.__notes__``.
+    """
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    else:
+        error.__notes__ = [*getattr(error, "__notes__", ()), note]
 
 
 def _close_error(errors) -> WorkerError:
