@@ -37,21 +37,19 @@ class RaisingPolicy:
 
 
 class ArrayStatePolicy:
-    """A NumPy policy whose state is ``{"bias": array}``: the action is ``bias`` for every env.
+    """A NumPy policy: the action is ``bias[0]`` for every env.
 
-    ``load_state_dict`` raises when the bias is negative, standing for weights that fail to load.
+    Rebuilding it from its pickle raises when the bias is negative, standing for a
+    policy that cannot be rebuilt in a worker.
     """
 
     def __init__(self, bias: int = 0):
         self.bias = np.array([bias], dtype=np.int64)
 
-    def state_dict(self):
-        return {"bias": self.bias}
-
-    def load_state_dict(self, state):
+    def __setstate__(self, state):
         if state["bias"][0] < 0:
             raise ValueError(f"refusing a negative bias {int(state['bias'][0])}")
-        self.bias = np.array(state["bias"], copy=True)
+        self.__dict__.update(state)
 
     def __call__(self, observations):
         return np.full(observations.shape[0], int(self.bias[0]), dtype=np.int64)
