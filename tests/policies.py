@@ -79,3 +79,45 @@ class ModeReportingPolicy(torch.nn.Module):
 
     def forward(self, observations):
         return np.full(len(observations), int(self.training), dtype=np.int64)
+
+
+class RandomBinaryPolicy:
+    """Action 0 or 1 at random, from a generator the policy holds (seeded here: every copy starts equal)."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, observations):
+        return self.rng.integers(0, 2, size=observations.shape[0])
+
+
+class ModuleHolder:
+    """Holds a module; the action is its bias, rounded."""
+
+    def __init__(self):
+        self.network = torch.nn.Linear(1, 1)
+        with torch.no_grad():
+            self.network.weight.zero_()
+            self.network.bias.zero_()
+
+    def __call__(self, observations):
+        return np.full(observations.shape[0], int(round(self.network.bias.item())), dtype=np.int64)
+
+
+class NonPersistentBufferPolicy(torch.nn.Module):
+    """The action is a running statistic kept in a non-persistent buffer (not in ``state_dict()``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("running_mean", torch.zeros(1), persistent=False)
+
+    def forward(self, observations):
+        return np.full(observations.shape[0], int(self.running_mean.item()), dtype=np.int64)
+
+
+#: What ``module_level_policy`` reads: a module global, which workers import afresh.
+MODULE_LEVEL_ACTION = 0
+
+
+def module_level_policy(observations):
+    return np.full(observations.shape[0], MODULE_LEVEL_ACTION, dtype=np.int64)

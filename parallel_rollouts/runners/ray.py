@@ -265,7 +265,7 @@ class RayRunner(RolloutRunner):
         # The actors' slices come back as new arrays and are copied into the batch's columns.
         self._memory = BatchMemory(spec.allocate_storage, reuse_buffers)
         self.broken = None
-        self._shipper = None if policy is None else PolicyShipper(policy, "backend='ray' sends the policy to every actor")
+        self._shipper = None if policy is None else PolicyShipper(policy, "backend='ray' ships the policy to every actor")
         # Checked here, before any actor starts, so that an unpicklable policy fails fast.
         initial_policy = None if self._shipper is None else self._shipper.snapshot()
         self._pickled_env_fns = pickle_env_fns(spec.env_fns, "a Ray actor")
