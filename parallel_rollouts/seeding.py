@@ -15,6 +15,9 @@ it does not depend on how envs are grouped into processes or machines::
     process-wide generator g  SeedSequence(seed, spawn_key=(i, 2, 1, g))   -> random, numpy.random, torch
       of that worker
 
+Only the policy's generators in rollout workers and Ray actors follow the grouping: they are
+seeded per worker, keyed by the first env of its slice.
+
 Unlike ``seed + i``, neighbouring root seeds do not share env streams. Episode
 seeds are drawn 256 at a time (one ``SeedSequence`` per block, not per
 episode, keeps resets cheap) and are 32-bit words because many simulators
