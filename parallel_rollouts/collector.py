@@ -87,10 +87,11 @@ class ParallelRolloutCollector:
         this process, batched over all envs, once per step. ``"workers"`` (async;
         always so for ray): each worker process holds its own copy and runs whole
         rollouts of its slice, one exchange per ``collect()``; the policy must be
-        picklable, and a policy with ``state_dict()`` / ``load_state_dict()`` has
-        its state sent through shared memory on every ``collect()`` (any other
-        policy is sent once, at construction). Pays for cheap envs with a cheap
-        CPU policy; keep a GPU policy in the main process.
+        picklable. At every ``collect()`` each copy is brought to the policy's
+        state at that moment (weights, buffers, attributes, ``train()`` / ``eval()``
+        modes; only what changed travels), and each copy's random generators are
+        its own, seeded from ``seed`` and its slice. Pays for cheap envs with a
+        cheap CPU policy; keep a GPU policy in the main process.
     pipelined:
         Async backend with the policy in the main process: split the envs into two
         halves (by worker) and run the policy on one half while the workers step

@@ -13,12 +13,16 @@ Every exception also subclasses the builtin a caller would naturally catch::
     │                                          ``gymnasium.error.ClosedEnvironmentError``
     ├── ResetNeededError (RuntimeError)        ParallelVectorEnv stepped before its envs were reset;
     │                                          also a ``gymnasium.error.ResetNeeded``
+    ├── PolicyTransferError (RuntimeError)     a worker could not rebuild the policy sent to it
     └── WorkerError (RuntimeError)             an env raised, or the process hosting it failed
         ├── WorkerDiedError                    a worker process exited or was killed
         └── StepTimeoutError (TimeoutError)    envs did not finish a step within ``step_timeout``
 
 Warnings: ``ObservationWarning`` (UserWarning) when an env's float observation
-leaves its declared bounds and ``observation_check="warn"`` (the default).
+leaves its declared bounds and ``observation_check="warn"`` (the default);
+``StalePolicyWarning`` (UserWarning) when the policy sent to rollout workers or Ray
+actors is a function they import by name, whose module globals never follow this
+process's.
 
 Errors raised by the policy itself are not wrapped: they reach the caller as the
 policy raised them.
@@ -39,8 +43,10 @@ __all__ = [
     "ObservationError",
     "ObservationWarning",
     "ParallelRolloutsError",
+    "PolicyTransferError",
     "ResetNeededError",
     "SpaceError",
+    "StalePolicyWarning",
     "StepTimeoutError",
     "VectorEnvClosedError",
     "WorkerDiedError",
@@ -74,6 +80,15 @@ class ObservationError(ParallelRolloutsError, ValueError):
 
 class ObservationWarning(ParallelRolloutsError, UserWarning):
     """A float observation left its declared bounds; stored as returned (``observation_check="warn"``)."""
+
+
+class StalePolicyWarning(ParallelRolloutsError, UserWarning):
+    """The remote copies of the policy cannot follow part of it: a function sent by name,
+    whose module globals each worker imports afresh."""
+
+
+class PolicyTransferError(ParallelRolloutsError, RuntimeError):
+    """A worker or actor could not rebuild the policy sent to it; that rollout was not run."""
 
 
 class CollectorClosedError(ParallelRolloutsError, RuntimeError):

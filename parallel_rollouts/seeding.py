@@ -9,6 +9,14 @@ it does not depend on how envs are grouped into processes or machines::
                               SeedSequence(seed, spawn_key=(i, 0, k // 256)).generate_state(256)
                                                                             -> env.reset(seed=...)
     action sampler of env i   SeedSequence(seed, spawn_key=(i, 1))          -> action_space.seed(...)
+    generator k held by the   SeedSequence(seed, spawn_key=(i, 2, 0, k))   -> a worker's copy of the policy
+      policy in the worker    (k counts the generators that copy came to hold)
+      whose slice starts at i
+    process-wide generator g  SeedSequence(seed, spawn_key=(i, 2, 1, g))   -> random, numpy.random, torch
+      of that worker
+
+Only the policy's generators in rollout workers and Ray actors follow the grouping: they are
+seeded per worker, keyed by the first env of its slice.
 
 Unlike ``seed + i``, neighbouring root seeds do not share env streams. Episode
 seeds are drawn 256 at a time (one ``SeedSequence`` per block, not per
@@ -23,11 +31,22 @@ import numpy as np
 
 from .errors import ConfigurationError
 
-__all__ = ["EpisodeSeeds", "action_sampler_seed", "draw_root_seed", "episode_seed", "validate_seed"]
+__all__ = [
+    "EpisodeSeeds",
+    "action_sampler_seed",
+    "draw_root_seed",
+    "episode_seed",
+    "policy_generator_seed",
+    "process_generator_seed",
+    "validate_seed",
+]
 
 EPISODE_SEED_BLOCK = 256
 _EPISODE_STREAM = 0
 _ACTION_STREAM = 1
+_POLICY_STREAM = 2
+_HELD_GENERATORS = 0
+_PROCESS_GENERATORS = 1
 
 
 def draw_root_seed() -> int:
@@ -73,3 +92,15 @@ def action_sampler_seed(root_seed: int, env_index: int) -> int:
     """The seed of env ``env_index``'s own action-space sampler (``policy=None``)."""
     sequence = np.random.SeedSequence(root_seed, spawn_key=(env_index, _ACTION_STREAM))
     return int(sequence.generate_state(1, np.uint32)[0])
+
+
+def policy_generator_seed(root_seed: int, first_env: int, serial: int) -> np.random.SeedSequence:
+    """The seed of the ``serial``-th generator (counting from 0) that the copy of the policy in the
+    worker or actor whose slice starts at env ``first_env`` came to hold."""
+    return np.random.SeedSequence(root_seed, spawn_key=(first_env, _POLICY_STREAM, _HELD_GENERATORS, serial))
+
+
+def process_generator_seed(root_seed: int, first_env: int, generator: int) -> np.random.SeedSequence:
+    """The seed of process-wide generator ``generator`` (Python's, NumPy's legacy one, PyTorch's)
+    in the worker or actor whose slice starts at env ``first_env``."""
+    return np.random.SeedSequence(root_seed, spawn_key=(first_env, _POLICY_STREAM, _PROCESS_GENERATORS, generator))

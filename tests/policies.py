@@ -40,21 +40,37 @@ class RaisingPolicy:
 
 
 class ArrayStatePolicy:
-    """A NumPy policy whose state is ``{"bias": array}``: the action is ``bias`` for every env.
+    """A NumPy policy: the action is ``bias[0]`` for every env.
 
-    ``load_state_dict`` raises when the bias is negative, standing for weights that fail to load.
+    Rebuilding it from its pickle raises when the bias is negative, standing for a
+    policy that cannot be rebuilt in a worker.
     """
 
     def __init__(self, bias: int = 0):
         self.bias = np.array([bias], dtype=np.int64)
 
-    def state_dict(self):
-        return {"bias": self.bias}
-
-    def load_state_dict(self, state):
+    def __setstate__(self, state):
         if state["bias"][0] < 0:
             raise ValueError(f"refusing a negative bias {int(state['bias'][0])}")
-        self.bias = np.array(state["bias"], copy=True)
+        self.__dict__.update(state)
 
     def __call__(self, observations):
         return np.full(observations.shape[0], int(self.bias[0]), dtype=np.int64)
+
+
+class RandomBinaryPolicy:
+    """Action 0 or 1 at random, from a generator the policy holds (seeded here: every copy starts equal)."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, observations):
+        return self.rng.integers(0, 2, size=observations.shape[0])
+
+
+#: What ``module_level_policy`` reads: a module global, which workers import afresh.
+MODULE_LEVEL_ACTION = 0
+
+
+def module_level_policy(observations):
+    return np.full(observations.shape[0], MODULE_LEVEL_ACTION, dtype=np.int64)

@@ -433,3 +433,15 @@ def test_warnings_raised_in_an_actor_reach_the_driver_under_its_filters():
     with ParallelRolloutCollector([OvershootEnv] * 2, ConstantPolicy(2), "ray", horizon=10, seed=0, num_workers=2) as collector:
         with pytest.warns(ObservationWarning, match=r"env 1 returned an observation at step t=2"):
             collector.collect()
+
+
+def test_each_actor_draws_its_own_stream_and_the_same_seed_replays_it():
+    from tests.policies import RandomBinaryPolicy
+
+    fns = [partial(CountingEnv, env_id=i, episode_length=50, num_actions=2) for i in range(4)]
+    first = collect("ray", fns, RandomBinaryPolicy(), collects=2, horizon=300, seed=6, num_workers=2)
+    again = collect("ray", fns, RandomBinaryPolicy(), collects=2, horizon=300, seed=6, num_workers=2)
+    # Envs 0, 1 run in actor 0 and envs 2, 3 in actor 1; one shared stream would agree on every step.
+    assert 0.4 < np.mean(first[0].actions[:, 0] == first[0].actions[:, 2]) < 0.6
+    for one, two in zip(first, again):
+        np.testing.assert_array_equal(one.actions, two.actions)

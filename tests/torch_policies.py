@@ -32,3 +32,27 @@ class ModeReportingPolicy(torch.nn.Module):
 
     def forward(self, observations):
         return np.full(len(observations), int(self.training), dtype=np.int64)
+
+
+class ModuleHolder:
+    """Holds a module; the action is its bias, rounded."""
+
+    def __init__(self):
+        self.network = torch.nn.Linear(1, 1)
+        with torch.no_grad():
+            self.network.weight.zero_()
+            self.network.bias.zero_()
+
+    def __call__(self, observations):
+        return np.full(observations.shape[0], int(round(self.network.bias.item())), dtype=np.int64)
+
+
+class NonPersistentBufferPolicy(torch.nn.Module):
+    """The action is a running statistic kept in a non-persistent buffer (not in ``state_dict()``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("running_mean", torch.zeros(1), persistent=False)
+
+    def forward(self, observations):
+        return np.full(observations.shape[0], int(self.running_mean.item()), dtype=np.int64)

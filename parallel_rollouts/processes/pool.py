@@ -30,7 +30,6 @@ from ..spaces import check_env_spaces
 from ..spec import RolloutSpec
 from . import worker_main as protocol
 from .forwarded_warnings import raise_again
-from .policy_state import PolicyState
 from .shared_memory import SharedStorage
 from .slicing import pickle_env_fns, resolve_num_workers, split_envs
 from .waiting import SpinThenBlock, spin_budget_seconds
@@ -73,7 +72,6 @@ class _Resources:
 
     workers: list[_Worker] = field(default_factory=list)
     shared: SharedStorage | None = None
-    policy_state: PolicyState | None = None
     closed: bool = False
 
     def shutdown(self, graceful: bool = True) -> list[WorkerError]:
@@ -123,9 +121,6 @@ class _Resources:
         if self.shared is not None:
             self.shared.release()
             self.shared = None
-        if self.policy_state is not None:
-            self.policy_state.release()
-            self.policy_state = None
         return errors
 
 
@@ -177,15 +172,12 @@ class WorkerPool:
         context: str | object | None = None,
         step_timeout: float | None = None,
         policy: protocol.ShippedPolicy | None = None,
-        policy_state: PolicyState | None = None,
     ) -> WorkerPool:
         """Start the workers, check every env's spaces, create the segment, attach the workers.
 
-        With ``policy`` (rollout workers), each worker unpickles its own copy of the
-        policy; ``policy_state`` is the segment its state is written into each collect
-        (owned by the pool from here on).
+        With ``policy`` (rollout workers), each worker builds its own copy of the policy.
         """
-        resources = _Resources(policy_state=policy_state)
+        resources = _Resources()
         try:
             _exit_if_importing_the_main_script()
             num_workers = resolve_num_workers(num_workers, spec.num_envs)
@@ -203,7 +195,7 @@ class WorkerPool:
                 child_end.close()
                 waiter = SpinThenBlock(parent_end, spin_budget_seconds())
                 resources.workers.append(_Worker(index, start, stop, process, parent_end, waiter=waiter))
-            _attach(spec, resources, policy, policy_state)
+            _attach(spec, resources, policy)
         except BaseException:
             resources.shutdown(graceful=False)
             raise
@@ -212,10 +204,6 @@ class WorkerPool:
     @property
     def shared(self) -> SharedStorage:
         return self._resources.shared
-
-    @property
-    def policy_state(self) -> PolicyState | None:
-        return self._resources.policy_state
 
     # -- requests --------------------------------------------------------------------------
 
@@ -316,7 +304,7 @@ class WorkerPool:
             logger.warning("an env raised while closing: %s", error)
 
 
-def _attach(spec: RolloutSpec, resources: _Resources, policy, policy_state: PolicyState | None) -> None:
+def _attach(spec: RolloutSpec, resources: _Resources, policy) -> None:
     replies = [_startup_reply(worker, "spaces") for worker in resources.workers]
     _raise_startup_errors(replies)
     # A worker's columns are known once its envs exist: a vector env spans its num_envs.
@@ -343,7 +331,6 @@ def _attach(spec: RolloutSpec, resources: _Resources, policy, policy_state: Poli
         group_builder=spec.group_builder,
         typed_actions=spec.typed_actions,
         policy=policy,
-        policy_state=None if policy_state is None else policy_state.layout,
     )
     for worker in resources.workers:
         worker.connection.send(("attach", replace(order, column_offset=worker.start)))

@@ -13,8 +13,8 @@ Start-up (pickled messages):
    or ``("error", exception)``;
 2. the main process checks every env's spaces, creates the shared segment and
    sends ``("attach", AttachOrder)``; the worker attaches, builds its group,
-   resets its envs (and, as a rollout worker, unpickles its copy of the policy and
-   maps the segment of the policy's state) and replies ``("ready", None)`` or
+   resets its envs (and, as a rollout worker, builds its copy of the policy from the
+   first policy snapshot) and replies ``("ready", None)`` or
    ``("error", exception)``.
 
 Rollouts (the per-step fast path: 9-byte requests, 1-byte replies, no pickling):
@@ -24,8 +24,9 @@ Rollouts (the per-step fast path: 9-byte requests, 1-byte replies, no pickling):
     b"s" t   step t                   (reads actions[t], writes rows t and t + 1)
     b"f" 0   finish                   -> reply b"f" + pickled CompletedEpisodes
     b"a" t   abandon after t steps
-    b"r" v   rollout workers: load the policy state version v if not loaded yet, run
-             a whole rollout with the worker's policy
+    b"r" 0   + pickled PolicySnapshot, or nothing when the policy did not change:
+             rollout workers: bring the worker's copy of the policy up to date, run
+             a whole rollout with it
                               -> reply b"f" + pickled SliceResult, or
                                  b"p" + pickled (exception, steps done) if the policy failed
     b"c" 0   close the envs and exit
@@ -60,10 +61,10 @@ from ..core import load_core
 from ..env_group import EnvGroup, close_each, describe_failure
 from ..errors import ObservationError, WorkerError
 from ..groups import GroupChain, build_groups, make_all, spaces_per_env
+from ..runners.policy_shipping import PolicyReplica
 from ..runners.slice_rollout import PolicyFailed, SliceRollout
 from ..spaces import SpaceLayout
 from ..storage import RolloutStorage
-from .policy_state import StateLayout, StateReader
 from .shared_memory import SharedStorage
 from .forwarded_warnings import WarningRecorder
 from .waiting import SpinThenBlock, spin_budget_seconds
@@ -88,9 +89,10 @@ def _send(connection, reply: bytes) -> None:
 
 @dataclass(frozen=True)
 class ShippedPolicy:
-    """What makes a worker a rollout worker: its copy of the policy (``None``: random actions)."""
+    """What makes a worker a rollout worker: the first snapshot of the policy (``None``: random actions)."""
 
-    pickled_policy: bytes | None
+    #: A pickled :class:`~parallel_rollouts.runners.policy_shipping.PolicySnapshot`.
+    snapshot: bytes | None
     #: Hand the policy copies of its rows (the shared rows are rewritten by the next collect).
     private_policy_rows: bool = True
 
@@ -116,7 +118,6 @@ class AttachOrder:
     #: Action storage holds each action's own dtype (``RolloutStorage.allocate(typed_actions=...)``).
     typed_actions: bool = False
     policy: ShippedPolicy | None = None
-    policy_state: StateLayout | None = None
 
 
 def _picklable(error: BaseException, env_offset: int) -> BaseException:
@@ -138,7 +139,7 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
     _warnings.install()
     group = None
     shared: SharedStorage | None = None
-    state_reader: StateReader | None = None
+    replica: PolicyReplica | None = None
     envs = []
     try:
         try:
@@ -172,8 +173,11 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
             group.reset_all()
             rollout = None
             if order.policy is not None:
-                policy = order.policy.pickled_policy
-                policy = None if policy is None else cloudpickle.loads(policy)
+                policy = None
+                if order.policy.snapshot is not None:
+                    replica = PolicyReplica(order.root_seed, env_offset)
+                    replica.apply(pickle.loads(order.policy.snapshot))
+                    policy = replica.policy
                 if "torch" in sys.modules:
                     # Each worker is one of as many processes as cores: one thread each,
                     # not a full-machine thread pool per worker.
@@ -182,13 +186,11 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
                     group, env_offset, groups[-1][1], observation_layout, action_layout, core, policy, order.root_seed,
                     private_policy_rows=order.policy.private_policy_rows,
                 )
-                if order.policy_state is not None:
-                    state_reader = StateReader(order.policy_state)
         except Exception as error:
             connection.send(("error", _picklable(error, env_offset)))
             return
         connection.send(("ready", None))
-        _serve(connection, group, columns, env_offset, rollout, state_reader)
+        _serve(connection, group, columns, env_offset, rollout, replica)
     except (EOFError, OSError):
         pass  # the main process is gone: nothing left to report to
     finally:
@@ -196,8 +198,6 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
             close_each(envs)
         if shared is not None:
             shared.release()
-        if state_reader is not None:
-            state_reader.release()
 
 
 def _allow_env_processes() -> None:
@@ -233,7 +233,7 @@ def _receiver(connection):
     return receive
 
 
-def _serve(connection, group: EnvGroup | GroupChain, columns, env_offset: int, rollout, state_reader) -> None:
+def _serve(connection, group: EnvGroup | GroupChain, columns, env_offset: int, rollout, replica) -> None:
     receive = _receiver(connection)
 
     def send(reply: bytes) -> None:
@@ -247,7 +247,7 @@ def _serve(connection, group: EnvGroup | GroupChain, columns, env_offset: int, r
                 result = group.step(argument)
                 send(DONE if result is None else FINISHED + pickle.dumps(result))
             elif command == ROLLOUT:
-                send(_run_rollout(rollout, state_reader, argument, columns, env_offset))
+                send(_run_rollout(rollout, replica, message[REQUEST.size :], columns, env_offset))
             elif command == BEGIN:
                 group.begin(columns)
                 send(DONE)
@@ -271,25 +271,19 @@ def _serve(connection, group: EnvGroup | GroupChain, columns, env_offset: int, r
             _reply_error(connection, WorkerError.from_failures([describe_failure(env_offset, "worker", error)]), env_offset)
 
 
-def _run_rollout(rollout: SliceRollout, state_reader: StateReader | None, version: int, columns, env_offset: int) -> bytes:
+def _run_rollout(rollout: SliceRollout, replica: PolicyReplica | None, snapshot: bytes, columns, env_offset: int) -> bytes:
     """One whole rollout of this worker's slice; the reply to send."""
     try:
-        if state_reader is not None:
+        if replica is not None:
             try:
-                state_reader.load_into(rollout.policy, version)
+                replica.apply(pickle.loads(snapshot) if snapshot else None)
             except Exception as error:
-                raise PolicyFailed(_state_error(error), 0) from error
+                raise PolicyFailed(error, 0) from error
+            rollout.loop.policy = replica.policy
         result = rollout.run(columns)
     except PolicyFailed as failed:
         return POLICY_FAILED + pickle.dumps((_picklable_policy_error(failed.error, env_offset), failed.steps_done))
     return FINISHED + pickle.dumps(result)
-
-
-def _state_error(error: BaseException) -> BaseException:
-    return RuntimeError(
-        f"the policy's load_state_dict() raised {type(error).__name__}: {error} while loading the "
-        "state sent for this collect; the rollout was not run."
-    )
 
 
 def _picklable_policy_error(error: BaseException, env_offset: int) -> BaseException:

@@ -1,23 +1,32 @@
-"""Keeping remote copies of a policy equal to the driver's, sending as little as possible.
+"""Keeping the remote copies of a policy equal to this process's, sending only what changed.
 
-A policy's behaviour depends on more than its weights: a PyTorch module's
-``training`` flag (dropout, batch norm), attributes such as a ``deterministic``
-switch or an exploration rate, whole sub-objects swapped in. Sending only a
-``state_dict`` misses all of those, silently. So the policy is pickled whole,
-with one split: the bytes of PyTorch storages (the weights) travel on their
-own, and everything else (the *skeleton*: structure, attributes, modes, tensor
-shapes) is compared with what was sent last time.
+Rollout workers (``policy_placement="workers"``) and Ray actors both run a copy of the
+policy; this module is the one way those copies follow the policy here. At every
+``collect()`` a copy is brought to the policy's state as it is at that moment, whatever
+the policy is: a module, a function closing over modules, an object holding one, plain
+attributes, persistent and non-persistent buffers, each submodule's ``training`` flag.
 
-- Skeleton unchanged: only the storages travel, and each replica copies them
-  into the storages its policy already views. State the replica's policy keeps
-  on its own (a random generator, a step counter) carries on.
-- Skeleton changed (any attribute, mode or shape differs from the last one
-  sent): the whole policy travels and replaces each replica's copy.
+The policy is pickled whole (with cloudpickle), with two kinds of objects set aside:
 
-So after every :func:`PolicyShipper.snapshot` a replica behaves as the driver's
-policy did when the snapshot was taken, except for state the policy changes in
-itself while it runs, which each replica keeps until the driver's skeleton
-changes.
+- the bytes of every PyTorch storage (weights, buffers), compared with the bytes last
+  sent; only storages whose bytes differ travel, and a copy writes them into the storages
+  its policy already views;
+- its random generators, which travel as placeholders and are filled in by each copy
+  with generators of its own (:mod:`~parallel_rollouts.runners.policy_generators`).
+
+The rest, the *skeleton* (structure, attributes, modes, shapes, NumPy arrays), travels
+only when it differs from the one last sent; a copy then rebuilds its policy from it
+(around the storages it holds). Unchanged, a collect costs one pickling of the skeleton
+and one comparison of the storages' bytes; nothing but a few bytes travels.
+
+State the remote copy changes in itself while it runs (a call counter, a statistic it
+updates in place) stays with that copy until this process changes the same part:
+comparisons are against what was last sent, not against what a copy holds now.
+
+A function that cloudpickle pickles by reference (one defined at the top level of an
+importable module) is imported afresh by each worker, module globals and all: what it
+reads from those globals is never this process's. :class:`PolicyShipper` warns of that,
+once, with :class:`~parallel_rollouts.errors.StalePolicyWarning`.
 """
 
 from __future__ import annotations
@@ -25,26 +34,38 @@ from __future__ import annotations
 import io
 import pickle
 import sys
-from dataclasses import dataclass
+import types
+import warnings
+from dataclasses import dataclass, field
 from typing import Any
 
 import cloudpickle
+import numpy as np
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, PolicyTransferError, StalePolicyWarning
+from .policy_generators import HeldGenerators, ProcessGenerators, generator_kinds
 
 __all__ = ["PolicyReplica", "PolicyShipper", "PolicySnapshot"]
+
+_STORAGE, _GENERATOR = "storage", "generator"
 
 
 @dataclass(frozen=True)
 class PolicySnapshot:
-    """What travels: the skeleton when it changed (else ``None``), and every storage.
+    """What travels to every copy at one collect.
 
-    Each storage travels as a flat ``uint8`` tensor viewing it (PyTorch cannot
-    unpickle a bare untyped storage).
+    ``skeleton`` is ``None`` when it did not change. ``storages`` maps the index of each
+    storage whose bytes changed to a flat ``uint8`` tensor holding them (PyTorch cannot
+    unpickle a bare untyped storage); ``storage_count`` is how many storages the policy has.
     """
 
     skeleton: bytes | None
-    storages: list
+    storage_count: int
+    storages: dict[int, Any] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return self.skeleton is None and not self.storages
 
 
 def _torch_storage_types() -> tuple[type, ...]:
@@ -57,45 +78,70 @@ def _torch_storage_types() -> tuple[type, ...]:
 
 
 class _SkeletonPickler(cloudpickle.CloudPickler):
-    """Pickles everything but PyTorch storages, which it collects into ``storages``."""
+    """Pickles everything but PyTorch storages and random generators, which it sets aside."""
 
-    def __init__(self, file: io.BytesIO, storage_types: tuple[type, ...]) -> None:
+    def __init__(self, file: io.BytesIO, destination: str, cpu_only: bool) -> None:
         super().__init__(file)
-        self._storage_types = storage_types
+        self._destination = destination
+        self._cpu_only = cpu_only
+        storage_types = _torch_storage_types()
+        self._typed_storage = storage_types[0] if storage_types else None
+        # One dict lookup per pickled object: exact types only.
+        self._special = {storage_type: self._storage_id for storage_type in storage_types}
+        self._special.update({kind: self._generator_id(describe) for kind, describe in generator_kinds().items()})
         self.storages: list = []
-        self._index_by_key: dict[int, int] = {}
+        self._storage_index: dict[int, int] = {}
+        self._generator_index: dict[int, int] = {}
 
     def persistent_id(self, obj: Any) -> Any:
-        # Called for every object pickled: an exact type test keeps it cheap. (A
-        # storage subclass, which tensors never produce, is pickled whole instead.)
-        if type(obj) not in self._storage_types:
-            return None
-        typed = type(obj) is self._storage_types[0]
-        untyped = obj._untyped_storage if typed else obj
+        special = self._special.get(type(obj))
+        return None if special is None else special(obj)
+
+    def _generator_id(self, describe):
+        def generator_id(generator: Any) -> Any:
+            kind = describe(generator)
+            if kind is None:
+                return None
+            # One generator referred to twice is one generator in the copy too.
+            place = self._generator_index.setdefault(id(generator), len(self._generator_index))
+            return (_GENERATOR, place, kind)
+
+        return generator_id
+
+    def _storage_id(self, storage: Any) -> Any:
+        typed = type(storage) is self._typed_storage
+        untyped = storage._untyped_storage if typed else storage
+        if self._cpu_only and untyped.device.type != "cpu":
+            raise ConfigurationError(
+                f"{self._destination} to run it on their CPUs, but it holds a tensor on {untyped.device}. "
+                "Keep a GPU policy in the main process (policy_placement='main'), or move it to the CPU."
+            )
         # Tensors sharing memory (tied weights, views) share one untyped storage:
-        # ship it once so that the replica's tensors share it too.
-        key = untyped._cdata
-        index = self._index_by_key.get(key)
+        # ship it once so that the copy's tensors share it too.
+        index = self._storage_index.get(untyped._cdata)
         if index is None:
             import torch
 
-            index = self._index_by_key[key] = len(self.storages)
+            index = self._storage_index[untyped._cdata] = len(self.storages)
             byte_view = torch.empty(0, dtype=torch.uint8, device=untyped.device)
             byte_view.set_(untyped, 0, (untyped.nbytes(),))
             self.storages.append(byte_view)
         # Everything an in-place copy relies on is in the skeleton, so an equal
         # skeleton means the storages line up one for one.
-        dtype = obj.dtype if typed else None
-        return (index, dtype, untyped.nbytes(), untyped.device.type)
+        dtype = storage.dtype if typed else None
+        return (_STORAGE, index, dtype, untyped.nbytes(), untyped.device.type)
 
 
 class _SkeletonUnpickler(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, storages: list) -> None:
+    def __init__(self, file: io.BytesIO, storages: list, generators: HeldGenerators) -> None:
         super().__init__(file)
         self._storages = storages
+        self._generators = generators
 
     def persistent_load(self, pid: Any) -> Any:
-        index, dtype, _, _ = pid
+        if pid[0] == _GENERATOR:
+            return self._generators.get(pid[1], pid[2])
+        _, index, dtype, _, _ = pid
         untyped = self._storages[index].untyped_storage()
         if dtype is None:
             return untyped
@@ -104,20 +150,69 @@ class _SkeletonUnpickler(pickle.Unpickler):
         return torch.storage.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)
 
 
-class PolicyShipper:
-    """Driver side: turns the current policy into the smallest :class:`PolicySnapshot`."""
+def _same_bytes(first: Any, second: Any) -> bool:
+    if first.device.type != "cpu":
+        import torch
 
-    def __init__(self, policy: Any, destination: str) -> None:
-        """``destination`` starts the error message, e.g. "backend='ray' ships the policy to every actor"."""
+        return bool(torch.equal(first, second))
+    first, second = first.numpy(), second.numpy()
+    if first.size % 8 == 0:
+        # Eight bytes at a time: the comparison runs at memory speed.
+        first, second = first.view(np.uint64), second.view(np.uint64)
+    return bool(np.array_equal(first, second))
+
+
+def _name(policy: Any) -> str:
+    name = getattr(policy, "__qualname__", None) or type(policy).__qualname__
+    return f"{getattr(policy, '__module__', '?')}.{name}"
+
+
+def pickled_by_reference(policy: Any) -> bool:
+    """Whether cloudpickle sends ``policy`` as a name to import rather than by value."""
+    if not isinstance(policy, types.FunctionType):
+        return False
+    module = sys.modules.get(policy.__module__)
+    if policy.__module__ == "__main__" or module is None or module in cloudpickle.list_registry_pickle_by_value():
+        return False
+    found: Any = module
+    for part in policy.__qualname__.split("."):
+        found = getattr(found, part, None)
+    return found is policy
+
+
+class PolicyShipper:
+    """This process's side: turns the policy's current state into the smallest :class:`PolicySnapshot`.
+
+    Every copy is at the same state, the one last sent: :meth:`snapshot` moves them
+    all on together, :meth:`resend` gives a new copy that state whole, and
+    :meth:`forget` makes the next snapshot whole after a copy failed to apply one.
+    """
+
+    def __init__(self, policy: Any, destination: str, cpu_only: bool = False) -> None:
+        """``destination`` starts the error messages, e.g. "policy_placement='workers' sends the policy to every worker"."""
         self._policy = policy
         self._destination = destination
+        self._cpu_only = cpu_only
         self._sent_skeleton: bytes | None = None
+        self._sent_storages: list = []
+        if pickled_by_reference(policy):
+            warnings.warn(
+                f"the policy {_name(policy)} is a function that cloudpickle sends by name: {destination}, each of "
+                "which imports that module afresh, so what the function reads from the module's globals (a network "
+                "updated here, an exploration rate) is never this process's. Pass an object that holds what the "
+                "policy uses (a module, or a closure over it), or register the module with "
+                "cloudpickle.register_pickle_by_value.",
+                StalePolicyWarning,
+                stacklevel=4,
+            )
 
     def _pickle(self) -> tuple[bytes, list]:
         buffer = io.BytesIO()
-        pickler = _SkeletonPickler(buffer, _torch_storage_types())
+        pickler = _SkeletonPickler(buffer, self._destination, self._cpu_only)
         try:
             pickler.dump(self._policy)
+        except ConfigurationError:
+            raise
         except Exception as error:
             raise ConfigurationError(
                 f"{self._destination}, but it cannot be serialised "
@@ -126,37 +221,77 @@ class PolicyShipper:
             ) from error
         return buffer.getvalue(), pickler.storages
 
-    def full(self) -> PolicySnapshot:
-        """The whole policy, for new replicas.
-
-        Replicas made earlier may hold an older skeleton, so the next
-        :meth:`snapshot` sends the whole policy again.
-        """
-        skeleton, storages = self._pickle()
-        self._sent_skeleton = None
-        return PolicySnapshot(skeleton, storages)
-
     def snapshot(self) -> PolicySnapshot:
-        """What every replica needs to match the policy now; records it as sent."""
+        """What every copy needs to match the policy now; recorded as sent."""
         skeleton, storages = self._pickle()
-        if skeleton == self._sent_skeleton:
-            return PolicySnapshot(None, storages)
+        sent = self._sent_storages
+        lined_up = len(storages) == len(sent) and all(
+            now.numel() == before.numel() and now.device == before.device for now, before in zip(storages, sent)
+        )
+        changed = {
+            index: storage.clone()
+            for index, storage in enumerate(storages)
+            if not (lined_up and _same_bytes(storage, sent[index]))
+        }
+        self._sent_storages = [changed.get(index, before) for index, before in enumerate(sent)] if lined_up else [
+            changed[index] for index in range(len(storages))
+        ]
+        new_skeleton = None if skeleton == self._sent_skeleton else skeleton
         self._sent_skeleton = skeleton
-        return PolicySnapshot(skeleton, storages)
+        return PolicySnapshot(new_skeleton, len(storages), changed)
+
+    def resend(self) -> PolicySnapshot:
+        """The state every copy is at, whole: for a copy made after the others."""
+        if self._sent_skeleton is None:
+            return self.snapshot()
+        return PolicySnapshot(self._sent_skeleton, len(self._sent_storages), dict(enumerate(self._sent_storages)))
+
+    def forget(self) -> None:
+        """Some copy may not be at the recorded state: send everything next time."""
+        self._sent_skeleton = None
+        self._sent_storages = []
 
 
 class PolicyReplica:
-    """Remote side: holds the copy of the policy and applies snapshots to it."""
+    """A worker's or actor's side: holds its copy of the policy and applies snapshots to it.
 
-    def __init__(self, snapshot: PolicySnapshot) -> None:
+    ``first_env`` (the first env of this copy's slice) and ``root_seed`` seed the copy's
+    random generators and this process's shared ones.
+    """
+
+    def __init__(self, root_seed: int, first_env: int) -> None:
         self.policy: Any = None
         self._storages: list = []
-        self.apply(snapshot)
+        self._generators = HeldGenerators(root_seed, first_env)
+        self._process_generators = ProcessGenerators(root_seed, first_env)
 
-    def apply(self, snapshot: PolicySnapshot) -> None:
+    def apply(self, snapshot: PolicySnapshot | None) -> None:
+        """Bring the copy to ``snapshot`` (``None``: nothing changed); raises
+        :class:`PolicyTransferError` if it cannot be rebuilt here (the copy is then unchanged)."""
+        if snapshot is not None and not snapshot.empty:
+            self._apply(snapshot)
+        self._process_generators.seed_unseeded()
+
+    def _apply(self, snapshot: PolicySnapshot) -> None:
+        storages = self._storages[: snapshot.storage_count]
+        for index, new in sorted(snapshot.storages.items()):
+            if index < len(storages) and storages[index].numel() == new.numel() and storages[index].device == new.device:
+                # In place: the tensors of the policy as it stands view these storages.
+                storages[index].untyped_storage().copy_(new.untyped_storage())
+            elif index < len(storages):
+                storages[index] = new
+            else:
+                storages.append(new)
         if snapshot.skeleton is not None:
-            self.policy = _SkeletonUnpickler(io.BytesIO(snapshot.skeleton), snapshot.storages).load()
-            self._storages = snapshot.storages
-            return
-        for kept, new in zip(self._storages, snapshot.storages, strict=True):
-            kept.untyped_storage().copy_(new.untyped_storage())
+            try:
+                policy = _SkeletonUnpickler(io.BytesIO(snapshot.skeleton), storages, self._generators).load()
+            except Exception as error:
+                self._generators.discard()
+                raise PolicyTransferError(
+                    f"the policy sent for this collect could not be rebuilt here ({type(error).__name__}: {error}); "
+                    "the rollout was not run. Check that everything the policy refers to can be imported in the "
+                    "worker (its classes, the modules its functions use)."
+                ) from error
+            self._generators.commit()
+            self.policy = policy
+        self._storages = storages

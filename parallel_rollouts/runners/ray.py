@@ -8,8 +8,8 @@ backend's rollout workers (the ``RolloutLoop`` over an
 :class:`~parallel_rollouts.env_group.EnvGroup` that the ``sync`` backend runs).
 The whole policy travels at start-up; each
 ``collect()`` then brings every actor's copy up to date with the driver's
-(:mod:`~parallel_rollouts.runners.policy_shipping`: the weights, plus the whole
-policy whenever anything else about it changed), gathers the slices and
+(:mod:`~parallel_rollouts.runners.policy_shipping`, as for the async backend's
+rollout workers: only what changed travels), gathers the slices and
 assembles them along the env axis.
 
 Seeds and random actions are per env, so with a deterministic policy whose
@@ -160,7 +160,10 @@ class SliceActor:
         )
         self._group.reset_all()
         # No policy: SliceRollout samples random actions per env.
-        self._replica = None if policy is None else PolicyReplica(policy)
+        self._replica = None
+        if policy is not None:
+            self._replica = PolicyReplica(self._root_seed, self._env_offset)
+            self._replica.apply(policy)
         self._rollout = SliceRollout(
             self._group,
             self._env_offset,
@@ -174,7 +177,7 @@ class SliceActor:
         return self._warnings.take()
 
     def collect(self, policy: PolicySnapshot | None):
-        if policy is not None:
+        if self._replica is not None:
             self._replica.apply(policy)
             self._rollout.loop.policy = self._replica.policy
         storage = RolloutStorage.allocate(
@@ -265,7 +268,7 @@ class RayRunner(RolloutRunner):
         self.broken = None
         self._shipper = None if policy is None else PolicyShipper(policy, "backend='ray' ships the policy to every actor")
         # Checked here, before any actor starts, so that an unpicklable policy fails fast.
-        initial_policy = None if self._shipper is None else self._shipper.full()
+        initial_policy = None if self._shipper is None else self._shipper.snapshot()
         self._pickled_env_fns = pickle_env_fns(spec.env_fns, "a Ray actor")
         self._slices = split_envs(spec.num_envs, resolve_num_workers(num_workers, spec.num_envs))
         # Episodes started so far per env, as the actors report after every rollout,
@@ -387,7 +390,8 @@ class RayRunner(RolloutRunner):
 
     def collect(self) -> RolloutResult:
         # Serialised once (an unserialisable policy raises here, before anything ran).
-        policy = None if self._shipper is None else self._ray.put(self._shipper.snapshot())
+        snapshot = None if self._shipper is None else self._shipper.snapshot()
+        policy = None if snapshot is None or snapshot.empty else self._ray.put(snapshot)
         timeout = None if self._step_timeout is None else self._spec.horizon * self._step_timeout
         try:
             parts, dead, failure = self._wait([actor.collect.remote(policy) for actor in self._actors], timeout)
@@ -422,7 +426,7 @@ class RayRunner(RolloutRunner):
             except Exception:
                 pass
             self._actors[index] = self._create_actor(index, first_episode=self._episodes_started[start:stop].tolist())
-            policy = None if self._shipper is None else self._ray.put(self._shipper.full())
+            policy = None if self._shipper is None else self._ray.put(self._shipper.resend())
             started = [self._start(self._actors[index], policy)]
             self._wait_for_placement(started)
             self._forwarded.extend(record for records in self._get_all(started) for record in records)

@@ -1,8 +1,8 @@
 """Rollout workers: each async worker process runs whole rollouts with its own copy of the policy.
 
-One exchange per ``collect()`` instead of one per step: the main process writes the
-policy's current state into a shared segment (:mod:`parallel_rollouts.processes.policy_state`),
-sends each worker one rollout request, and waits. Each worker runs the same
+One exchange per ``collect()`` instead of one per step: the main process sends each worker
+one rollout request carrying what changed in the policy since the last one
+(:mod:`~parallel_rollouts.runners.policy_shipping`, the same as for Ray actors), and waits. Each worker runs the same
 :class:`~parallel_rollouts.runners.slice_rollout.SliceRollout` a Ray actor runs, writing its
 columns of the shared storage; the batch is then copied out once (or handed out, with
 ``reuse_buffers=True``).
@@ -17,16 +17,14 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-import cloudpickle
-
 from ..batch_memory import BatchMemory
-from ..errors import ActionError, ConfigurationError
+from ..errors import ActionError, PolicyTransferError
 from ..processes import worker_main as protocol
-from ..processes.policy_state import PolicyState, has_state
 from ..processes.pool import WorkerPool
 from ..spec import RolloutSpec
 from ..storage import CompletedEpisodes
 from .base import RolloutResult, RolloutRunner
+from .policy_shipping import PolicyShipper
 from .slice_merge import merged_output_fields
 
 __all__ = ["RolloutWorkersRunner"]
@@ -35,47 +33,40 @@ __all__ = ["RolloutWorkersRunner"]
 class RolloutWorkersRunner(RolloutRunner):
     """``backend="async", policy_placement="workers"``."""
 
-    def __init__(self, pool: WorkerPool, memory: BatchMemory, policy: Any) -> None:
+    def __init__(self, pool: WorkerPool, memory: BatchMemory, shipper: PolicyShipper | None) -> None:
         self.pool = pool
         self._memory = memory
-        self._policy = policy
+        self._shipper = shipper
 
     @classmethod
     def build(
         cls, spec: RolloutSpec, policy: Any, reuse_buffers: bool, num_workers=None, context=None, step_timeout=None
     ) -> RolloutWorkersRunner:
-        pickled = None
+        shipper = snapshot = None
         if policy is not None:
-            try:
-                pickled = cloudpickle.dumps(policy)
-            except Exception as error:
-                raise ConfigurationError(
-                    "policy_placement='workers' sends the policy to every worker process, but it cannot be "
-                    f"serialised ({type(error).__name__}: {error}). Make it picklable (a module, a top-level "
-                    "class or function), or keep it in the main process (policy_placement='main')."
-                ) from error
-        state = PolicyState.create(policy) if has_state(policy) else None
-        try:
-            pool = WorkerPool.start(
-                spec,
-                num_workers,
-                context,
-                step_timeout,
-                policy=protocol.ShippedPolicy(pickled, private_policy_rows=not reuse_buffers),
-                policy_state=state,
+            shipper = PolicyShipper(
+                policy, "policy_placement='workers' sends the policy to every worker process", cpu_only=True
             )
-        except BaseException:
-            if state is not None:
-                state.release()
-            raise
-        return cls(pool, BatchMemory(spec.allocate_storage, reuse_buffers, pool.shared.storage), policy)
+            # Checked here, before any worker starts, so that an unpicklable policy fails fast.
+            snapshot = pickle.dumps(shipper.snapshot(), protocol=pickle.HIGHEST_PROTOCOL)
+        pool = WorkerPool.start(
+            spec,
+            num_workers,
+            context,
+            step_timeout,
+            policy=protocol.ShippedPolicy(snapshot, private_policy_rows=not reuse_buffers),
+        )
+        return cls(pool, BatchMemory(spec.allocate_storage, reuse_buffers, pool.shared.storage), shipper)
 
     def collect(self) -> RolloutResult:
         memory, pool = self._memory, self.pool
+        # Serialised before anything runs: a policy that became unpicklable is refused here.
+        update = b""
+        if self._shipper is not None:
+            snapshot = self._shipper.snapshot()
+            update = b"" if snapshot.empty else pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
         memory.begin()
-        state = pool.policy_state
-        version = state.write(self._policy) if state is not None else 0
-        replies = self._guarded(pool.exchange, protocol.ROLLOUT, version, None, pool.spec.horizon)
+        replies = self._guarded(pool.exchange, protocol.ROLLOUT, 0, None, pool.spec.horizon, update)
         try:
             pool.raise_failures(replies)
         except BaseException as error:
@@ -87,6 +78,9 @@ class RolloutWorkersRunner(RolloutRunner):
             # Each worker dropped its rollout at its own row; every env continues from where
             # it stands (workers whose policy did not fail ran to the end of the horizon).
             memory.abandon(pool.spec.horizon)
+            if any(isinstance(error, PolicyTransferError) for error, _ in policy_failures):
+                # Some copies moved on and some did not: next time, send everything to all.
+                self._shipper.forget()
             raise policy_failures[0][0]
         results = [pickle.loads(reply[1:]) for reply in replies]
         try:
