@@ -18,6 +18,7 @@ from typing import Any
 from gymnasium import Env, Space
 
 from .errors import ConfigurationError, SpaceError, WorkerError
+from .failures import merged_failure
 from .spaces import SpaceLayout
 from .storage import CompletedEpisodes, RolloutStorage
 from .env_group import EnvGroup, close_each, describe_failure
@@ -165,11 +166,12 @@ class GroupChain:
                 group.step(t)
             except WorkerError as error:
                 errors.append(error)
+        error = merged_failure(errors)
+        if error is None:
+            return
         if len(errors) == 1:
-            raise errors[0]
-        if errors:
-            failures = [failure for error in errors for failure in error.failures]
-            raise WorkerError.from_failures(failures) from errors[0].__cause__
+            raise error
+        raise error from errors[0].__cause__
 
     def finish(self) -> CompletedEpisodes:
         return CompletedEpisodes.merge([group.finish() for _, _, group in self._groups])

@@ -28,6 +28,7 @@ from multiprocessing.connection import Connection, wait
 from ..errors import CollectorClosedError, ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError, WorkerError
 from ..spaces import check_env_spaces
 from ..spec import RolloutSpec
+from ..failures import merged_failure
 from . import worker_main as protocol
 from .forwarded_warnings import raise_again
 from .shared_memory import SharedStorage
@@ -253,13 +254,9 @@ class WorkerPool:
     @staticmethod
     def raise_failures(replies: list[bytes]) -> None:
         """Raise every env failure reported, together; else the first other error."""
-        errors = [pickle.loads(reply[1:]) for reply in replies if reply[:1] == protocol.FAILED]
-        if not errors:
-            return
-        worker_errors = [error for error in errors if isinstance(error, WorkerError)]
-        if len(worker_errors) == len(errors) and len(errors) > 1:
-            raise WorkerError.from_failures([f for error in worker_errors for f in error.failures])
-        raise errors[0]
+        error = merged_failure([pickle.loads(reply[1:]) for reply in replies if reply[:1] == protocol.FAILED])
+        if error is not None:
+            raise error
 
     def _receive(self, worker: _Worker, deadline: float | None) -> bytes:
         connection = worker.connection
@@ -355,14 +352,9 @@ def _resolve_context(context):
 
 def _raise_startup_errors(replies: list) -> None:
     """Raise what the workers reported: every env failure together, else the first other error."""
-    errors = [reply for reply in replies if isinstance(reply, BaseException)]
-    if not errors:
-        return
-    if all(isinstance(error, WorkerError) for error in errors):
-        failures = [failure for error in errors for failure in error.failures]
-        if failures:
-            raise WorkerError.from_failures(failures)
-    raise next((error for error in errors if not isinstance(error, WorkerError)), errors[0])
+    error = merged_failure([reply for reply in replies if isinstance(reply, BaseException)])
+    if error is not None:
+        raise error
 
 
 def _exit_if_importing_the_main_script() -> None:
