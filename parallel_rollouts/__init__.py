@@ -23,6 +23,7 @@ from .errors import (
 )
 from .make import make_collector
 from .policy import PolicyOutput
+from .runners.base import RunnerState
 from .vector_env import ParallelVectorEnv
 
 __version__ = "0.1.0"
@@ -43,6 +44,7 @@ __all__ = [
     "PolicyTransferError",
     "ResetNeededError",
     "RolloutBatch",
+    "RunnerState",
     "SpaceError",
     "StalePolicyWarning",
     "StepTimeoutError",

@@ -14,7 +14,7 @@ from .core import load_core
 from .errors import CollectorClosedError, ConfigurationError
 from .observation_checks import check_observation_check
 from .processes.forwarded_warnings import raise_again
-from .runners.base import RolloutRunner
+from .runners.base import RolloutRunner, RunnerState
 from .runners.build import build_runner, check_placement
 from .seeding import draw_root_seed, validate_seed
 from .spec import RolloutSpec
@@ -140,8 +140,6 @@ class ParallelRolloutCollector:
         # First, so that __del__ can close whatever a failing constructor already made.
         self._owner_pid = os.getpid()
         self._backend: RolloutRunner | None = None
-        self._closed = False
-        self._broken: BaseException | None = None
         env_fns = _check_env_fns(env_fns, backend)
         if policy is not None and not callable(policy):
             raise ConfigurationError(f"`policy` must be callable or None; got {policy!r}.")
@@ -229,7 +227,17 @@ class ParallelRolloutCollector:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._backend is None or self._backend.state is RunnerState.CLOSED
+
+    @property
+    def state(self) -> RunnerState:
+        """``READY``, ``COLLECTING``, ``BROKEN`` (see :attr:`failure`) or ``CLOSED``."""
+        return RunnerState.CLOSED if self._backend is None else self._backend.state
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that broke this collector (``None`` unless :attr:`state` is ``BROKEN``)."""
+        return None if self._backend is None else self._backend.failure
 
     # -- collecting ------------------------------------------------------------------------
 
@@ -247,7 +255,6 @@ class ParallelRolloutCollector:
         try:
             result = self._backend.collect()
         except BaseException:
-            self._broken = self._backend.broken
             raise_again(self._backend.take_warnings(), quietly=True)  # the failure is what counts
             raise
         batch = RolloutBatch.from_result(result, self._spec.observation_layout, self._spec.action_layout, self._seed)
@@ -257,13 +264,9 @@ class ParallelRolloutCollector:
         return batch
 
     def _check_usable(self) -> None:
-        if self._closed:
-            raise CollectorClosedError("this collector is closed; create a new one to collect again.")
-        if self._broken is not None:
-            raise CollectorClosedError(
-                "this collector is broken by an earlier failure "
-                f"({type(self._broken).__name__}: {self._broken}); close it and create a new one."
-            ) from self._broken
+        if self._backend is None:
+            raise CollectorClosedError("this collector was never built; create a new one.")
+        self._backend.check_usable()
 
     # -- lifetime --------------------------------------------------------------------------
 
@@ -275,15 +278,8 @@ class ParallelRolloutCollector:
         close), so an env that hangs in ``close()`` hangs this call. ``async`` and ``ray``
         are bounded: a worker or actor that has not closed its envs in time is terminated.
         """
-        if self._closed:
-            return
-        self._closed = True
         if self._backend is not None:
             self._backend.close()
-            # A stored failure's traceback holds the frames of the failed rollout and,
-            # through them, its storage; once closed, "closed" is all later calls report.
-            self._backend.broken = None
-        self._broken = None
 
     def __enter__(self) -> ParallelRolloutCollector:
         return self
@@ -294,14 +290,14 @@ class ParallelRolloutCollector:
     def __del__(self) -> None:
         # A collector dropped without close(): release what it holds, but only in
         # the process that created it (a forked child must not close its parent's).
-        if getattr(self, "_backend", None) is not None and not self._closed and os.getpid() == getattr(self, "_owner_pid", None):
+        if getattr(self, "_backend", None) is not None and not self.closed and os.getpid() == getattr(self, "_owner_pid", None):
             try:
                 self.close()
             except Exception:
                 logger.debug("closing a collector during garbage collection failed", exc_info=True)
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else ("broken" if self._broken is not None else "open")
+        state = self.state.value
         return (
             f"ParallelRolloutCollector(backend={self._backend_name!r}, num_envs={self.num_envs}, "
             f"horizon={self._horizon}, seed={self._seed}, core={self._core_name!r}, {state})"

@@ -257,7 +257,6 @@ class RayRunner(RolloutRunner):
         self._spec = spec
         self._options = options
         self._step_timeout = step_timeout
-        self._closed = False
         self._uses_local_ray = False
         self._actors: list = []
         self._restarts_left = options.max_restarts
@@ -265,7 +264,6 @@ class RayRunner(RolloutRunner):
         self._forwarded: list = []
         # The actors' slices come back as new arrays and are copied into the batch's columns.
         self._memory = BatchMemory(spec.allocate_storage, reuse_buffers)
-        self.broken = None
         self._shipper = None if policy is None else PolicyShipper(policy, "backend='ray' ships the policy to every actor")
         # Checked here, before any actor starts, so that an unpicklable policy fails fast.
         initial_policy = None if self._shipper is None else self._shipper.snapshot()
@@ -388,7 +386,7 @@ class RayRunner(RolloutRunner):
             raise self._died_error(dead, "")
         return results
 
-    def collect(self) -> RolloutResult:
+    def _collect(self) -> RolloutResult:
         # Serialised once (an unserialisable policy raises here, before anything ran).
         snapshot = None if self._shipper is None else self._shipper.snapshot()
         policy = None if snapshot is None or snapshot.empty else self._ray.put(snapshot)
@@ -398,13 +396,13 @@ class RayRunner(RolloutRunner):
         except BaseException as interrupted:
             # Ctrl-C (or anything else) while the actors run: their rollouts finish
             # unseen, so the next batch would not follow this one.
-            self.broken = interrupted
+            self._break(interrupted)
             raise
         if failure is not None:
             # Actors run their rollouts independently: when one fails part-way (an env,
             # or the policy) the others have already stepped on, so the envs no longer
             # share a row to continue from. Any failure therefore breaks the collector.
-            self.broken = failure
+            self._break(failure)
             raise failure
         if dead:
             # A replacement that cannot start (its factory raises, no room on the cluster)
@@ -415,7 +413,7 @@ class RayRunner(RolloutRunner):
     def _restart(self, dead: list) -> None:
         if len(dead) > self._restarts_left:
             error = self._died_error(dead, f" and no restarts are left (max_restarts={self._options.max_restarts})")
-            self.broken = error
+            self._break(error)
             raise error
         for index, _ in dead:
             self._restarts_left -= 1
@@ -462,11 +460,8 @@ class RayRunner(RolloutRunner):
         forwarded, self._forwarded = self._forwarded, []
         return forwarded
 
-    def close(self) -> None:
+    def _close(self) -> None:
         """Kill the actors this collector created; leave a cluster it joined running."""
-        if self._closed:
-            return
-        self._closed = True
         ray = self._ray
         for actor in self._actors:
             try:

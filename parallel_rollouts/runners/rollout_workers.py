@@ -58,7 +58,7 @@ class RolloutWorkersRunner(RolloutRunner):
         )
         return cls(pool, BatchMemory(spec.allocate_storage, reuse_buffers, pool.shared.storage), shipper)
 
-    def collect(self) -> RolloutResult:
+    def _collect(self) -> RolloutResult:
         memory, pool = self._memory, self.pool
         # Serialised before anything runs: a policy that became unpicklable is refused here.
         update = b""
@@ -71,7 +71,7 @@ class RolloutWorkersRunner(RolloutRunner):
             pool.raise_failures(replies)
         except BaseException as error:
             # An env failed in some worker while the others ran on: broken.
-            self.broken = error
+            self._break(error)
             raise
         policy_failures = [pickle.loads(reply[1:]) for reply in replies if reply[:1] == protocol.POLICY_FAILED]
         if policy_failures:
@@ -97,6 +97,6 @@ class RolloutWorkersRunner(RolloutRunner):
     def take_warnings(self) -> list:
         return self.pool.take_warnings()
 
-    def close(self) -> None:
+    def _close(self) -> None:
         self._memory.release()
         self.pool.close()
