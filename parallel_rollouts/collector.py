@@ -105,8 +105,21 @@ class ParallelRolloutCollector:
         :class:`StepTimeoutError` (``None``, the default, waits as a plain call
         into the env would). Ray actors run whole rollouts, so there the bound
         is ``horizon * step_timeout`` per rollout.
+    max_restarts:
+        Async and Ray backends: how many lost workers (a process that died: a
+        signal, an exit, an out-of-memory kill; or one whose envs overran
+        ``step_timeout``) may be replaced over the collector's life (default 0:
+        a loss breaks the collector). A replacement makes its envs anew with the
+        same factories; they start fresh episodes with seeds never used before,
+        drawn from ``seed``. The batch of the rollout a worker was lost in marks
+        its envs' rows from the loss on as not ``valid`` (zeroed) and lists the
+        envs in ``lost_env_indices``; with ``async`` per-step stepping the rows
+        written before the loss are kept, rollout workers and Ray actors lose the
+        slice's whole rollout. Once the restarts are spent, a loss raises a
+        :class:`WorkerDiedError` listing every loss. See ``docs/async-backend.md``.
     ray_options:
-        Ray backend only: ``{"address", "num_cpus", "num_gpus", "max_restarts"}``
+        Ray backend only: ``{"address", "num_cpus", "num_gpus", "max_restarts",
+        "runtime_env", "scheduling_strategy", "continue_without_lost_actors"}``
         (see :class:`~parallel_rollouts.runners.ray.RayOptions`). The
         policy must be picklable; it runs inside each actor.
 
@@ -136,6 +149,7 @@ class ParallelRolloutCollector:
         ray_options: dict | None = None,
         policy_placement: str | None = None,
         pipelined: bool = False,
+        max_restarts: int | None = None,
     ) -> None:
         # First, so that __del__ can close whatever a failing constructor already made.
         self._owner_pid = os.getpid()
@@ -157,6 +171,7 @@ class ParallelRolloutCollector:
             ("context", context, ("async",)),
             ("step_timeout", step_timeout, ("async", "ray")),
             ("ray_options", ray_options, ("ray",)),
+            ("max_restarts", max_restarts, ("async", "ray")),
         ):
             if value is not None and backend not in applies_to:
                 raise ConfigurationError(
@@ -166,6 +181,10 @@ class ParallelRolloutCollector:
             isinstance(step_timeout, bool) or not isinstance(step_timeout, (int, float)) or not step_timeout > 0
         ):
             raise ConfigurationError(f"`step_timeout` must be a positive number of seconds or None; got {step_timeout!r}.")
+        if max_restarts is not None and (isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0):
+            raise ConfigurationError(f"`max_restarts` must be an int >= 0 or None; got {max_restarts!r}.")
+        if max_restarts is not None and "max_restarts" in (ray_options or {}):
+            raise ConfigurationError("`max_restarts` is given twice, as an argument and in `ray_options`; give it once.")
         policy_placement = check_placement(backend, policy_placement, pipelined)
         self._seed = draw_root_seed() if seed is None else validate_seed(seed)
         self._core_name, core_module = load_core(core)
@@ -189,6 +208,7 @@ class ParallelRolloutCollector:
             context=context,
             step_timeout=step_timeout,
             ray_options=ray_options,
+            max_restarts=max_restarts or 0,
         )
 
     # -- public properties -----------------------------------------------------------------

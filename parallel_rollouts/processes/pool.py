@@ -15,20 +15,21 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import sys
 import os
 import pickle
 import signal
+import sys
 import time
 import weakref
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 
+import numpy as np
 
 from ..errors import CollectorClosedError, ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError, WorkerError
+from ..failures import merged_failure, restarts_exhausted
 from ..spaces import check_env_spaces
 from ..spec import RolloutSpec
-from ..failures import merged_failure
 from . import worker_main as protocol
 from .forwarded_warnings import raise_again
 from .shared_memory import SharedStorage
@@ -61,6 +62,14 @@ class _Worker:
     waiter: SpinThenBlock | None = None
     #: A request was sent and its reply not read yet (an interruption can leave it so).
     awaiting_reply: bool = False
+    #: What the last request asked (named in the record of a death).
+    phase: str = "worker"
+    #: How many times this slice's worker was replaced (its envs' seed stream).
+    incarnation: int = 0
+    #: Seconds this process waited for this worker's replies since the last ``take_wait_seconds``.
+    wait_seconds: float = 0.0
+    #: The read end of a pipe the worker's ``faulthandler`` writes to when it crashes.
+    crash_report: Connection | None = None
 
     def describe(self) -> str:
         envs = f"env {self.start}" if self.stop - self.start == 1 else f"envs {self.start}..{self.stop - 1}"
@@ -115,14 +124,83 @@ class _Resources:
             if worker.process.is_alive():
                 worker.process.kill()
                 worker.process.join(CLOSE_TIMEOUT)
-            worker.connection.close()
-            worker.alive = False
-            if hasattr(worker.process, "close") and not worker.process.is_alive():
-                worker.process.close()
+            _close_connections(worker)
         if self.shared is not None:
             self.shared.release()
             self.shared = None
         return errors
+
+
+def _close_connections(worker: _Worker) -> None:
+    """Close a stopped worker's ends and release its process object."""
+    worker.connection.close()
+    if worker.crash_report is not None:
+        worker.crash_report.close()
+    worker.alive = False
+    if hasattr(worker.process, "close") and not worker.process.is_alive():
+        worker.process.close()
+
+
+def _stop(worker: _Worker) -> None:
+    """Stop one worker that is dead or hung, at once, and close its ends (not its process
+    object: until a replacement takes its place, shutdown still joins it)."""
+    if worker.process.is_alive():
+        worker.process.kill()
+    worker.process.join(CLOSE_TIMEOUT)
+    worker.connection.close()
+    if worker.crash_report is not None:
+        worker.crash_report.close()
+    worker.alive = False
+
+
+def _launch(mp_context, index: int, start: int, stop: int, pickled: list[bytes]) -> _Worker:
+    """Start one worker process for envs ``start:stop`` (it makes them and sends their spaces)."""
+    parent_end, child_end = mp_context.Pipe(duplex=True)
+    crash_report, crash_writer = mp_context.Pipe(duplex=False)
+    try:
+        process = mp_context.Process(
+            target=protocol.worker_main,
+            args=(child_end, start, pickled[start:stop], crash_writer),
+            name=f"parallel-rollouts-worker-{index}",
+            daemon=True,
+        )
+        process.start()
+    except BaseException:
+        for end in (parent_end, child_end, crash_report, crash_writer):
+            end.close()
+        raise
+    child_end.close()
+    crash_writer.close()
+    waiter = SpinThenBlock(parent_end, spin_budget_seconds())
+    return _Worker(index, start, stop, process, parent_end, waiter=waiter, crash_report=crash_report)
+
+
+def _read_crash_report(worker: _Worker) -> str:
+    """What the dead worker's ``faulthandler`` wrote (a Python traceback of a crash), or ``""``."""
+    report = worker.crash_report
+    if report is None or report.closed:
+        return ""
+    chunks = []
+    try:
+        os.set_blocking(report.fileno(), False)
+        while True:
+            chunk = os.read(report.fileno(), 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except (BlockingIOError, OSError):
+        pass
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+@dataclass
+class _Restarts:
+    """Replacements of dead or hung workers over the pool's life (``max_restarts``)."""
+
+    max_restarts: int = 0
+    used: int = 0
+    #: One error per death, in order, each naming the worker, its envs, the phase and how it ended.
+    deaths: list[WorkerError] = field(default_factory=list)
 
 
 def _shutdown_in_owner(pool: _Resources, owner_pid: int) -> None:
@@ -151,11 +229,21 @@ class WorkerPool:
     are returned as they are, for the caller to interpret (see :meth:`raise_failures`).
     """
 
-    def __init__(self, spec: RolloutSpec, resources: _Resources, step_timeout: float | None) -> None:
+    def __init__(
+        self,
+        spec: RolloutSpec,
+        resources: _Resources,
+        step_timeout: float | None,
+        launch: tuple | None = None,
+        max_restarts: int = 0,
+    ) -> None:
         self.spec = spec
         self._resources = resources
         self.workers = resources.workers
         self.step_timeout = step_timeout
+        # (multiprocessing context, pickled factories, attach order): what a replacement needs.
+        self._launch = launch
+        self._restarts = _Restarts(max_restarts)
         # Warnings the workers raised, sent with their replies; the runner raises them in
         # this process once its rollout is complete (take_warnings).
         self._forwarded: list = []
@@ -173,10 +261,13 @@ class WorkerPool:
         context: str | object | None = None,
         step_timeout: float | None = None,
         policy: protocol.ShippedPolicy | None = None,
+        max_restarts: int = 0,
     ) -> WorkerPool:
         """Start the workers, check every env's spaces, create the segment, attach the workers.
 
         With ``policy`` (rollout workers), each worker builds its own copy of the policy.
+        ``max_restarts``: how many dead or hung workers :meth:`replace` may replace over
+        the pool's life.
         """
         resources = _Resources()
         try:
@@ -185,22 +276,12 @@ class WorkerPool:
             mp_context = _resolve_context(context)
             pickled = pickle_env_fns(spec.env_fns, "a worker process")
             for index, (start, stop) in enumerate(split_envs(spec.num_envs, num_workers)):
-                parent_end, child_end = mp_context.Pipe(duplex=True)
-                process = mp_context.Process(
-                    target=protocol.worker_main,
-                    args=(child_end, start, pickled[start:stop]),
-                    name=f"parallel-rollouts-worker-{index}",
-                    daemon=True,
-                )
-                process.start()
-                child_end.close()
-                waiter = SpinThenBlock(parent_end, spin_budget_seconds())
-                resources.workers.append(_Worker(index, start, stop, process, parent_end, waiter=waiter))
-            _attach(spec, resources, policy)
+                resources.workers.append(_launch(mp_context, index, start, stop, pickled))
+            order = _attach(spec, resources, policy)
         except BaseException:
             resources.shutdown(graceful=False)
             raise
-        return cls(spec, resources, step_timeout)
+        return cls(spec, resources, step_timeout, (mp_context, pickled, order), max_restarts)
 
     @property
     def shared(self) -> SharedStorage:
@@ -219,17 +300,115 @@ class WorkerPool:
                 "an earlier request to the workers was interrupted before all of them replied; "
                 "their state is unknown. Close this collector and create a new one."
             )
+        phase = protocol.PHASES.get(command, "worker")
         for worker in workers:
+            worker.phase = phase
             try:
                 worker.connection.send_bytes(request)
             except OSError:
-                self._raise_died(worker)
+                pass  # the worker is gone: receiving its reply reports how (and lets it be replaced)
             worker.awaiting_reply = True
 
     def receive(self, workers: list[_Worker] | None = None, steps: int = 1) -> list[bytes]:
         """One reply from each of ``workers`` (all by default), in order, within ``steps`` step timeouts."""
         deadline = None if self.step_timeout is None else time.monotonic() + self.step_timeout * steps
         return [self._receive(worker, deadline) for worker in (self.workers if workers is None else workers)]
+
+    def receive_all(
+        self, workers: list[_Worker] | None = None, steps: int = 1
+    ) -> tuple[list[bytes | None], list[tuple[_Worker, WorkerError]]]:
+        """``receive``, reading every worker's reply even after one died or hung.
+
+        Returns the replies (``None`` for a lost worker) and ``(worker, error)`` for each
+        worker that died (:class:`WorkerDiedError`) or overran the step timeout
+        (:class:`StepTimeoutError`); the caller replaces them or raises.
+        """
+        deadline = None if self.step_timeout is None else time.monotonic() + self.step_timeout * steps
+        replies: list[bytes | None] = []
+        losses: list[tuple[_Worker, WorkerError]] = []
+        for worker in self.workers if workers is None else workers:
+            try:
+                replies.append(self._receive(worker, deadline))
+            except (WorkerDiedError, StepTimeoutError) as loss:
+                replies.append(None)
+                losses.append((worker, loss))
+        return replies, losses
+
+    def take_wait_seconds(self) -> np.ndarray:
+        """``[num_envs]``: seconds this process waited for each env's worker since the last call."""
+        seconds = np.zeros(self.spec.num_envs)
+        for worker in self.workers:
+            seconds[worker.start : worker.stop] = worker.wait_seconds
+            worker.wait_seconds = 0.0
+        return seconds
+
+    # -- replacing workers -------------------------------------------------------------------
+
+    @property
+    def restarts_left(self) -> int:
+        return self._restarts.max_restarts - self._restarts.used
+
+    def raise_losses(self, losses: list[tuple[_Worker, WorkerError]]) -> None:
+        """Raise for workers lost when they cannot all be replaced; return when they can.
+
+        Without ``max_restarts`` the loss itself is raised (several: merged); once the
+        restarts are spent, an error listing every death over the pool's life.
+        """
+        if not losses:
+            return
+        restarts = self._restarts
+        deaths = [self._record_death(worker, loss) for worker, loss in losses]
+        restarts.deaths.extend(deaths)
+        if restarts.max_restarts == 0:
+            raise merged_failure([loss for _, loss in losses])
+        if len(losses) > self.restarts_left:
+            raise restarts_exhausted(restarts.deaths, restarts.max_restarts)
+
+    def replace(self, worker: _Worker, policy: protocol.ShippedPolicy | None = None) -> None:
+        """Stop ``worker`` (dead or hung) and start a new process for its envs, from the same
+        factories, whose episodes draw seeds from a stream never used before.
+
+        Call :meth:`raise_losses` first. The new worker is ready but in no rollout: its
+        envs join at the next ``BEGIN``. ``policy``: the copy a rollout worker starts from.
+        Raises what the new worker's start-up raises (a factory that fails, spaces that differ).
+        """
+        mp_context, pickled, order = self._launch
+        self._restarts.used += 1
+        logger.warning(
+            "%s was lost; replacing it (restart %d of %d)", worker.describe(), self._restarts.used, self._restarts.max_restarts
+        )
+        _stop(worker)
+        old_process = worker.process
+        fresh = _launch(mp_context, worker.index, worker.start, worker.stop, pickled)
+        if hasattr(old_process, "close"):
+            old_process.close()
+        worker.process, worker.connection, worker.waiter = fresh.process, fresh.connection, fresh.waiter
+        worker.crash_report, worker.alive, worker.awaiting_reply = fresh.crash_report, True, False
+        worker.incarnation += 1
+        reply = _startup_reply(worker, "spaces")
+        _raise_startup_errors([reply])
+        if len(reply) != worker.stop - worker.start:
+            raise WorkerError(
+                f"the replacement of {worker.describe()} made {len(reply)} envs where its factories made "
+                f"{worker.stop - worker.start} before; env factories must make the same envs every time."
+            )
+        for offset, (observation, action) in enumerate(reply):
+            check_env_spaces(
+                worker.start + offset, observation, action,
+                self.spec.observation_layout.space, self.spec.action_layout.space,
+            )
+        attach = replace(order, column_offset=worker.start, incarnation=worker.incarnation)
+        if policy is not None:
+            attach = replace(attach, policy=policy)
+        worker.connection.send(("attach", attach))
+        _raise_startup_errors([_startup_reply(worker, "ready")])
+
+    def _record_death(self, worker: _Worker, loss: WorkerError) -> WorkerError:
+        """The loss, with the phase the worker was in and its crash report as the traceback."""
+        worker.process.join(0.5 if isinstance(loss, WorkerDiedError) else 0)
+        crash = _read_crash_report(worker)
+        failures = tuple(replace(failure, phase=worker.phase, traceback=crash) for failure in loss.failures)
+        return type(loss)(str(loss), failures)
 
     def take_warnings(self) -> list:
         """The warnings the workers sent since the last call (``forwarded_warnings`` records)."""
@@ -260,6 +439,7 @@ class WorkerPool:
 
     def _receive(self, worker: _Worker, deadline: float | None) -> bytes:
         connection = worker.connection
+        started = time.perf_counter()
         try:
             if not worker.waiter.spin() and deadline is not None:
                 remaining = deadline - time.monotonic()
@@ -279,6 +459,7 @@ class WorkerPool:
             reply = connection.recv_bytes()
         except (EOFError, ConnectionError):
             self._raise_died(worker)
+        worker.wait_seconds += time.perf_counter() - started
         worker.awaiting_reply = False
         if reply[:1] == protocol.WARNED:
             records, reply = pickle.loads(reply[1:])
@@ -301,7 +482,7 @@ class WorkerPool:
             logger.warning("an env raised while closing: %s", error)
 
 
-def _attach(spec: RolloutSpec, resources: _Resources, policy) -> None:
+def _attach(spec: RolloutSpec, resources: _Resources, policy) -> protocol.AttachOrder:
     replies = [_startup_reply(worker, "spaces") for worker in resources.workers]
     _raise_startup_errors(replies)
     # A worker's columns are known once its envs exist: a vector env spans its num_envs.
@@ -332,6 +513,7 @@ def _attach(spec: RolloutSpec, resources: _Resources, policy) -> None:
     for worker in resources.workers:
         worker.connection.send(("attach", replace(order, column_offset=worker.start)))
     _raise_startup_errors([_startup_reply(worker, "ready") for worker in resources.workers])
+    return order
 
 
 def _resolve_context(context):

@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import CollectorClosedError
 from ..storage import CompletedEpisodes, RolloutStorage
 
-__all__ = ["RolloutResult", "RolloutRunner", "RunnerState"]
+__all__ = ["RolloutResult", "RolloutRunner", "RunnerState", "stepped_result"]
 
 
 class RunnerState(enum.Enum):
@@ -38,8 +38,8 @@ class RolloutResult:
     #: Envs whose rows in this rollout are not all valid (their worker died and was
     #: replaced); empty unless a runner restarts workers.
     lost_env_indices: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    #: ``[N]`` int64: the first row of each env that is lost (``horizon`` where none is).
-    #: ``None``: no row is lost.
+    #: ``[N]`` int64: the first row of each env that is lost (``horizon`` where none is;
+    #: ``-1``: its first observation too). ``None``: no row is lost.
     lost_from_rows: np.ndarray | None = None
     #: ``[N]`` float64: seconds this process waited for the worker hosting each env
     #: (``None`` for runners whose envs run in this process).
@@ -133,3 +133,17 @@ class RolloutRunner(abc.ABC):
         except BaseException as error:
             self._break(error)
             raise
+
+
+def stepped_result(stepper, memory, episodes: CompletedEpisodes, has_values: bool, has_log_probs: bool) -> RolloutResult:
+    """The result of a rollout a per-step stepper ran: the batch memory's storage (lost rows
+    cleared) with what the stepper knows of losses and waiting."""
+    lost_from_rows = stepper.lost_from_rows()
+    replaced = stepper.replaced_env_indices()
+    result = RolloutResult(
+        memory.finish(lost_from_rows), episodes, has_values, has_log_probs,
+        lost_from_rows=lost_from_rows, env_wait_seconds=stepper.take_wait_seconds(),
+    )
+    if replaced is not None:
+        result.lost_env_indices = replaced
+    return result

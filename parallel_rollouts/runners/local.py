@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..batch_memory import BatchMemory
 from ..rollout_loop import RolloutLoop
 from ..steppers.base import EnvStepper
-from .base import RolloutResult, RolloutRunner
+from .base import RolloutResult, RolloutRunner, stepped_result
 
 __all__ = ["LocalRunner"]
 
@@ -38,7 +38,7 @@ class LocalRunner(RolloutRunner):
             raise
         episodes = self._guarded(self.stepper.finish)
         writer = loop.output_writer
-        return RolloutResult(memory.finish(), episodes, bool(writer.has_values), bool(writer.has_log_probs))
+        return stepped_result(self.stepper, memory, episodes, bool(writer.has_values), bool(writer.has_log_probs))
 
     def _policy_rows(self, storage, t: int) -> list:
         return self._memory.policy_rows(t)

@@ -28,7 +28,7 @@ from ..policy import PolicyOutputWriter, RandomActionSampler
 from ..rollout_loop import RolloutLoop
 from ..steppers.processes import ProcessStepper
 from ..storage import RolloutStorage
-from .base import RolloutResult, RolloutRunner
+from .base import RolloutResult, RolloutRunner, stepped_result
 from .slice_merge import merged_output_fields
 
 __all__ = ["PipelinedRunner"]
@@ -95,7 +95,7 @@ class PipelinedRunner(RolloutRunner):
                 self._drop_rollout()
             raise
         episodes = self._guarded(stepper.finish)
-        return RolloutResult(memory.finish(), episodes, has_values, has_log_probs)
+        return stepped_result(stepper, memory, episodes, has_values, has_log_probs)
 
     def _wait(self, part: _Part) -> None:
         if part.pending:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import cloudpickle
@@ -67,22 +67,37 @@ class RayOptions:
         the cluster this process already initialised, else starts a local one.
     num_cpus, num_gpus: resources reserved by each actor.
     max_restarts: how many dead actors may be replaced over the collector's life.
+    runtime_env: each actor's Ray runtime environment (``{"pip": [...], "env_vars": {...},
+        "working_dir": ...}``), as ``ray.remote(...).options(runtime_env=...)`` takes it.
+    scheduling_strategy: where Ray places each actor (``"SPREAD"``, a
+        ``PlacementGroupSchedulingStrategy``, a ``NodeAffinitySchedulingStrategy``), passed as is.
+    continue_without_lost_actors: once ``max_restarts`` is spent, keep collecting with the
+        actors left instead of raising: a lost actor's envs stay lost (zero, ``valid`` false,
+        listed in ``lost_env_indices``) in every later batch.
     """
 
     address: str | None = None
     num_cpus: float = 1.0
     num_gpus: float = 0.0
     max_restarts: int = 0
+    runtime_env: dict | None = None
+    scheduling_strategy: Any = None
+    continue_without_lost_actors: bool = False
 
     @classmethod
     def parse(cls, options: dict | None) -> RayOptions:
         options = dict(options or {})
-        unknown = sorted(set(options) - {"address", "num_cpus", "num_gpus", "max_restarts"})
+        known = [item.name for item in fields(cls)]
+        unknown = sorted(set(options) - set(known))
         if unknown:
-            raise ConfigurationError(
-                f"unknown `ray_options` key(s) {unknown!r}; expected address, num_cpus, num_gpus, max_restarts."
-            )
+            raise ConfigurationError(f"unknown `ray_options` key(s) {unknown!r}; expected some of {', '.join(known)}.")
         parsed = cls(**options)
+        if parsed.runtime_env is not None and not isinstance(parsed.runtime_env, dict):
+            raise ConfigurationError(f"`ray_options['runtime_env']` must be a dict; got {parsed.runtime_env!r}.")
+        if not isinstance(parsed.continue_without_lost_actors, bool):
+            raise ConfigurationError(
+                f"`ray_options['continue_without_lost_actors']` must be True or False; got {parsed.continue_without_lost_actors!r}."
+            )
         for name in ("num_cpus", "num_gpus"):
             value = getattr(parsed, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -295,6 +310,10 @@ class RayRunner(RolloutRunner):
         options = {"num_cpus": self._options.num_cpus}
         if self._options.num_gpus:
             options["num_gpus"] = self._options.num_gpus
+        if self._options.runtime_env is not None:
+            options["runtime_env"] = self._options.runtime_env
+        if self._options.scheduling_strategy is not None:
+            options["scheduling_strategy"] = self._options.scheduling_strategy
         return self._actor_class.options(**options).remote(
             self._pickled_env_fns[start:stop],
             start,
@@ -391,8 +410,13 @@ class RayRunner(RolloutRunner):
         snapshot = None if self._shipper is None else self._shipper.snapshot()
         policy = None if snapshot is None or snapshot.empty else self._ray.put(snapshot)
         timeout = None if self._step_timeout is None else self._spec.horizon * self._step_timeout
+        live = [index for index, actor in enumerate(self._actors) if actor is not None]
         try:
-            parts, dead, failure = self._wait([actor.collect.remote(policy) for actor in self._actors], timeout)
+            answers, dead, failure = self._wait([self._actors[index].collect.remote(policy) for index in live], timeout)
+            parts = [None] * len(self._actors)
+            for index, answer in zip(live, answers):
+                parts[index] = answer
+            dead = [(live[position], death) for position, death in dead]
         except BaseException as interrupted:
             # Ctrl-C (or anything else) while the actors run: their rollouts finish
             # unseen, so the next batch would not follow this one.
@@ -413,22 +437,33 @@ class RayRunner(RolloutRunner):
     def _restart(self, dead: list) -> None:
         if len(dead) > self._restarts_left:
             error = self._died_error(dead, f" and no restarts are left (max_restarts={self._options.max_restarts})")
-            self._break(error)
-            raise error
+            if not self._options.continue_without_lost_actors:
+                self._break(error)
+                raise error
+            # Asked to go on with fewer actors: the restarts left go to the first, the rest stay lost.
+            kept, dead = dead[: self._restarts_left], dead[self._restarts_left :]
+            for index, _ in dead:
+                logger.warning("%s; its envs stay lost in every later batch", error)
+                self._kill(index)
+                self._actors[index] = None
+            dead = kept
         for index, _ in dead:
             self._restarts_left -= 1
             start, stop = self._slices[index]
             logger.warning("%s died; restarting it with fresh episodes", self._describe(index))
-            try:
-                self._ray.kill(self._actors[index])
-            except Exception:
-                pass
+            self._kill(index)
             self._actors[index] = self._create_actor(index, first_episode=self._episodes_started[start:stop].tolist())
             policy = None if self._shipper is None else self._ray.put(self._shipper.resend())
             started = [self._start(self._actors[index], policy)]
             self._wait_for_placement(started)
             self._forwarded.extend(record for records in self._get_all(started) for record in records)
             self._episodes_started[start:stop] += 1
+
+    def _kill(self, index: int) -> None:
+        try:
+            self._ray.kill(self._actors[index])
+        except Exception:
+            logger.debug("killing a Ray actor failed", exc_info=True)
 
     def _assemble(self, parts: list) -> RolloutResult:
         memory = self._memory
@@ -437,7 +472,6 @@ class RayRunner(RolloutRunner):
         for (start, stop), part in zip(self._slices, parts):
             if part is None:
                 lost.extend(range(start, stop))
-                memory.lose_columns(start, stop)
                 continue
             slice_storage, slice_episodes, values, log_probs, episodes_started, records = part
             self._forwarded.extend(records)
@@ -454,7 +488,15 @@ class RayRunner(RolloutRunner):
             memory.abandon(self._spec.horizon)
             raise
         merged = CompletedEpisodes.merge(episodes) if episodes else CompletedEpisodes.empty_buffers(0)
-        return RolloutResult(memory.finish(), merged, has_values, has_log_probs, np.asarray(lost, dtype=np.int64))
+        lost_from_rows = None
+        if lost:
+            # An actor runs its rollout unseen: a lost one loses the slice's whole rollout.
+            lost_from_rows = np.full(self._spec.num_envs, self._spec.horizon, dtype=np.int64)
+            lost_from_rows[lost] = -1
+        return RolloutResult(
+            memory.finish(lost_from_rows), merged, has_values, has_log_probs, np.asarray(lost, dtype=np.int64),
+            lost_from_rows=lost_from_rows,
+        )
 
     def take_warnings(self) -> list:
         forwarded, self._forwarded = self._forwarded, []
@@ -464,6 +506,8 @@ class RayRunner(RolloutRunner):
         """Kill the actors this collector created; leave a cluster it joined running."""
         ray = self._ray
         for actor in self._actors:
+            if actor is None:
+                continue
             try:
                 for failure in ray.get(actor.close.remote(), timeout=2.0):
                     logger.warning("an env raised while closing: %s", failure.describe())

@@ -17,6 +17,8 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
+import numpy as np
+
 from ..batch_memory import BatchMemory
 from ..errors import ActionError, PolicyTransferError
 from ..processes import worker_main as protocol
@@ -37,10 +39,18 @@ class RolloutWorkersRunner(RolloutRunner):
         self.pool = pool
         self._memory = memory
         self._shipper = shipper
+        self._private_policy_rows = not memory.reuses_buffers
 
     @classmethod
     def build(
-        cls, spec: RolloutSpec, policy: Any, reuse_buffers: bool, num_workers=None, context=None, step_timeout=None
+        cls,
+        spec: RolloutSpec,
+        policy: Any,
+        reuse_buffers: bool,
+        num_workers=None,
+        context=None,
+        step_timeout=None,
+        max_restarts: int = 0,
     ) -> RolloutWorkersRunner:
         shipper = snapshot = None
         if policy is not None:
@@ -55,6 +65,7 @@ class RolloutWorkersRunner(RolloutRunner):
             context,
             step_timeout,
             policy=protocol.ShippedPolicy(snapshot, private_policy_rows=not reuse_buffers),
+            max_restarts=max_restarts,
         )
         return cls(pool, BatchMemory(spec.allocate_storage, reuse_buffers, pool.shared.storage), shipper)
 
@@ -66,13 +77,22 @@ class RolloutWorkersRunner(RolloutRunner):
             snapshot = self._shipper.snapshot()
             update = b"" if snapshot.empty else pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
         memory.begin()
-        replies = self._guarded(pool.exchange, protocol.ROLLOUT, 0, None, pool.spec.horizon, update)
-        try:
-            pool.raise_failures(replies)
-        except BaseException as error:
-            # An env failed in some worker while the others ran on: broken.
-            self._break(error)
-            raise
+        pool.take_wait_seconds()
+        self._guarded(pool.send, protocol.ROLLOUT, 0, None, update)
+        replies, losses = self._guarded(pool.receive_all, None, pool.spec.horizon)
+        # An env failed in some worker while the others ran on, or a worker was lost and
+        # cannot be replaced: broken. A replacement that cannot start: broken too.
+        self._guarded(pool.raise_failures, [reply for reply in replies if reply is not None])
+        self._guarded(pool.raise_losses, losses)
+        lost_from_rows = None
+        for worker, _ in losses:
+            self._guarded(pool.replace, worker, self._replacement_policy())
+            if lost_from_rows is None:
+                lost_from_rows = np.full(pool.spec.num_envs, pool.spec.horizon, dtype=np.int64)
+            # The worker ran its rollout unseen: which rows it wrote before it was lost is not known.
+            lost_from_rows[worker.start : worker.stop] = -1
+        replies = [reply for reply in replies if reply is not None]
+        survivors = [worker for worker in pool.workers if lost_from_rows is None or lost_from_rows[worker.start] >= 0]
         policy_failures = [pickle.loads(reply[1:]) for reply in replies if reply[:1] == protocol.POLICY_FAILED]
         if policy_failures:
             # Each worker dropped its rollout at its own row; every env continues from where
@@ -86,13 +106,24 @@ class RolloutWorkersRunner(RolloutRunner):
         try:
             has_values, has_log_probs = merged_output_fields(
                 [(result.has_values, result.has_log_probs) for result in results],
-                [(worker.start, worker.stop) for worker in pool.workers],
+                [(worker.start, worker.stop) for worker in survivors],
             )
         except ActionError:
             memory.abandon(pool.spec.horizon)
             raise
-        episodes = CompletedEpisodes.merge([result.episodes for result in results])
-        return RolloutResult(memory.finish(), episodes, has_values, has_log_probs)
+        episodes = CompletedEpisodes.merge([result.episodes for result in results] or [CompletedEpisodes.empty_buffers(0)])
+        lost = np.zeros(0, dtype=np.int64) if lost_from_rows is None else np.flatnonzero(lost_from_rows < 0)
+        return RolloutResult(
+            memory.finish(lost_from_rows), episodes, has_values, has_log_probs, lost.astype(np.int64),
+            lost_from_rows=lost_from_rows, env_wait_seconds=pool.take_wait_seconds(),
+        )
+
+    def _replacement_policy(self) -> protocol.ShippedPolicy:
+        """The policy a replacement worker starts from: the state every other copy is at."""
+        snapshot = None
+        if self._shipper is not None:
+            snapshot = pickle.dumps(self._shipper.resend(), protocol=pickle.HIGHEST_PROTOCOL)
+        return protocol.ShippedPolicy(snapshot, private_policy_rows=self._private_policy_rows)
 
     def take_warnings(self) -> list:
         return self.pool.take_warnings()
