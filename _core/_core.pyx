@@ -423,10 +423,12 @@ cdef class EnvStepper:
         self.bad_observation = None
         for column in range(self.num_envs):
             try:
-                started = parallel_rollouts_clock()
-                result = self.envs[column].step(actions[column])
                 if self.timed:
+                    started = parallel_rollouts_clock()
+                    result = self.envs[column].step(actions[column])
                     self.step_seconds[column] += parallel_rollouts_clock() - started
+                else:
+                    result = self.envs[column].step(actions[column])
                 if type(result) is not tuple or len(<tuple>result) != 5:
                     result = check_step_result(result)
                 observation, reward, terminated, truncated, info = <tuple>result

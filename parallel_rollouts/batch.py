@@ -9,7 +9,11 @@ import numpy as np
 
 from .spaces import SpaceLayout
 
-__all__ = ["RolloutBatch"]
+__all__ = ["TIMING_FIELDS", "RolloutBatch"]
+
+#: Fields measured with a clock: they differ from run to run, unlike every other field,
+#: which the same seed reproduces bit for bit.
+TIMING_FIELDS = ("env_step_seconds", "env_reset_seconds", "env_wait_seconds")
 
 
 @dataclass(frozen=True)

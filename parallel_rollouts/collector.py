@@ -113,9 +113,9 @@ class ParallelRolloutCollector:
         same factories; they start fresh episodes with seeds never used before,
         drawn from ``seed``. The batch of the rollout a worker was lost in marks
         its envs' rows from the loss on as not ``valid`` (zeroed) and lists the
-        envs in ``lost_env_indices``; with ``async`` per-step stepping the rows
-        written before the loss are kept, rollout workers and Ray actors lose the
-        slice's whole rollout. Once the restarts are spent, a loss raises a
+        envs in ``lost_env_indices``; ``async`` keeps the rows written before the
+        loss (rollout workers: all but the last row they recorded), Ray actors
+        lose the slice's whole rollout. Once the restarts are spent, a loss raises a
         :class:`WorkerDiedError` listing every loss. See ``docs/async-backend.md``.
     ray_options:
         Ray backend only: ``{"address", "num_cpus", "num_gpus", "max_restarts",

@@ -136,9 +136,6 @@ class EnvGroup:
         Scalar info entries to store as ``[T, N]`` arrays.
     core:
         The per-step core module (compiled ``_core`` or ``_core_python``).
-    first_episode_numbers:
-        Episode number (seed index) each env starts at; zeros unless a
-        replacement for a dead worker continues with unused seeds.
     observation_check:
         ``"warn"``, ``"raise"`` or ``"off"``; see :mod:`parallel_rollouts.observation_checks`.
     incarnation:
@@ -155,7 +152,6 @@ class EnvGroup:
         action_layout: SpaceLayout,
         info_keys: Sequence[str],
         core: ModuleType,
-        first_episode_numbers: Sequence[int] | None = None,
         observation_check: str = "warn",
         incarnation: int = 0,
     ) -> None:
@@ -177,8 +173,8 @@ class EnvGroup:
         self._running_returns = np.zeros(n, dtype=np.float64)
         self._running_lengths = np.zeros(n, dtype=np.int64)
         self._running_seeds = np.zeros(n, dtype=np.int64)
-        # Episode numbers index the seed streams; a replacement worker starts later.
-        self._episodes_started = list(first_episode_numbers) if first_episode_numbers is not None else [0] * n
+        # Episode numbers index the seed streams (a replacement's stream is its incarnation's).
+        self._episodes_started = [0] * n
         self._episode_seeds = [EpisodeSeeds(root_seed, env_offset + column, incarnation) for column in range(n)]
         self._done_columns = np.zeros(n, dtype=np.int64)
         # The observation each env is at between rollouts, kept privately so that a
@@ -192,11 +188,6 @@ class EnvGroup:
         # The storage row the envs stand at during a rollout; None while a step is
         # under way (an interruption there leaves the envs in an unknown state).
         self._row: int | None = 0
-
-    @property
-    def episodes_started(self) -> list[int]:
-        """Episodes each env has started (its next reset uses episode number = this)."""
-        return list(self._episodes_started)
 
     # -- resets ----------------------------------------------------------------------------
 

@@ -109,7 +109,6 @@ def build_groups(
     info_keys: Sequence[str],
     core: ModuleType,
     observation_check: str = "warn",
-    first_episode_numbers: Sequence[int] | None = None,
     incarnation: int = 0,
 ) -> list[tuple[int, int, Any]]:
     """The groups over ``made``, as ``(start, stop, group)`` with columns relative to ``column_offset``.
@@ -138,7 +137,6 @@ def build_groups(
                 list(made[start:stop]),
                 column_offset + start,
                 *common,
-                first_episode_numbers=None if first_episode_numbers is None else first_episode_numbers[start:stop],
                 observation_check=observation_check,
                 incarnation=incarnation,
             ),

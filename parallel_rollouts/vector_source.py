@@ -150,7 +150,6 @@ class VectorEnvGroup:
         action_layout: SpaceLayout,
         info_keys: Sequence[str],
         core: ModuleType,
-        first_episode_numbers: Sequence[int] | None = None,
         observation_check: str = "warn",
         incarnation: int = 0,
     ) -> None:
@@ -175,9 +174,7 @@ class VectorEnvGroup:
         self._core = core
         self._checker = ObservationChecker(observation_layout, core, observation_check, env_offset)
         self._episode_seeds = [EpisodeSeeds(root_seed, env_offset + column, incarnation) for column in range(n)]
-        self._episodes_started = np.array(
-            list(first_episode_numbers) if first_episode_numbers is not None else [0] * n, dtype=np.int64
-        )
+        self._episodes_started = np.zeros(n, dtype=np.int64)
         # None until the first reset shows whether reset(seed=[...]) is accepted.
         self._per_env_seeds: bool | None = None
         self._running_returns = np.zeros(n, dtype=np.float64)

@@ -22,8 +22,9 @@ With ``step_timeout``, a rollout that takes an actor longer than
 do not report single steps, so the bound is on the whole rollout.
 
 With ``max_restarts``, a dead actor is replaced by a new one whose envs start
-fresh episodes at the next unused episode seeds (deterministic), and the batch
-of the rollout it died in lists its envs in ``lost_env_indices``.
+fresh episodes with seeds from a stream of their own, never handed out before
+(deterministic: :mod:`~parallel_rollouts.seeding`), and the batch of the rollout
+it died in lists its envs in ``lost_env_indices`` with their rows invalid.
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ class SliceActor:
         horizon: int,
         info_keys: tuple[str, ...],
         core_name: str,
-        first_episode_numbers: list[int] | None,
+        incarnation: int,
         observation_check: str = "warn",
     ) -> None:
         self._observation_check = observation_check
@@ -127,7 +128,7 @@ class SliceActor:
         self._horizon = horizon
         self._info_keys = info_keys
         self._core_name = core_name
-        self._first_episode_numbers = first_episode_numbers
+        self._incarnation = incarnation
         # The envs are made by the first method call, not here: Ray reports an exception
         # raised in an actor's constructor only as the actor's death, while one raised in a
         # method reaches the caller as itself (a WorkerError naming the env and its factory).
@@ -170,7 +171,7 @@ class SliceActor:
             self._action_layout,
             self._info_keys,
             core,
-            first_episode_numbers=self._first_episode_numbers,
+            incarnation=self._incarnation,
             observation_check=self._observation_check,
         )
         self._group.reset_all()
@@ -204,8 +205,7 @@ class SliceActor:
             # Reported as the policy raised it; the runner breaks on any actor failure.
             raise failed.error from None
         return (
-            storage, result.episodes, result.has_values, result.has_log_probs, self._group.episodes_started,
-            self._warnings.take(),
+            storage, result.episodes, result.has_values, result.has_log_probs, self._warnings.take(),
         )
 
     def pid(self) -> int:
@@ -284,13 +284,13 @@ class RayRunner(RolloutRunner):
         initial_policy = None if self._shipper is None else self._shipper.snapshot()
         self._pickled_env_fns = pickle_env_fns(spec.env_fns, "a Ray actor")
         self._slices = split_envs(spec.num_envs, resolve_num_workers(num_workers, spec.num_envs))
-        # Episodes started so far per env, as the actors report after every rollout,
-        # so that a replacement actor's envs start fresh episodes at unused seeds.
-        self._episodes_started = np.ones(spec.num_envs, dtype=np.int64)
+        # How many times each slice's actor was replaced: a replacement's envs draw their
+        # episode seeds from that incarnation's stream, never handed out before.
+        self._incarnations = [0] * len(self._slices)
         self._uses_local_ray = _LocalRay.acquire(ray, options.address)
         self._actor_class = ray.remote(SliceActor)
         try:
-            self._actors = [self._create_actor(index, first_episode=None) for index in range(len(self._slices))]
+            self._actors = [self._create_actor(index) for index in range(len(self._slices))]
             spaces_references = [actor.spaces.remote() for actor in self._actors]
             self._wait_for_placement(spaces_references)
             env_spaces = [pair for part in self._get_all(spaces_references) for pair in part]
@@ -305,7 +305,7 @@ class RayRunner(RolloutRunner):
             self.close()
             raise
 
-    def _create_actor(self, index: int, first_episode: list[int] | None):
+    def _create_actor(self, index: int):
         start, stop = self._slices[index]
         options = {"num_cpus": self._options.num_cpus}
         if self._options.num_gpus:
@@ -321,7 +321,7 @@ class RayRunner(RolloutRunner):
             self._spec.horizon,
             self._spec.info_keys,
             self._spec.core_name,
-            first_episode,
+            self._incarnations[index],
             self._spec.observation_check,
         )
 
@@ -345,18 +345,22 @@ class RayRunner(RolloutRunner):
         start, stop = self._slices[index]
         return f"Ray actor {index} (envs {start}..{stop - 1})"
 
-    def _wait(self, references: list, timeout: float | None = None) -> tuple[list, list, BaseException | None]:
+    def _wait(
+        self, references: list, timeout: float | None = None, actor_indices: list[int] | None = None
+    ) -> tuple[list, list, BaseException | None]:
         """``ray.get`` each reference: ``(results, [(index, death)], first other error)``.
 
         Ray's wrappers are unwrapped: an env's ``WorkerError`` or the policy's own
         exception comes back as itself. References not ready within ``timeout``
-        seconds give a :class:`StepTimeoutError` (unless another error came first).
+        seconds give a :class:`StepTimeoutError` (unless another error came first);
+        ``actor_indices[k]`` is the actor of ``references[k]`` (default: ``k``).
         """
         ray = self._ray
         if timeout is not None:
             _, pending = ray.wait(references, num_returns=len(references), timeout=timeout)
             if pending:
-                timed_out = [index for index, reference in enumerate(references) if reference in pending]
+                actor_of = actor_indices or list(range(len(references)))
+                timed_out = [actor_of[index] for index, reference in enumerate(references) if reference in pending]
                 finished = [reference for reference in references if reference not in pending]
                 _, _, failure = self._wait(finished)
                 return [], [], failure or self._timed_out(timed_out)
@@ -412,7 +416,9 @@ class RayRunner(RolloutRunner):
         timeout = None if self._step_timeout is None else self._spec.horizon * self._step_timeout
         live = [index for index, actor in enumerate(self._actors) if actor is not None]
         try:
-            answers, dead, failure = self._wait([self._actors[index].collect.remote(policy) for index in live], timeout)
+            answers, dead, failure = self._wait(
+                [self._actors[index].collect.remote(policy) for index in live], timeout, live
+            )
             parts = [None] * len(self._actors)
             for index, answer in zip(live, answers):
                 parts[index] = answer
@@ -452,12 +458,12 @@ class RayRunner(RolloutRunner):
             start, stop = self._slices[index]
             logger.warning("%s died; restarting it with fresh episodes", self._describe(index))
             self._kill(index)
-            self._actors[index] = self._create_actor(index, first_episode=self._episodes_started[start:stop].tolist())
+            self._incarnations[index] += 1
+            self._actors[index] = self._create_actor(index)
             policy = None if self._shipper is None else self._ray.put(self._shipper.resend())
             started = [self._start(self._actors[index], policy)]
             self._wait_for_placement(started)
             self._forwarded.extend(record for records in self._get_all(started) for record in records)
-            self._episodes_started[start:stop] += 1
 
     def _kill(self, index: int) -> None:
         try:
@@ -473,13 +479,12 @@ class RayRunner(RolloutRunner):
             if part is None:
                 lost.extend(range(start, stop))
                 continue
-            slice_storage, slice_episodes, values, log_probs, episodes_started, records = part
+            slice_storage, slice_episodes, values, log_probs, records = part
             self._forwarded.extend(records)
             slice_storage.copy_to(storage.columns(start, stop))
             episodes.append(slice_episodes)
             fields.append((values, log_probs))
             field_slices.append((start, stop))
-            self._episodes_started[start:stop] = episodes_started
         try:
             # Every actor ran its whole rollout: the envs stand at the horizon, so a refused
             # batch is dropped and the next collect continues from there.

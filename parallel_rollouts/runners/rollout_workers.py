@@ -31,6 +31,22 @@ from .slice_merge import merged_output_fields
 
 __all__ = ["RolloutWorkersRunner"]
 
+#: What ``step_episode_seeds`` holds before a worker records a row (seeds are never negative).
+NOT_RECORDED = -2
+
+
+def _first_unsure_row(storage, start: int, stop: int) -> int:
+    """The first row of envs ``start:stop`` a lost rollout worker may not have written in full.
+
+    A worker records each row's episode seeds as the step ends, then resets the envs whose
+    episode ended (writing the next row's observation). With ``k`` rows recorded, rows before
+    ``k - 1`` and the observation of row ``k - 1`` are complete; row ``k - 1``'s own step may
+    have been cut in its resets. ``-1``: not even the first observation is sure.
+    """
+    recorded = storage.step_episode_seeds[:, start:stop] != NOT_RECORDED
+    rows = int(recorded.all(axis=1).argmin()) if not recorded.all() else storage.horizon
+    return rows - 1
+
 
 class RolloutWorkersRunner(RolloutRunner):
     """``backend="async", policy_placement="workers"``."""
@@ -76,7 +92,9 @@ class RolloutWorkersRunner(RolloutRunner):
         if self._shipper is not None:
             snapshot = self._shipper.snapshot()
             update = b"" if snapshot.empty else pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
-        memory.begin()
+        storage = memory.begin()
+        # Rows a worker records mark where it got to, should it be lost part-way (a seed is never negative).
+        storage.step_episode_seeds.fill(NOT_RECORDED)
         pool.take_wait_seconds()
         self._guarded(pool.send, protocol.ROLLOUT, 0, None, update)
         replies, losses = self._guarded(pool.receive_all, None, pool.spec.horizon)
@@ -89,10 +107,10 @@ class RolloutWorkersRunner(RolloutRunner):
             self._guarded(pool.replace, worker, self._replacement_policy())
             if lost_from_rows is None:
                 lost_from_rows = np.full(pool.spec.num_envs, pool.spec.horizon, dtype=np.int64)
-            # The worker ran its rollout unseen: which rows it wrote before it was lost is not known.
-            lost_from_rows[worker.start : worker.stop] = -1
+            lost_from_rows[worker.start : worker.stop] = _first_unsure_row(storage, worker.start, worker.stop)
         replies = [reply for reply in replies if reply is not None]
-        survivors = [worker for worker in pool.workers if lost_from_rows is None or lost_from_rows[worker.start] >= 0]
+        lost_workers = {worker.index for worker, _ in losses}
+        survivors = [worker for worker in pool.workers if worker.index not in lost_workers]
         policy_failures = [pickle.loads(reply[1:]) for reply in replies if reply[:1] == protocol.POLICY_FAILED]
         if policy_failures:
             # Each worker dropped its rollout at its own row; every env continues from where
@@ -112,7 +130,7 @@ class RolloutWorkersRunner(RolloutRunner):
             memory.abandon(pool.spec.horizon)
             raise
         episodes = CompletedEpisodes.merge([result.episodes for result in results] or [CompletedEpisodes.empty_buffers(0)])
-        lost = np.zeros(0, dtype=np.int64) if lost_from_rows is None else np.flatnonzero(lost_from_rows < 0)
+        lost = np.zeros(0, dtype=np.int64) if lost_from_rows is None else np.flatnonzero(lost_from_rows < pool.spec.horizon)
         return RolloutResult(
             memory.finish(lost_from_rows), episodes, has_values, has_log_probs, lost.astype(np.int64),
             lost_from_rows=lost_from_rows, env_wait_seconds=pool.take_wait_seconds(),
