@@ -80,8 +80,10 @@ class RolloutBatch:
         is ``argmax(env_step_seconds + env_reset_seconds)``.
     env_wait_seconds:
         ``[N]`` float64: for ``backend="async"``, the seconds this process spent
-        waiting for the worker hosting each env during this rollout (every env
-        of a worker shows the worker's figure); zero for the other backends.
+        waiting for the reply of the worker hosting each env during this rollout
+        (every env of a worker shows the worker's figure). Replies are read in
+        worker order, so the first worker's figure also holds the time all
+        workers step in parallel. Zero for the other backends.
     """
 
     observations: Any
