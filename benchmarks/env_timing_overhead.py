@@ -17,8 +17,9 @@ machine) of 16 ``CartPole-v1`` envs, ``backend="sync"``, the compiled core, two 
 
 The overhead is the ratio timed / untimed per round; the median and spread are reported.
 
-    python benchmarks/env_timing_overhead.py --rounds 41
-    python benchmarks/env_timing_overhead.py --mode checkouts --base /path/to/base --rounds 9
+    python -m benchmarks.env_timing_overhead --rounds 41
+    python -m benchmarks.env_timing_overhead --mode kernel --rounds 21
+    python -m benchmarks.env_timing_overhead --mode checkouts --base /path/to/base --rounds 11 --horizon 512 --collects 6
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ class _ConstantEnv:
         return self._result
 
 
-def measure_kernel(rounds: int, num_envs: int, steps: int) -> list[dict]:
+def measure_kernel(rounds: int, num_envs: int, steps: int = 20000) -> list[dict]:
     import time
 
     import numpy as np
@@ -192,7 +193,9 @@ def measure_kernel(rounds: int, num_envs: int, steps: int) -> list[dict]:
     return results
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.machine import format_machine_record, machine_record
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=("inprocess", "checkouts", "kernel"), default="inprocess")
     parser.add_argument("--base", type=Path, help="checkouts mode: a source tree without per-env timing, built in place")
@@ -200,13 +203,17 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--horizon", type=int, default=256)
     parser.add_argument("--collects", type=int, default=2)
+    parser.add_argument("--kernel-steps", type=int, default=20000)
     parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    machine = machine_record()
+    print(format_machine_record(machine) + "\n", flush=True)
     out = args.out or HERE / "benchmarks" / "results" / f"env_timing_overhead_{args.mode}.json"
     if args.mode == "kernel":
-        rounds = measure_kernel(args.rounds, args.num_envs, steps=20000)
+        rounds = measure_kernel(args.rounds, args.num_envs, steps=args.kernel_steps)
         added = statistics.median(row["added_ns_per_env_step"] for row in rounds)
         summary = {
+            "machine": machine,
             "what": "compiled EnvStepper.step over constant-returning envs, ns of CPU time per env step, "
             "with a timing array / without, alternating",
             "num_envs": args.num_envs,
@@ -217,8 +224,8 @@ def main() -> None:
             "median_untimed_ns": statistics.median(row["untimed"] for row in rounds),
         }
         out.write_text(json.dumps(summary, indent=2) + "\n")
-        print(json.dumps({key: value for key, value in summary.items() if key != "rounds"}, indent=2))
-        return
+        print(json.dumps({key: value for key, value in summary.items() if key not in ("rounds", "machine")}, indent=2))
+        return 0
     if args.mode == "inprocess":
         rounds = measure_in_process(args.rounds, args.num_envs, args.horizon, args.collects)
         baseline, what = "untimed", "same process, collects alternating: shipped collector / one whose groups skip the clock"
@@ -239,6 +246,7 @@ def main() -> None:
         baseline, what = "untimed", f"fresh process per round and checkout: this checkout / {args.base}"
     ratios = [row["ratio"] for row in rounds]
     summary = {
+        "machine": machine,
         "what": f"CPU time per transition, sync backend, compiled core, CartPole-v1; {what}",
         "num_envs": args.num_envs,
         "horizon": args.horizon,
@@ -252,8 +260,9 @@ def main() -> None:
         f"median_{baseline}_us": statistics.median(row[baseline] for row in rounds),
     }
     out.write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps({key: value for key, value in summary.items() if key != "rounds"}, indent=2))
+    print(json.dumps({key: value for key, value in summary.items() if key not in ("rounds", "machine")}, indent=2))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

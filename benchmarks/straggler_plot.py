@@ -5,7 +5,7 @@ Eight CartPole envs on ``backend="async"`` with 4 workers; env 5 is deliberately
 seconds in ``step`` and ``reset`` (``batch.env_step_seconds``, ``batch.env_reset_seconds``), the
 right one the seconds the main process waited for each env's worker (``batch.env_wait_seconds``).
 
-    python benchmarks/straggler_plot.py
+    python -m benchmarks.straggler_plot
 """
 
 from __future__ import annotations
@@ -36,14 +36,20 @@ def make(index: int) -> gym.Env:
     return SlowStep(env) if index == SLOW_ENV else env
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--horizon", type=int, default=256)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
     fns = [partial(make, index) for index in range(8)]
-    with ParallelRolloutCollector(fns, None, "async", horizon=256, seed=0, num_workers=4) as collector:
+    with ParallelRolloutCollector(fns, None, "async", horizon=args.horizon, seed=0, num_workers=4) as collector:
         collector.collect()
         batch = collector.collect()
     envs = np.arange(batch.num_envs)
@@ -56,9 +62,10 @@ def main() -> None:
     right.set(xlabel="env index (pairs share a worker)", ylabel="ms waited for its worker", title="env_wait_seconds")
     figure.suptitle(f"horizon {batch.horizon}, 8 CartPole envs, 4 workers: env {SLOW_ENV} is the straggler")
     figure.tight_layout()
-    figure.savefig(OUT, dpi=110)
+    figure.savefig(args.out, dpi=110)
     slowest = int(np.argmax(batch.env_step_seconds + batch.env_reset_seconds))
-    print(f"slowest env: {slowest}; wrote {OUT}")
+    print(f"slowest env: {slowest}; wrote {args.out}")
+    return slowest
 
 
 if __name__ == "__main__":
