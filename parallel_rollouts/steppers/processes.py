@@ -53,7 +53,7 @@ class ProcessStepper(EnvStepper):
         if storage is not self.working_storage:
             raise RuntimeError("worker processes write only into their shared working storage.")
         self._lost_from = None
-        self._replaced: list[int] = []
+        self._replaced = []
         self.pool.take_wait_seconds()
         # A worker found dead here (killed between rollouts) loses no row of this one: its
         # replacement begins with the others, its envs at the start of fresh episodes.
@@ -103,7 +103,7 @@ class ProcessStepper(EnvStepper):
     def step_end(self, workers: list) -> None:
         active = self._active(workers)
         replies, losses = self.pool.receive_all(active)
-        self._handle(replies, losses)
+        self._take_replies(replies, losses)
 
     def abandon_part(self, t: int, workers: list) -> None:
         self.pool.request(protocol.ABANDON, t, self._active(workers))
@@ -122,7 +122,7 @@ class ProcessStepper(EnvStepper):
         horizon = self.pool.spec.horizon
         return [worker for worker in workers if lost[worker.start] == horizon]
 
-    def _handle(self, replies: list, losses: list) -> None:
+    def _take_replies(self, replies: list, losses: list) -> None:
         """Raise what the envs raised; replace lost workers (or raise when that is not allowed)."""
         self.pool.raise_failures([reply for reply in replies if reply is not None])
         self.pool.raise_losses(losses)
