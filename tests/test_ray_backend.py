@@ -401,6 +401,25 @@ def test_a_hung_env_in_an_actor_raises_step_timeout_instead_of_hanging():
     collector.close()  # bounded: the hung actor was killed (the module's timeout guards this)
 
 
+@pytest.mark.parametrize("how", ["abort", "hang"])
+def test_an_actor_lost_to_a_crash_or_a_hang_is_replaced_its_rows_invalid_and_the_rest_replays(how, tmp_path):
+    from tests.test_restarts import CRASH_STEP, HORIZON, assert_valid_rows_replay, crashing_fns
+
+    assert HORIZON < CRASH_STEP <= 2 * HORIZON  # in the second collect
+    timeout = {"step_timeout": 1.0} if how == "hang" else {}
+    with ParallelRolloutCollector(
+        crashing_fns(how, str(tmp_path / "crashed")), None, "ray", horizon=HORIZON, seed=5, num_workers=2,
+        max_restarts=1, **timeout,
+    ) as collector:
+        batches = [collector.collect() for _ in range(3)]
+    first, lost, after = batches
+    assert first.valid.all() and after.valid.all() and after.lost_env_indices.size == 0
+    # An actor returns its rows only at the end: the lost slice loses that whole rollout.
+    np.testing.assert_array_equal(lost.lost_env_indices, [2, 3])
+    assert not lost.valid[:, 2:].any() and lost.valid[:, :2].all()
+    assert_valid_rows_replay(batches)
+
+
 def test_with_one_actor_a_float_policy_is_bit_identical_to_sync_and_with_several_close():
     """Pins the documented rule for when Ray's batch equals sync's bit for bit.
 

@@ -360,10 +360,19 @@ class RayRunner(RolloutRunner):
             _, pending = ray.wait(references, num_returns=len(references), timeout=timeout)
             if pending:
                 actor_of = actor_indices or list(range(len(references)))
-                timed_out = [actor_of[index] for index, reference in enumerate(references) if reference in pending]
-                finished = [reference for reference in references if reference not in pending]
-                _, _, failure = self._wait(finished)
-                return [], [], failure or self._timed_out(timed_out)
+                late = [position for position, reference in enumerate(references) if reference in pending]
+                replaceable = len(late) <= self._restarts_left or self._options.continue_without_lost_actors
+                error = self._timed_out([actor_of[position] for position in late], replaceable)
+                on_time = [position for position in range(len(references)) if position not in late]
+                results_on_time, dead_on_time, failure = self._wait([references[position] for position in on_time])
+                if not replaceable:
+                    return [], [], failure or error
+                # The actors that overran count as lost (killed above); the others' rollouts stand.
+                results = [None] * len(references)
+                for position, result in zip(on_time, results_on_time):
+                    results[position] = result
+                dead = [(on_time[position], death) for position, death in dead_on_time]
+                return results, dead + [(position, error) for position in late], failure
         results, dead, failure = [], [], None
         for index, reference in enumerate(references):
             try:
@@ -377,7 +386,7 @@ class RayRunner(RolloutRunner):
             results.append(None)
         return results, dead, failure
 
-    def _timed_out(self, indices: list[int]) -> StepTimeoutError:
+    def _timed_out(self, indices: list[int], replaced: bool = False) -> StepTimeoutError:
         """The error for actors whose rollout overran; they are killed, since they may never return."""
         for index in indices:
             try:
@@ -389,7 +398,8 @@ class RayRunner(RolloutRunner):
         return StepTimeoutError(
             f"{names} did not finish a rollout of horizon={self._spec.horizon} within "
             f"horizon * step_timeout = {self._spec.horizon * self._step_timeout:g} s; its envs (or the policy) may "
-            "hang. The actors were killed and the collector is now unusable.",
+            "hang. The actors were killed"
+            + (" and are replaced (max_restarts)." if replaced else " and the collector is now unusable."),
             tuple(EnvFailure(env, "step", "StepTimeoutError", "timed out", "") for env in envs),
         )
 
