@@ -23,61 +23,60 @@ __all__ = ["NO_GLOBAL_RANDOM", "check_no_global_random"]
 
 NO_GLOBAL_RANDOM = "no global random state"
 
-_NUMPY, _PYTHON = "numpy", "python"
+
+_REFERENCE, _DISTURBED = 12345, 98765
 
 
-def _pinned(base: int, sources: tuple[str, ...]) -> Callable[[int], None]:
+def _pinned(numpy_base: int, python_base: int) -> Callable[[int], None]:
+    """Set both global generators, before each call, to states that depend on the call's index only."""
+
     def pin(step: int) -> None:
-        if _NUMPY in sources:
-            np.random.seed((base + 7919 * step) % 2**32)
-        if _PYTHON in sources:
-            random.seed(base + 7919 * step)
+        np.random.seed((numpy_base + 7919 * step) % 2**32)
+        random.seed(python_base + 7919 * step)
 
     return pin
 
 
-def _run(factory: Callable, vector: bool, seed: int, max_steps: int, episodes: int, base: int,
-         sources: tuple[str, ...] = (_NUMPY, _PYTHON)) -> Trajectory:
+def _run(factory: Callable, vector: bool, limits: tuple[int, int, int], numpy_base: int, python_base: int) -> Trajectory:
+    seed, max_steps, episodes = limits
     env, _ = build_env(factory)
     try:
-        return run_trajectory(env, seed, max_steps, episodes, vector, before_call=_pinned(base, sources))
+        return run_trajectory(env, seed, max_steps, episodes, vector, before_call=_pinned(numpy_base, python_base))
     finally:
         env.close()
 
 
 def check_no_global_random(factory: Callable, vector: bool, seed: int, max_steps: int, episodes: int) -> CheckResult:
-    numpy_state, python_state = np.random.get_state(), random.getstate()
-    try:
-        reference = _run(factory, vector, seed, max_steps, episodes, base=12345)
-        if first_difference(reference, _run(factory, vector, seed, max_steps, episodes, base=12345)) is not None:
-            return CheckResult(
-                NO_GLOBAL_RANDOM,
-                CheckStatus.WARN,
-                "not judged: two envs reset with the same seed differ even under the same global random state",
-                "see 'same seed, same trajectory'",
-            )
-        disturbed = _run(factory, vector, seed, max_steps, episodes, base=98765)
-        difference = first_difference(reference, disturbed)
-        if difference is None:
-            return CheckResult(
-                NO_GLOBAL_RANDOM,
-                CheckStatus.PASS,
-                f"same trajectory under different np.random and random states ({reference.steps} steps)",
-            )
-        used = [
-            name
-            for name, source in (("NumPy's legacy np.random", _NUMPY), ("Python's random", _PYTHON))
-            if first_difference(reference, _run(factory, vector, seed, max_steps, episodes, 98765, (source,)))
-            is not None
-        ]
-        named = " and ".join(used) if used else "the global random state (only when both are disturbed)"
+    """Pins the global generators; :func:`~parallel_rollouts.conformance.check.check_env` restores them after."""
+    limits = (seed, max_steps, episodes)
+    reference = _run(factory, vector, limits, _REFERENCE, _REFERENCE)
+    if first_difference(reference, _run(factory, vector, limits, _REFERENCE, _REFERENCE)) is not None:
         return CheckResult(
             NO_GLOBAL_RANDOM,
-            CheckStatus.FAIL,
-            f"the env draws from {named}: two envs reset with the same seed diverge after {difference} calls "
-            "when the global state differs, as it does between worker processes",
-            "draw from self.np_random (seeded by super().reset(seed=seed)) instead of np.random.* and random.*",
+            CheckStatus.WARN,
+            "not judged: two envs reset with the same seed differ even under the same global random state",
+            "see 'same seed, same trajectory'",
         )
-    finally:
-        np.random.set_state(numpy_state)
-        random.setstate(python_state)
+    disturbed = _run(factory, vector, limits, _DISTURBED, _DISTURBED)
+    difference = first_difference(reference, disturbed)
+    if difference is None:
+        return CheckResult(
+            NO_GLOBAL_RANDOM,
+            CheckStatus.PASS,
+            f"same trajectory under different np.random and random states ({reference.steps} steps)",
+        )
+    # Which generator: disturb one at a time.
+    used = [
+        name
+        for name, bases in (("NumPy's legacy np.random", (_DISTURBED, _REFERENCE)), ("Python's random", (_REFERENCE, _DISTURBED)))
+        if first_difference(reference, _run(factory, vector, limits, *bases)) is not None
+    ]
+    named = " and ".join(used) if used else "the global random state (only when both are disturbed)"
+    where = "at the first reset" if difference == 0 else f"after {difference} calls (reset included)"
+    return CheckResult(
+        NO_GLOBAL_RANDOM,
+        CheckStatus.FAIL,
+        f"the env draws from {named}: two envs reset with the same seed differ {where} when the global "
+        "state differs, as it does between worker processes",
+        "draw from self.np_random (seeded by super().reset(seed=seed)) instead of np.random.* and random.*",
+    )

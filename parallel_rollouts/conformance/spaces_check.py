@@ -51,9 +51,13 @@ class _Offences:
         self.fail: list[str] = []
         self.warn: list[str] = []
         self.checked = 0
+        self._seen: set[tuple] = set()
 
-    def _say(self, kinds: list[str], text: str) -> None:
-        if text not in kinds and len(kinds) < 3:
+    def _say(self, kinds: list[str], text: str, kind: tuple = ()) -> None:
+        """Keep ``text`` if it is the first offence of its ``kind`` (by default, the text itself)."""
+        key = kind or (text,)
+        if key not in self._seen and len(kinds) < 3:
+            self._seen.add(key)
             kinds.append(text)
 
     def __call__(self, kind: str, observation: Any, rest: tuple) -> None:
@@ -62,18 +66,18 @@ class _Offences:
         try:
             values = self.layout.flatten(observation)
         except SpaceError as error:
-            self._say(self.fail, f"{where}: {error}")
+            self._say(self.fail, f"{where}: {error}", ("structure",))
             return
         for leaf_index, value in enumerate(values):
             self._leaf(leaf_index, value, where)
         if rest:
             reward = np.asarray(rest[0])
             if reward.dtype.kind not in "biuf" or (self.rows is None and reward.shape != ()):
-                self._say(self.fail, f"{where}: the reward {rest[0]!r} is not a real number")
+                self._say(self.fail, f"{where}: the reward {rest[0]!r} is not a real number", ("reward",))
             for name, flag in (("terminated", rest[1]), ("truncated", rest[2])):
                 flags = np.asarray(flag)
                 if flags.dtype != np.bool_ and not (flags.dtype.kind in "iu" and np.isin(flags, (0, 1)).all()):
-                    self._say(self.fail, f"{where}: {name} is {flag!r}, not a bool")
+                    self._say(self.fail, f"{where}: {name} is {flag!r}, not a bool", (name,))
 
     def _leaf(self, leaf_index: int, value: Any, where: str) -> None:
         leaf = self.layout.leaves[leaf_index]
@@ -81,25 +85,27 @@ class _Offences:
         array = np.asarray(value)
         expected = leaf.shape if self.rows is None else (self.rows,) + leaf.shape
         if array.shape != expected:
-            self._say(self.fail, f"{where}: observation{name} has shape {array.shape}, the space declares {expected}")
+            self._say(self.fail, f"{where}: observation{name} has shape {array.shape}, the space declares {expected}",
+                      ("shape", leaf_index))
             return
         if array.dtype.kind not in "biuf":
-            self._say(self.fail, f"{where}: observation{name} has dtype {array.dtype}, not a number")
+            self._say(self.fail, f"{where}: observation{name} has dtype {array.dtype}, not a number", ("kind", leaf_index))
             return
         if array.dtype != leaf.dtype:
-            self._say(self.warn, f"observation{name} has dtype {array.dtype}, the space declares {leaf.dtype}")
+            self._say(self.warn, f"observation{name} has dtype {array.dtype}, the space declares {leaf.dtype}",
+                      ("dtype", leaf_index))
         if array.dtype.kind == "f" and np.isnan(array).any():
-            self._say(self.fail, f"{where}: observation{name} holds NaN")
+            self._say(self.fail, f"{where}: observation{name} holds NaN", ("nan", leaf_index))
             return
         low, high = self.layout.bounds(leaf_index)
         flat = array.reshape(-1 if self.rows is None else (self.rows, -1)).astype(np.float64)
         outside = (flat < low) | (flat > high)
         if outside.any():
-            first = np.argwhere(outside)[0]
-            got = flat[tuple(first)]
+            first = tuple(np.argwhere(outside)[0])
+            got = array.reshape(flat.shape)[first].item()
             text = f"{where}: observation{name} holds {got!r} outside the declared bounds"
             float_box = isinstance(leaf.space, spaces.Box) and leaf.dtype.kind == "f"
-            self._say(self.warn if float_box else self.fail, text)
+            self._say(self.warn if float_box else self.fail, text, ("bounds", leaf_index))
 
 
 def check_spaces(

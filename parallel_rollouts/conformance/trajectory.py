@@ -107,7 +107,7 @@ def run_trajectory(
         record.steps += 1
         if observe is not None:
             observe("step", observation, (reward, terminated, truncated))
-        record.digests.append(_digest(observation, np.asarray(reward, dtype=np.float64), terminated, truncated))
+        record.digests.append(_digest(observation, reward, terminated, truncated))
         ended = np.logical_or(np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool))
         if not ended.any():
             continue
