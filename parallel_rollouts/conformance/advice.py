@@ -74,7 +74,8 @@ class OptionResult:
 class Advice:
     """The advisor's measurements and recommendation for one env, ``num_envs`` and horizon.
 
-    ``recommended`` is the measured option with the best median transitions/s;
+    ``recommended`` is the measured option that was fastest relative to the
+    others round by round (:meth:`paired_score`);
     ``ratios_to_recommended(result)`` gives another option's speed relative to it
     in each round; ``near_ties`` lists the options within the noise of it: faster
     in at least one round, and at least ``NEAR_TIE`` of its speed in the median
@@ -97,8 +98,20 @@ class Advice:
 
     @property
     def recommended(self) -> OptionResult | None:
+        """The option fastest relative to the others in the same rounds (see :meth:`paired_score`)."""
         measured = self.measured
-        return max(measured, key=lambda result: result.median) if measured else None
+        return max(measured, key=self.paired_score) if measured else None
+
+    def paired_score(self, result: OptionResult) -> float:
+        """Median over rounds of ``result``'s rate divided by the first measured option's rate in that round.
+
+        Options are compared within a round, where they ran seconds apart under the
+        same load, rather than by their medians across rounds, which load that
+        comes and goes between rounds can reorder.
+        """
+        reference = self.measured[0]
+        rounds = min(len(result.rates), len(reference.rates))
+        return float(np.median(np.asarray(result.rates[:rounds]) / np.asarray(reference.rates[:rounds])))
 
     def ratios_to_recommended(self, result: OptionResult) -> np.ndarray:
         best = self.recommended

@@ -11,9 +11,12 @@ collects, every round times each option for about ``trial_seconds`` (whole
 load on the machine falls on all of them alike. Throughput counts valid
 transitions only (a next-step autoreset row is no transition).
 
-The recommendation is the option with the best median; every other option is
-compared with it round by round (the ratio of the two in the same round), and an
-option that was faster in at least one round is reported as a near tie.
+Options are compared within each round (the ratio of their rates in that
+round), where they ran seconds apart under the same load. The recommendation is
+the option with the best median ratio to the first option (``sync``); every
+other option's ratios to it are printed, and one that was faster in at least one
+round and within ``NEAR_TIE`` of it in the median round is reported as a near
+tie.
 """
 
 from __future__ import annotations
