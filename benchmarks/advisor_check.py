@@ -19,7 +19,6 @@ import time
 from functools import partial
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 
 from parallel_rollouts import ParallelRolloutCollector, advise
@@ -27,27 +26,19 @@ from parallel_rollouts.conformance.advisor import _options
 from parallel_rollouts.conformance.target import resolve_target
 from parallel_rollouts.processes.slicing import usable_cores
 
+from examples.atari_env import make_pong
+
 from .envs import HalfMillisecondEnv
 from .machine import format_machine_record, machine_record
 from .report import write_json
 
-__all__ = ["ENVS", "atari_pong", "main"]
-
-
-def atari_pong() -> gym.Env:
-    """Pong as Atari agents see it: Gymnasium's AtariPreprocessing (84x84 grey, frame skip 4) and a 4-frame stack."""
-    import ale_py
-
-    gym.register_envs(ale_py)
-    env = gym.make("ALE/Pong-v5", frameskip=1)
-    env = gym.wrappers.AtariPreprocessing(env, frame_skip=4, screen_size=84, grayscale_obs=True)
-    return gym.wrappers.FrameStackObservation(env, 4)
+__all__ = ["ENVS", "main"]
 
 
 #: name -> (target given to the advisor, what it stands for)
 ENVS = {
     "cheap": ("CartPole-v1", "Gymnasium CartPole-v1 (a few us per step; has a vector implementation)"),
-    "frames": (atari_pong, "ALE Pong, AtariPreprocessing + FrameStackObservation(4): 4x84x84 uint8 frames"),
+    "frames": (make_pong, "ALE Pong, AtariPreprocessing + FrameStackObservation(4): 4x84x84 uint8 frames"),
     "costly": (partial(HalfMillisecondEnv), "HalfMillisecondEnv: ~0.5 ms of pure Python per step"),
 }
 

@@ -101,7 +101,7 @@ def _callable_name(factory: Any) -> str:
     if isinstance(factory, partial):
         arguments = [repr(argument) for argument in factory.args]
         arguments += [f"{key}={value!r}" for key, value in factory.keywords.items()]
-        return f"partial({_callable_name(factory.func)}, {', '.join(arguments)})"
+        return f"partial({', '.join([_callable_name(factory.func)] + arguments)})"
     module = getattr(factory, "__module__", None)
     name = getattr(factory, "__qualname__", None) or type(factory).__name__
     return f"{module}.{name}" if module and module != "builtins" else name
