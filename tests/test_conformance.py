@@ -7,7 +7,6 @@ import re
 import warnings
 from functools import partial
 
-import gymnasium as gym
 import numpy as np
 import pytest
 

@@ -29,7 +29,7 @@ def _where(index: int) -> str:
     return "at the first reset" if index == 0 else f"after {index} calls (reset included)"
 
 
-def _coverage(trajectory: Trajectory, episodes: int) -> str:
+def _coverage(trajectory: Trajectory) -> str:
     return f"{trajectory.steps} steps, {trajectory.episodes_ended} episode end(s)"
 
 
@@ -76,7 +76,7 @@ def check_in_process(
             "raise max_steps (--max-steps) so that episodes end within the check",
         ), runs
     return CheckResult(
-        SAME_SEED, CheckStatus.PASS, f"3 runs identical over {_coverage(reference, episodes)}"
+        SAME_SEED, CheckStatus.PASS, f"3 runs identical over {_coverage(reference)}"
     ), runs
 
 
@@ -96,5 +96,5 @@ def check_spawned(reference: Trajectory, spawned: SpawnedRun | None) -> CheckRes
             "before iterating them",
         )
     return CheckResult(
-        SAME_SEED_SPAWNED, CheckStatus.PASS, f"identical to this process's over {_coverage(reference, 0)}"
+        SAME_SEED_SPAWNED, CheckStatus.PASS, f"identical to this process's over {_coverage(reference)}"
     )
