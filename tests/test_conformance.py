@@ -174,6 +174,13 @@ def test_atari_with_gymnasium_wrappers_passes():
     assert set(_statuses(report).values()) == {CheckStatus.PASS}, report
 
 
+def test_a_plugin_id_is_rebuilt_in_the_spawned_process_without_registering_it_there():
+    # "ale_py:ALE/Pong-v5" is resolved here; the spawned process gets the spec, not the id.
+    report = check_env("ale_py:ALE/Pong-v5", env_kwargs={"max_episode_steps": 40}, max_steps=20, episodes=1)
+    assert report.result(REBUILDS).status is CheckStatus.PASS, report
+    assert report.result(SAME_SEED_SPAWNED).status is CheckStatus.PASS, report
+
+
 def test_raw_minigrid_fails_naming_the_wrappers_that_fix_it():
     report = check_env(envs.minigrid_raw, max_steps=40)
     result = report.result(STORABLE)
