@@ -2,6 +2,7 @@
 
 from .batch import RolloutBatch
 from .collector import ParallelRolloutCollector
+from .conformance import Advice, CheckResult, CheckStatus, ConformanceReport, advise, check_env
 from .core import CoreFallbackWarning, active_core
 from .errors import (
     ActionError,
@@ -30,8 +31,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ActionError",
+    "Advice",
+    "CheckResult",
+    "CheckStatus",
     "CollectorClosedError",
     "ConfigurationError",
+    "ConformanceReport",
     "CoreFallbackWarning",
     "CoreUnavailableError",
     "EnvFailure",
@@ -53,5 +58,7 @@ __all__ = [
     "WorkerError",
     "__version__",
     "active_core",
+    "advise",
+    "check_env",
     "make_collector",
 ]

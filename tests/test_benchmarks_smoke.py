@@ -229,3 +229,17 @@ def test_straggler_plot_finds_the_slow_env_and_writes_the_picture(tmp_path):
     path = tmp_path / "straggler.png"
     assert straggler_plot.main(["--horizon", "20", "--out", str(path)]) == straggler_plot.SLOW_ENV
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_advisor_check_runs_the_advisor_and_the_separate_benchmark(tmp_path):
+    from benchmarks import advisor_check
+
+    path = tmp_path / "advisor_check.json"
+    assert advisor_check.main(["--quick", "--envs", "cheap", "--num-envs", "2", "--horizon", "8", "--out", str(path)]) == 0
+    result = _load(path)
+    entry = result["envs"]["cheap"]
+    assert entry["verdict"] in ("winner", "within spread", "miss")
+    assert entry["recommended"] == entry["advice"]["recommended"]
+    labels = {option["label"] for option in entry["advice"]["options"]}
+    assert {benchmarked["label"] for benchmarked in entry["benchmark"]} == labels
+    assert all(len(benchmarked["rates"]) == 2 and benchmarked["min"] > 0 for benchmarked in entry["benchmark"])
