@@ -24,6 +24,7 @@ from .errors import (
 )
 from .make import make_collector
 from .policy import PolicyOutput
+from .runners.base import RunnerState
 from .vector_env import ParallelVectorEnv
 
 __version__ = "0.1.0"
@@ -48,6 +49,7 @@ __all__ = [
     "PolicyTransferError",
     "ResetNeededError",
     "RolloutBatch",
+    "RunnerState",
     "SpaceError",
     "StalePolicyWarning",
     "StepTimeoutError",

@@ -171,7 +171,8 @@ class ParallelVectorEnv(VectorEnv):
 
     def _start_async(self, env_fns, builder, core_name, core_module, num_workers, context, step_timeout) -> None:
         from .processes import worker_main as protocol
-        from .processes.pool import WorkerPool, unguarded_main_error
+        from .processes.pool import WorkerPool
+        from .processes.startup import unguarded_main_error
 
         spec = RolloutSpec(env_fns, 0, 1, (), core_name, core_module)
         spec.group_builder = builder

@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from types import ModuleType
+from time import perf_counter
 from typing import Any
 
 import numpy as np
@@ -211,8 +212,8 @@ class VectorEnvGroup:
         action_layout: SpaceLayout,
         info_keys: Sequence[str],
         core: ModuleType,
-        first_episode_numbers: Sequence[int] | None = None,
         observation_check: str = "warn",
+        incarnation: int = 0,
     ) -> None:
         where = f"the vector env at env {env_offset}"
         n = check_vector_env(vector_env, where)
@@ -234,10 +235,8 @@ class VectorEnvGroup:
         self._info_keys = tuple(info_keys)
         self._core = core
         self._checker = ObservationChecker(observation_layout, core, observation_check, env_offset)
-        self._episode_seeds = [EpisodeSeeds(root_seed, env_offset + column) for column in range(n)]
-        self._episodes_started = np.array(
-            list(first_episode_numbers) if first_episode_numbers is not None else [0] * n, dtype=np.int64
-        )
+        self._episode_seeds = [EpisodeSeeds(root_seed, env_offset + column, incarnation) for column in range(n)]
+        self._episodes_started = np.zeros(n, dtype=np.int64)
         # None until the first reset shows whether reset(seed=[...]) is accepted.
         self._per_env_seeds: bool | None = None
         self._running_returns = np.zeros(n, dtype=np.float64)
@@ -269,6 +268,14 @@ class VectorEnvGroup:
     def _reset(self, mask: np.ndarray | None) -> Any:
         """Reset every sub-env (``mask`` None) or those in ``mask``, seeding them when the env allows."""
         columns = np.arange(self.num_envs) if mask is None else np.flatnonzero(mask)
+        started = perf_counter()
+        try:
+            return self._reset_columns(mask, columns)
+        finally:
+            if self._storage is not None and columns.size:  # within a rollout: its timing counts the reset
+                self._storage.env_reset_seconds[0, columns] += (perf_counter() - started) / columns.size
+
+    def _reset_columns(self, mask: np.ndarray | None, columns: np.ndarray) -> Any:
         options = None if mask is None else {"reset_mask": mask.copy()}
         env = self.vector_env
         try:
@@ -338,9 +345,12 @@ class VectorEnvGroup:
         # A copy: the env may keep what it is given, and the storage row is reused.
         actions = self._action_layout.unflatten([leaf[t].copy() for leaf in storage.actions])
         try:
+            started = perf_counter()
             observations, rewards, terminations, truncations, info = self.vector_env.step(actions)
         except Exception as error:
             raise self._failure("step", error) from error
+        # One batched call steps every sub-env: each is credited an equal share of it.
+        storage.env_step_seconds[0] += (perf_counter() - started) / self.num_envs
         # Rewards and flags go straight into their rows (under the conversion rule), read back from there.
         self._store_per_env(rewards, storage.rewards[t], "rewards")
         terminated = self._store_per_env(terminations, storage.terminations[t], "terminations")
