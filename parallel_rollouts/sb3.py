@@ -208,31 +208,35 @@ class ParallelVecEnv(VecEnv):
         observations, rewards, terminations, truncations, parts = vector_env._step_unmerged(self._actions)
         self._actions = None
         dones = terminations | truncations
-        infos: list[dict | None] = [None] * self.num_envs
+        time_limits = (truncations & ~terminations).tolist()
+        if not any(parts):  # no env reported anything (nor ended): the common step
+            infos = [{"TimeLimit.truncated": limit} for limit in time_limits]
+            return self._as_sb3_observations(observations), rewards.astype(np.float32), dones, infos
         ended = dones.nonzero()[0].tolist()
+        env_infos: dict[int, dict] = {}
         terminal_observations = {}
         for index in ended:
             self.reset_infos[index] = {}
         for part in parts:
             for index, info in part or ():
                 if not dones[index]:
-                    infos[index] = self._copy_info(info)
+                    env_infos[index] = self._copy_info(info)
                 elif index not in terminal_observations:  # an ended env reports the step's end first ...
-                    infos[index] = self._copy_info(info["final_info"])
+                    env_infos[index] = self._copy_info(info["final_info"])
                     terminal_observations[index] = self._terminal_observation(index, info["final_obs"])
                 else:  # ... then the next episode's reset info, if any
                     self.reset_infos[index] = self._copy_info(info)
-        time_limit = truncations & ~terminations
-        for index in range(self.num_envs):
-            # DummyVecEnv's keys and their order: the env's own, then these two.
-            if infos[index] is None:
-                infos[index] = {"TimeLimit.truncated": bool(time_limit[index])}
-            else:
-                infos[index]["TimeLimit.truncated"] = bool(time_limit[index])
-        for index, observation in terminal_observations.items():
-            infos[index]["terminal_observation"] = observation
-        if ended:
-            self._episodes[ended] += 1
+        # DummyVecEnv's keys and their order: the env's own, then these two.
+        infos = []
+        for index, limit in enumerate(time_limits):
+            info = env_infos.get(index)
+            if info is None:
+                info = {}
+            info["TimeLimit.truncated"] = limit
+            if index in terminal_observations:
+                info["terminal_observation"] = terminal_observations[index]
+            infos.append(info)
+        self._episodes[ended] += 1
         return self._as_sb3_observations(observations), rewards.astype(np.float32), dones, infos
 
     def _terminal_observation(self, index: int, observation: Any) -> Any:

@@ -1,0 +1,146 @@
+"""Stable-Baselines3 PPO's rollout collection on each VecEnv: DummyVecEnv, SubprocVecEnv, ParallelVecEnv.
+
+Run: ``python -m benchmarks.sb3_vec_envs [--rounds 7] [--output benchmarks/results/sb3_vec_envs.json]``
+
+Groups, 16 envs each (every contender of a group is built first and stays
+alive; each round times one unit of each in a fixed order, and ratios are taken
+within a round):
+
+``sb3_cartpole_16``
+    CartPole-v1. One unit = one ``PPO.collect_rollouts`` of ``n_steps=128``
+    (2,048 transitions): the MLP policy's forward pass, ``VecEnv.step`` and
+    the rollout buffer, exactly what ``PPO.learn`` does between updates.
+``sb3_half_ms_16``
+    The 0.5 ms pure-Python env (:class:`benchmarks.envs.HalfMillisecondEnv`),
+    ``n_steps=16`` (256 transitions).
+
+Contenders: ``DummyVecEnv``, ``SubprocVecEnv`` (one process per env, SB3's
+default start method), ``ParallelVecEnv`` sync and async (default workers).
+PyTorch runs on one thread, so that the policy does not compete with the
+workers for the cores. Throughput is transitions per second; ``wall_seconds``
+is the time of one unit (one collection between two PPO updates).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from functools import partial
+from pathlib import Path
+
+import gymnasium as gym
+import torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+from parallel_rollouts.sb3 import ParallelVecEnv
+
+from .envs import HalfMillisecondEnv
+from .machine import machine_record
+from .vector_envs import Contender, run_group
+
+NUM_ENVS = 16
+N_STEPS = {"cartpole": 128, "half_ms": 16}
+VEC_ENVS = {
+    "DummyVecEnv": DummyVecEnv,
+    "SubprocVecEnv": SubprocVecEnv,
+    "ParallelVecEnv sync": partial(ParallelVecEnv, backend="sync", seed=0),
+    "ParallelVecEnv async": partial(ParallelVecEnv, backend="async", seed=0),
+}
+TARGETS = (
+    ("sb3_cartpole_16", "ParallelVecEnv async / SubprocVecEnv", 5.0),
+    ("sb3_half_ms_16", "ParallelVecEnv async / SubprocVecEnv", 1.3),
+    ("sb3_cartpole_16", "ParallelVecEnv sync / DummyVecEnv", 0.95),
+    ("sb3_half_ms_16", "ParallelVecEnv sync / DummyVecEnv", 0.95),
+)
+
+
+def cartpole() -> gym.Env:
+    return gym.make("CartPole-v1")
+
+
+def half_ms() -> gym.Env:
+    return HalfMillisecondEnv()
+
+
+def ppo_collection(name: str, vec_env, n_steps: int) -> Contender:
+    """One unit = one ``collect_rollouts`` of PPO on ``vec_env``, as ``PPO.learn`` runs it."""
+    model = PPO("MlpPolicy", vec_env, n_steps=n_steps, batch_size=n_steps, seed=0, device="cpu")
+    _, callback = model._setup_learn(total_timesteps=10**9, callback=None)
+    callback.on_training_start(locals(), globals())
+
+    def run() -> None:
+        model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=n_steps)
+
+    return Contender(name, run, n_steps * vec_env.num_envs, vec_env.close)
+
+
+def build_groups(selected: set[str]) -> dict:
+    groups = {
+        "sb3_cartpole_16": (cartpole, N_STEPS["cartpole"]),
+        "sb3_half_ms_16": (half_ms, N_STEPS["half_ms"]),
+    }
+
+    def make(env_fn, n_steps) -> list[Contender]:
+        contenders: list[Contender] = []
+        try:
+            for name, vec_env_class in VEC_ENVS.items():
+                contenders.append(ppo_collection(name, vec_env_class([env_fn] * NUM_ENVS), n_steps))
+        except BaseException:
+            for contender in contenders:
+                contender.close()
+            raise
+        return contenders
+
+    return {name: partial(make, *spec) for name, spec in groups.items() if not selected or name in selected}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--groups", nargs="*", default=[], help="run only these groups")
+    parser.add_argument("--output", type=Path, default=Path("benchmark-results/sb3_vec_envs.json"))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    load_before = os.getloadavg()
+    results = []
+    for name, make in build_groups(set(args.groups)).items():
+        print(f"running {name} ...", flush=True)
+        result = run_group(name, make, args.rounds, args.warmup)
+        transitions = N_STEPS[name.split("_", 1)[1].rsplit("_", 1)[0]] * NUM_ENVS
+        result["wall_seconds_per_unit"] = {
+            contender: {"median": transitions / summary["median"], "min": transitions / summary["max"], "max": transitions / summary["min"]}
+            for contender, summary in result["throughputs"].items()
+        }
+        results.append(result)
+        for contender, summary in result["throughputs"].items():
+            print(f"  {contender}: median {summary['median']:.0f} transitions/s", flush=True)
+    by_group = {result["group"]: result for result in results}
+    targets = []
+    for group, ratio_name, target in TARGETS:
+        if group in by_group:
+            ratio = by_group[group]["ratios"][ratio_name]
+            targets.append(
+                {"group": group, "ratio": ratio_name, "target": target, "median": ratio["median"],
+                 "min": ratio["min"], "max": ratio["max"], "met": ratio["median"] >= target}
+            )
+    document = {
+        "machine": machine_record(),
+        "settings": {"rounds": args.rounds, "warmup": args.warmup, "num_envs": NUM_ENVS, "n_steps": N_STEPS,
+                     "torch_threads": torch.get_num_threads()},
+        "load_average": {"before": load_before, "after": os.getloadavg()},
+        "targets": targets,
+        "groups": results,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(document, indent=2, default=str) + "\n")
+    for entry in targets:
+        print(f"{entry['group']}: {entry['ratio']} = {entry['median']:.2f}x "
+              f"(range {entry['min']:.2f}-{entry['max']:.2f}x; target {entry['target']}x)")
+    print(f"wrote {args.output.resolve()}")
+
+
+if __name__ == "__main__":
+    main()
