@@ -133,6 +133,7 @@ class ReplayRecordedSeeds(gym.Wrapper):
     def __init__(self, env: gym.Env, recorded: Callable[[], list[int]]) -> None:
         super().__init__(env)
         self._recorded = recorded
+        self._seeds: list[int] = []
         self._episodes = 0
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -143,9 +144,10 @@ class ReplayRecordedSeeds(gym.Wrapper):
             setattr(self.env, name, value)
 
     def reset(self, *, seed=None, options=None):
-        seeds = self._recorded()
-        assert self._episodes < len(seeds), "the control reset an episode the adapter did not begin"
-        seed = seeds[self._episodes]
+        if self._episodes >= len(self._seeds):
+            self._seeds = self._recorded()
+        assert self._episodes < len(self._seeds), "the control reset an episode the adapter did not begin"
+        seed = self._seeds[self._episodes]
         self._episodes += 1
         return self.env.reset(seed=seed, options=options)
 
