@@ -15,7 +15,16 @@ within a round):
     ``n_steps=16`` (256 transitions).
 
 Contenders: ``DummyVecEnv``, ``SubprocVecEnv`` (one process per env, SB3's
-default start method), ``ParallelVecEnv`` sync and async (default workers).
+default start method), ``ParallelVecEnv`` sync and async (default workers),
+and two references that say where the time goes: ``DummyVecEnv seeded
+episodes`` (its envs reset with the same per-episode seeds ParallelVecEnv
+uses, autoresets included: the cost of seeding every episode) and ``PPO alone``
+(a VecEnv that costs nothing: the policy and buffer's share of a unit, which
+bounds any vec env's speed-up).
+
+``step_cartpole_16``
+    The vec envs alone, without PPO: ``VecEnv.step`` with precomputed random
+    actions, 256 steps of 16 CartPole envs per unit.
 PyTorch runs on one thread, so that the policy does not compete with the
 workers for the cores. Throughput is transitions per second; ``wall_seconds``
 is the time of one unit (one collection between two PPO updates).
@@ -30,11 +39,13 @@ from functools import partial
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 import torch
 from stable_baselines3 import PPO
-from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from parallel_rollouts.sb3 import ParallelVecEnv
+from parallel_rollouts.sb3_env_side import make_seeded_episode_env
 
 from .envs import HalfMillisecondEnv
 from .machine import machine_record
@@ -42,17 +53,73 @@ from .vector_envs import Contender, run_group
 
 NUM_ENVS = 16
 N_STEPS = {"cartpole": 128, "half_ms": 16}
+STEP_ONLY_STEPS = 256
+
+
+class NoEnvVecEnv(VecEnv):
+    """A VecEnv that costs nothing: the same spaces, constant observations, no episode ever ends."""
+
+    def __init__(self, env_fns) -> None:
+        env = env_fns[0]()
+        super().__init__(len(env_fns), env.observation_space, env.action_space)
+        self._observations = np.zeros((self.num_envs,) + env.observation_space.shape, dtype=env.observation_space.dtype)
+        self._rewards = np.zeros(self.num_envs, dtype=np.float32)
+        self._dones = np.zeros(self.num_envs, dtype=bool)
+        env.close()
+
+    def reset(self):
+        return self._observations.copy()
+
+    def step_async(self, actions) -> None:
+        pass
+
+    def step_wait(self):
+        infos = [{"TimeLimit.truncated": False} for _ in range(self.num_envs)]
+        return self._observations.copy(), self._rewards.copy(), self._dones.copy(), infos
+
+    def close(self) -> None:
+        pass
+
+    def get_attr(self, attr_name, indices=None):
+        return [None if attr_name == "render_mode" else getattr(self, attr_name)] * len(self._get_indices(indices))
+
+    def set_attr(self, attr_name, value, indices=None) -> None:
+        raise NotImplementedError
+
+    def env_method(self, method_name, *method_args, indices=None, **method_kwargs):
+        raise NotImplementedError
+
+    def env_is_wrapped(self, wrapper_class, indices=None):
+        return [False] * len(self._get_indices(indices))
+
+
+def seeded_dummy_vec_env(env_fns) -> DummyVecEnv:
+    """DummyVecEnv whose envs reset every episode with ParallelVecEnv's seeds (root 0)."""
+    return DummyVecEnv([partial(make_seeded_episode_env, env_fn, index, 0) for index, env_fn in enumerate(env_fns)])
+
+
 VEC_ENVS = {
     "DummyVecEnv": DummyVecEnv,
     "SubprocVecEnv": SubprocVecEnv,
     "ParallelVecEnv sync": partial(ParallelVecEnv, backend="sync", seed=0),
     "ParallelVecEnv async": partial(ParallelVecEnv, backend="async", seed=0),
+    "DummyVecEnv seeded episodes": seeded_dummy_vec_env,
+    "PPO alone": NoEnvVecEnv,
 }
 TARGETS = (
     ("sb3_cartpole_16", "ParallelVecEnv async / SubprocVecEnv", 5.0),
     ("sb3_half_ms_16", "ParallelVecEnv async / SubprocVecEnv", 1.3),
     ("sb3_cartpole_16", "ParallelVecEnv sync / DummyVecEnv", 0.95),
     ("sb3_half_ms_16", "ParallelVecEnv sync / DummyVecEnv", 0.95),
+)
+# Not targets: what bounds and explains them.
+REFERENCES = (
+    ("sb3_cartpole_16", "PPO alone / SubprocVecEnv"),
+    ("sb3_cartpole_16", "ParallelVecEnv sync / DummyVecEnv seeded episodes"),
+    ("sb3_cartpole_16", "DummyVecEnv seeded episodes / DummyVecEnv"),
+    ("step_cartpole_16", "ParallelVecEnv async / SubprocVecEnv"),
+    ("step_cartpole_16", "ParallelVecEnv sync / DummyVecEnv"),
+    ("step_cartpole_16", "ParallelVecEnv sync / DummyVecEnv seeded episodes"),
 )
 
 
@@ -76,20 +143,37 @@ def ppo_collection(name: str, vec_env, n_steps: int) -> Contender:
     return Contender(name, run, n_steps * vec_env.num_envs, vec_env.close)
 
 
+def vec_env_stepping(name: str, vec_env, steps: int) -> Contender:
+    """One unit = ``steps`` calls of ``vec_env.step`` with precomputed random actions."""
+    vec_env.seed(0)
+    vec_env.reset()
+    actions = np.random.default_rng(0).integers(0, 2, size=(steps, vec_env.num_envs))
+
+    def run() -> None:
+        step = vec_env.step
+        for t in range(steps):
+            step(actions[t])
+
+    return Contender(name, run, steps * vec_env.num_envs, vec_env.close)
+
+
 def build_groups(selected: set[str]) -> dict:
     groups = {
-        "sb3_cartpole_16": (cartpole, N_STEPS["cartpole"]),
-        "sb3_half_ms_16": (half_ms, N_STEPS["half_ms"]),
+        "sb3_cartpole_16": (cartpole, N_STEPS["cartpole"], ppo_collection),
+        "sb3_half_ms_16": (half_ms, N_STEPS["half_ms"], ppo_collection),
+        "step_cartpole_16": (cartpole, STEP_ONLY_STEPS, vec_env_stepping),
     }
 
-    def make(env_fn, n_steps) -> list[Contender]:
+    def make(env_fn, steps, contender) -> list[Contender]:
         contenders: list[Contender] = []
         try:
             for name, vec_env_class in VEC_ENVS.items():
-                contenders.append(ppo_collection(name, vec_env_class([env_fn] * NUM_ENVS), n_steps))
+                if contender is vec_env_stepping and name == "PPO alone":
+                    continue
+                contenders.append(contender(name, vec_env_class([env_fn] * NUM_ENVS), steps))
         except BaseException:
-            for contender in contenders:
-                contender.close()
+            for made in contenders:
+                made.close()
             raise
         return contenders
 
@@ -109,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
     for name, make in build_groups(set(args.groups)).items():
         print(f"running {name} ...", flush=True)
         result = run_group(name, make, args.rounds, args.warmup)
-        transitions = N_STEPS[name.split("_", 1)[1].rsplit("_", 1)[0]] * NUM_ENVS
+        transitions = (STEP_ONLY_STEPS if name.startswith("step_") else N_STEPS[name.split("_", 1)[1].rsplit("_", 1)[0]]) * NUM_ENVS
         result["wall_seconds_per_unit"] = {
             contender: {"median": transitions / summary["median"], "min": transitions / summary["max"], "max": transitions / summary["min"]}
             for contender, summary in result["throughputs"].items()
@@ -126,12 +210,18 @@ def main(argv: list[str] | None = None) -> None:
                 {"group": group, "ratio": ratio_name, "target": target, "median": ratio["median"],
                  "min": ratio["min"], "max": ratio["max"], "met": ratio["median"] >= target}
             )
+    references = [
+        {"group": group, "ratio": ratio_name, **{k: by_group[group]["ratios"][ratio_name][k] for k in ("median", "min", "max")}}
+        for group, ratio_name in REFERENCES
+        if group in by_group
+    ]
     document = {
         "machine": machine_record(),
         "settings": {"rounds": args.rounds, "warmup": args.warmup, "num_envs": NUM_ENVS, "n_steps": N_STEPS,
                      "torch_threads": torch.get_num_threads()},
         "load_average": {"before": load_before, "after": os.getloadavg()},
         "targets": targets,
+        "references": references,
         "groups": results,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
@@ -139,6 +229,8 @@ def main(argv: list[str] | None = None) -> None:
     for entry in targets:
         print(f"{entry['group']}: {entry['ratio']} = {entry['median']:.2f}x "
               f"(range {entry['min']:.2f}-{entry['max']:.2f}x; target {entry['target']}x)")
+    for entry in references:
+        print(f"{entry['group']}: {entry['ratio']} = {entry['median']:.2f}x (range {entry['min']:.2f}-{entry['max']:.2f}x)")
     print(f"wrote {args.output.resolve()}")
 
 
