@@ -1,6 +1,6 @@
 """Stable-Baselines3 PPO trained end to end on ParallelVecEnv, against DummyVecEnv given the same episode seeds.
 
-Run: ``python -m benchmarks.sb3_training [--runs cartpole halfcheetah] [--output benchmarks/results/sb3_training.json]``
+Run: ``python -m benchmarks.sb3_training [--runs cartpole halfcheetah] [--output benchmarks/results/sb3_training_<run>.json]``
 
 ``cartpole``
     ``PPO("MlpPolicy")`` on CartPole-v1 for 100k steps (8 envs, RL Zoo's
@@ -12,7 +12,7 @@ Run: ``python -m benchmarks.sb3_training [--runs cartpole halfcheetah] [--output
     ``PPO("MlpPolicy")`` on HalfCheetah-v5 for 50k steps (8 envs) on both
     backends of ``ParallelVecEnv``; the backends must give identical curves.
 
-Wall times are whole ``learn()`` calls (PPO's updates included), on whatever
+PyTorch runs on one thread. Wall times are whole ``learn()`` calls (PPO's updates included), on whatever
 else the machine is running: they say that the runs finish, not how fast.
 """
 
@@ -133,6 +133,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", nargs="*", default=list(RUNS), choices=list(RUNS))
     parser.add_argument("--output", type=Path, default=Path("benchmark-results/sb3_training.json"))
     args = parser.parse_args(argv)
+    # One thread: the machine's cores go to the envs and other work, not to PyTorch's spinning.
+    torch.set_num_threads(1)
     load_before = os.getloadavg()
     results = {}
     for name in args.runs:
