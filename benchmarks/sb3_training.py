@@ -24,7 +24,6 @@ import os
 import time
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import torch
 from stable_baselines3 import PPO
@@ -34,7 +33,10 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
 from parallel_rollouts.sb3 import ParallelVecEnv
 from tests.sb3_envs import replaying
 
+# Env factories from modules that import neither PyTorch nor SB3: the async workers import them.
+from .envs import halfcheetah
 from .machine import machine_record
+from .vector_envs import cartpole
 
 CARTPOLE_STEPS = 100_000
 HALFCHEETAH_STEPS = 50_000
@@ -42,14 +44,6 @@ NUM_ENVS = 8
 # RL Zoo's PPO settings for CartPole-v1 (constant rates in place of its linear schedules).
 CARTPOLE_PPO = dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0, learning_rate=1e-3)
 HALFCHEETAH_PPO = dict(n_steps=512, batch_size=64)
-
-
-def cartpole() -> gym.Env:
-    return gym.make("CartPole-v1")
-
-
-def halfcheetah() -> gym.Env:
-    return gym.make("HalfCheetah-v5")
 
 
 class LearningCurve(BaseCallback):

@@ -15,7 +15,8 @@ within a round):
     ``n_steps=16`` (256 transitions).
 
 Contenders: ``DummyVecEnv``, ``SubprocVecEnv`` (one process per env, SB3's
-default start method), ``ParallelVecEnv`` sync and async (default workers),
+default start method), ``ParallelVecEnv`` sync and async (default workers, and
+16 workers: one process per env, as ``SubprocVecEnv``),
 and two references that say where the time goes: ``DummyVecEnv seeded
 episodes`` (its envs reset with the same per-episode seeds ParallelVecEnv
 uses, autoresets included: the cost of seeding every episode) and ``PPO alone``
@@ -38,7 +39,6 @@ import os
 from functools import partial
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import torch
 from stable_baselines3 import PPO
@@ -47,9 +47,9 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 from parallel_rollouts.sb3 import ParallelVecEnv
 from parallel_rollouts.sb3_env_side import make_seeded_episode_env
 
-from .envs import HalfMillisecondEnv
 from .machine import machine_record
-from .vector_envs import Contender, run_group
+# The env factories live in a module that imports neither PyTorch nor SB3: the workers import it.
+from .vector_envs import Contender, cartpole, half_ms, run_group
 
 NUM_ENVS = 16
 N_STEPS = {"cartpole": 128, "half_ms": 16}
@@ -103,6 +103,9 @@ VEC_ENVS = {
     "SubprocVecEnv": SubprocVecEnv,
     "ParallelVecEnv sync": partial(ParallelVecEnv, backend="sync", seed=0),
     "ParallelVecEnv async": partial(ParallelVecEnv, backend="async", seed=0),
+    # As many processes as SubprocVecEnv: on a machine shared with other jobs, each process gets
+    # its share of the cores, so the process count alone moves a process-based contender's speed.
+    "ParallelVecEnv async 16 workers": partial(ParallelVecEnv, backend="async", seed=0, num_workers=NUM_ENVS),
     "DummyVecEnv seeded episodes": seeded_dummy_vec_env,
     "PPO alone": NoEnvVecEnv,
 }
@@ -117,18 +120,12 @@ REFERENCES = (
     ("sb3_cartpole_16", "PPO alone / SubprocVecEnv"),
     ("sb3_cartpole_16", "ParallelVecEnv sync / DummyVecEnv seeded episodes"),
     ("sb3_cartpole_16", "DummyVecEnv seeded episodes / DummyVecEnv"),
+    ("sb3_half_ms_16", "ParallelVecEnv async 16 workers / SubprocVecEnv"),
+    ("sb3_cartpole_16", "ParallelVecEnv async 16 workers / SubprocVecEnv"),
     ("step_cartpole_16", "ParallelVecEnv async / SubprocVecEnv"),
     ("step_cartpole_16", "ParallelVecEnv sync / DummyVecEnv"),
     ("step_cartpole_16", "ParallelVecEnv sync / DummyVecEnv seeded episodes"),
 )
-
-
-def cartpole() -> gym.Env:
-    return gym.make("CartPole-v1")
-
-
-def half_ms() -> gym.Env:
-    return HalfMillisecondEnv()
 
 
 def ppo_collection(name: str, vec_env, n_steps: int) -> Contender:

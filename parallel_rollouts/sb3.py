@@ -118,7 +118,7 @@ class ParallelVecEnv(VecEnv):
 
     @property
     def root_seed(self) -> int:
-        """The root seed of the current episode seeds (set by ``seed=`` or ``seed()``)."""
+        """The root seed of the episode seeds: the ``seed=`` given (or drawn), or the last ``seed()``'s."""
         return self._root_seed if self._next_root is None else self._next_root
 
     def seed(self, seed: int | None = None) -> list[int]:
