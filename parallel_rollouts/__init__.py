@@ -2,6 +2,7 @@
 
 from .batch import RolloutBatch
 from .collector import ParallelRolloutCollector
+from .conformance import Advice, CheckResult, CheckStatus, ConformanceReport, advise, check_env
 from .core import CoreFallbackWarning, active_core
 from .errors import (
     ActionError,
@@ -29,8 +30,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ActionError",
+    "Advice",
+    "CheckResult",
+    "CheckStatus",
     "CollectorClosedError",
     "ConfigurationError",
+    "ConformanceReport",
     "CoreFallbackWarning",
     "CoreUnavailableError",
     "EnvFailure",
@@ -51,5 +56,7 @@ __all__ = [
     "WorkerError",
     "__version__",
     "active_core",
+    "advise",
+    "check_env",
     "make_collector",
 ]

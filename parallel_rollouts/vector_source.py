@@ -57,7 +57,14 @@ from .seeding import EpisodeSeeds
 from .spaces import SpaceLayout, check_env_spaces
 from .storage import CompletedEpisodes, RolloutStorage
 
-__all__ = ["UNKNOWN_SEED", "VectorEnvGroup", "autoreset_mode_of", "is_vector_env"]
+__all__ = [
+    "UNKNOWN_SEED",
+    "VectorEnvGroup",
+    "autoreset_mismatch",
+    "autoreset_mode_of",
+    "is_vector_env",
+    "misdeclared_autoreset",
+]
 
 #: Recorded as an episode's seed when the vector env chose it (or no per-env seed exists).
 UNKNOWN_SEED = -1
@@ -90,6 +97,61 @@ def autoreset_mode_of(vector_env: Any) -> AutoresetMode:
 
 def _describe(vector_env: Any) -> str:
     return f"the vector env {type(vector_env).__name__}"
+
+
+def autoreset_mismatch(
+    mode: AutoresetMode, t: int, ended: np.ndarray, ended_before: np.ndarray, info: Any, env_offset: int = 0
+) -> tuple[str, str] | None:
+    """Evidence that one step of a vector env contradicts its declared autoreset ``mode``, or None.
+
+    Returns ``(mode it behaves as, what was seen)``. ``ended`` marks the sub-envs
+    whose episode ended at step ``t``, ``ended_before`` those whose episode ended
+    at the step before; ``env_offset`` is the global index of sub-env 0.
+
+    Two behaviours give a mode away. A vector env that resets within the step
+    puts the terminal observations in ``info["final_obs"]`` (SAME_STEP). A
+    NEXT_STEP vector env spends the step after an episode's end on the reset,
+    which never ends an episode; one that reports an end there did not reset.
+    This is the one detector: the collector runs it on every step of a
+    vector-env source, and ``check_env`` on a vector env under test.
+    """
+    if mode is not AutoresetMode.SAME_STEP and isinstance(info, dict) and "final_obs" in info:
+        mask = np.asarray(info.get("_final_obs", ended), dtype=bool)
+        columns = np.flatnonzero(mask) if mask.shape == ended.shape else np.flatnonzero(ended)
+        return (
+            "SAME_STEP",
+            f"at step t={t} its info holds 'final_obs' for the sub-env(s) "
+            f"{(env_offset + columns).tolist()!r}: it resets an ended sub-env within the step, so the "
+            "observation it returned there is already the next episode's first",
+        )
+    if mode is AutoresetMode.NEXT_STEP:
+        not_reset = ended & ended_before
+        if not_reset.any():
+            columns = np.flatnonzero(not_reset)
+            return (
+                "DISABLED",
+                f"at step t={t} the sub-env(s) {(env_offset + columns).tolist()!r}, whose episodes ended "
+                "at the step before, reported terminated or truncated again: a NEXT_STEP vector env resets "
+                "them in this step, which ends no episode, so they were not reset",
+            )
+    return None
+
+
+def misdeclared_autoreset(vector_env: Any, env_offset: int, seen: str, evidence: str) -> ObservationError:
+    """The error for a vector env that behaves as autoreset mode ``seen`` but declares another."""
+    declared = getattr(vector_env, "metadata", {}).get("autoreset_mode")
+    said = (
+        "declares no metadata['autoreset_mode'] (read as NEXT_STEP, Gymnasium's default)"
+        if declared is None
+        else f"declares autoreset_mode {autoreset_mode_of(vector_env).name}"
+    )
+    last = env_offset + int(vector_env.num_envs) - 1
+    return ObservationError(
+        f"{_describe(vector_env)} (envs {env_offset}..{last}) {said}, but it behaves as {seen}: "
+        f"{evidence}. Reading it under the declared mode would store wrong terminal observations, episode "
+        "lengths and reset rows. Declare the mode it implements: set metadata['autoreset_mode'] = "
+        "gymnasium.vector.AutoresetMode.<MODE> on the vector env (or its class)."
+    )
 
 
 def check_vector_env(vector_env: Any, where: str) -> int:
@@ -454,48 +516,10 @@ class VectorEnvGroup:
             store_rows(target, values)
 
     def _verify_autoreset(self, t: int, ended: np.ndarray, info: Any) -> None:
-        """Check the step against the declared autoreset mode; a mismatch is an ``ObservationError``.
-
-        Two behaviours give a mode away. A vector env that resets within the step
-        puts the terminal observations in ``info["final_obs"]`` (SAME_STEP). A
-        NEXT_STEP vector env spends the step after an episode's end on the reset,
-        which never ends an episode; one that reports an end there did not reset.
-        """
-        mode = self.autoreset_mode
-        if mode is not AutoresetMode.SAME_STEP and isinstance(info, dict) and "final_obs" in info:
-            mask = np.asarray(info.get("_final_obs", ended), dtype=bool)
-            columns = np.flatnonzero(mask) if mask.shape == ended.shape else np.flatnonzero(ended)
-            raise self._misdeclared(
-                "SAME_STEP",
-                f"at step t={t} its info holds 'final_obs' for the sub-env(s) "
-                f"{(self.env_offset + columns).tolist()!r}: it resets an ended sub-env within the step, so the "
-                "observation it returned there is already the next episode's first",
-            )
-        if mode is AutoresetMode.NEXT_STEP:
-            not_reset = ended & ~self._counted
-            if not_reset.any():
-                columns = np.flatnonzero(not_reset)
-                raise self._misdeclared(
-                    "DISABLED",
-                    f"at step t={t} the sub-env(s) {(self.env_offset + columns).tolist()!r}, whose episodes ended "
-                    "at the step before, reported terminated or truncated again: a NEXT_STEP vector env resets "
-                    "them in this step, which ends no episode, so they were not reset",
-                )
-
-    def _misdeclared(self, seen: str, evidence: str) -> ObservationError:
-        declared = getattr(self.vector_env, "metadata", {}).get("autoreset_mode")
-        said = (
-            "declares no metadata['autoreset_mode'] (read as NEXT_STEP, Gymnasium's default)"
-            if declared is None
-            else f"declares autoreset_mode {self.autoreset_mode.name}"
-        )
-        last = self.env_offset + self.num_envs - 1
-        return ObservationError(
-            f"{_describe(self.vector_env)} (envs {self.env_offset}..{last}) {said}, but it behaves as {seen}: "
-            f"{evidence}. Reading it under the declared mode would store wrong terminal observations, episode "
-            "lengths and reset rows. Declare the mode it implements: set metadata['autoreset_mode'] = "
-            "gymnasium.vector.AutoresetMode.<MODE> on the vector env (or its class)."
-        )
+        """Check the step against the declared autoreset mode; a mismatch is an ``ObservationError``."""
+        mismatch = autoreset_mismatch(self.autoreset_mode, t, ended, ~self._counted, info, self.env_offset)
+        if mismatch is not None:
+            raise misdeclared_autoreset(self.vector_env, self.env_offset, *mismatch)
 
     def _leaves_of(self, observations: Any, what: str) -> list[np.ndarray]:
         """The batched observation as one ``[n, *leaf_shape]`` array per leaf, shapes checked."""

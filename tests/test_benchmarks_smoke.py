@@ -204,3 +204,17 @@ def test_step_overhead_measures_each_contender_in_its_own_process(tmp_path):
     for entry in summary.values():
         assert entry["median"] > 0 and len(entry["samples"]) == 1
     assert summary["raw-loop"]["median_of_round_ratios"] == 1.0
+
+
+def test_advisor_check_runs_the_advisor_and_the_separate_benchmark(tmp_path):
+    from benchmarks import advisor_check
+
+    path = tmp_path / "advisor_check.json"
+    assert advisor_check.main(["--quick", "--envs", "cheap", "--num-envs", "2", "--horizon", "8", "--out", str(path)]) == 0
+    result = _load(path)
+    entry = result["envs"]["cheap"]
+    assert entry["verdict"] in ("winner", "within spread", "miss")
+    assert entry["recommended"] == entry["advice"]["recommended"]
+    labels = {option["label"] for option in entry["advice"]["options"]}
+    assert {benchmarked["label"] for benchmarked in entry["benchmark"]} == labels
+    assert all(len(benchmarked["rates"]) == 2 and benchmarked["min"] > 0 for benchmarked in entry["benchmark"])

@@ -370,13 +370,14 @@ def _exit_if_importing_the_main_script() -> None:
         raise SystemExit(UNGUARDED_MAIN_EXIT_CODE)
 
 
-def _unguarded_main_error() -> ConfigurationError:
+def unguarded_main_error(created: str = "the collector") -> ConfigurationError:
+    """The error for a main script that starts workers at top level; ``created`` names what it creates."""
     main_file = getattr(sys.modules.get("__main__"), "__file__", None)
     script = f"your script ({main_file})" if main_file else "your main module"
     return ConfigurationError(
         f"backend='async' starts each worker as a new Python process, which imports {script} before anything "
-        "else; the script creates the collector at top level, so every worker tried to create one too. Put the "
-        'code that creates and uses the collector under `if __name__ == "__main__":` (and call '
+        f"else; the script creates {created} at top level, so every worker tried to create one too. Put the "
+        f'code that creates and uses {created} under `if __name__ == "__main__":` (and call '
         "`multiprocessing.freeze_support()` first there if you freeze the program into an executable)."
     )
 
@@ -399,7 +400,7 @@ def _startup_reply(worker: _Worker, expected: str):
     if not ready:
         return WorkerError(f"{worker.describe()} did not start within {START_TIMEOUT} s.")
     if worker.process.exitcode == UNGUARDED_MAIN_EXIT_CODE:
-        return _unguarded_main_error()
+        return unguarded_main_error()
     return _died_error(worker, "while starting up.", phase="make")
 
 
