@@ -218,3 +218,8 @@ def measure_step_cpu_seconds(env: gym.Env, steps: int = 200, seed: int = 0) -> f
         if terminated or truncated:
             env.reset()
     return (time.process_time() - start) / steps
+
+
+def halfcheetah() -> gym.Env:
+    """MuJoCo's HalfCheetah-v5 (``gymnasium[mujoco]``)."""
+    return gym.make("HalfCheetah-v5")

@@ -109,11 +109,7 @@ class ParallelVectorEnv(VectorEnv):
         self._broken: BaseException | None = None
         if backend not in _BACKENDS:
             raise ConfigurationError(f"`backend` must be one of {_BACKENDS!r}; got {backend!r}.")
-        if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Sequence) or not env_fns:
-            raise ConfigurationError(f"`env_fns` must be a non-empty sequence of env factories; got {env_fns!r}.")
-        for index, env_fn in enumerate(env_fns):
-            if not callable(env_fn) or isinstance(env_fn, Env):
-                raise ConfigurationError(f"env_fns[{index}] is not a factory (a callable returning an env); got {env_fn!r}.")
+        check_env_factories(env_fns)
         try:
             self.autoreset_mode = autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
         except ValueError:
@@ -257,6 +253,16 @@ class ParallelVectorEnv(VectorEnv):
 
     def reset(self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None):
         """Reset every env (or those in ``options["reset_mask"]``); return ``(observations, infos)``."""
+        observations, parts = self._reset_unmerged(seed, options)
+        return observations, self._merge_infos(parts)
+
+    def _reset_unmerged(self, seed: Any, options: dict | None) -> tuple:
+        """``reset`` with its infos unmerged: ``(observations, parts)``, one part per group.
+
+        A part is ``None`` or a list of ``(env_index, info)`` events, each the env's own dict,
+        in env order. Front ends that hand out one info dict per env (:mod:`parallel_rollouts.sb3`)
+        read these instead of Gymnasium's merged dict.
+        """
         self._check_usable()
         seeds = self._seeds_per_env(seed)
         super().reset(seed=seeds[0] if isinstance(seed, (int, np.integer)) else None)
@@ -272,7 +278,7 @@ class ParallelVectorEnv(VectorEnv):
                 raise ValueError("`options['reset_mask']` must select at least one env.")
         parts = self._handle(("reset", seeds, options, reset_mask))
         self._never_reset[slice(None) if reset_mask is None else reset_mask] = False
-        return self._observations(), self._merge_infos(parts)
+        return self._observations(), parts
 
     def _seeds_per_env(self, seed: Any) -> list[int | None]:
         """``reset``'s ``seed`` as one int or ``None`` per env, or :class:`ConfigurationError`."""
@@ -299,6 +305,15 @@ class ParallelVectorEnv(VectorEnv):
 
     def step(self, actions: Any):
         """Step every env once; return ``(observations, rewards, terminations, truncations, infos)``."""
+        observations, rewards, terminations, truncations, parts = self._step_unmerged(actions)
+        return observations, rewards, terminations, truncations, self._merge_infos(parts)
+
+    def _step_unmerged(self, actions: Any) -> tuple:
+        """``step`` with its infos unmerged (see :meth:`_reset_unmerged`).
+
+        In ``SAME_STEP`` mode an env whose episode ended reports ``{"final_obs", "final_info"}``
+        first, then its reset info if that is not empty.
+        """
         self._check_usable()
         if self._never_reset.any():
             unreset = np.flatnonzero(self._never_reset).tolist()
@@ -314,7 +329,7 @@ class ParallelVectorEnv(VectorEnv):
             storage.rewards[0].copy(),
             storage.terminations[0].copy(),
             storage.truncations[0].copy(),
-            self._merge_infos(parts),
+            parts,
         )
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
@@ -354,6 +369,15 @@ class ParallelVectorEnv(VectorEnv):
 
     def __repr__(self) -> str:
         return f"ParallelVectorEnv(backend={self.backend!r}, num_envs={self.num_envs}, autoreset_mode={self.autoreset_mode.name})"
+
+
+def check_env_factories(env_fns: Any) -> None:
+    """Refuse anything but a non-empty sequence of env factories, naming the culprit."""
+    if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Sequence) or not env_fns:
+        raise ConfigurationError(f"`env_fns` must be a non-empty sequence of env factories; got {env_fns!r}.")
+    for index, env_fn in enumerate(env_fns):
+        if not callable(env_fn) or isinstance(env_fn, Env):
+            raise ConfigurationError(f"env_fns[{index}] is not a factory (a callable returning an env); got {env_fn!r}.")
 
 
 def _is_seed(value: Any) -> bool:

@@ -34,7 +34,7 @@ def _python_blocks(text: str = README) -> list[tuple[int, str]]:
 
 BLOCKS = _python_blocks()
 #: Pages of docs/ whose examples run the same way (a Ray page would start a cluster per block).
-DOC_PAGES = ("vector-envs.md",)
+DOC_PAGES = ("vector-envs.md", "sb3.md")
 DOC_BLOCKS = [
     (page, line, code)
     for page in DOC_PAGES

@@ -1,0 +1,290 @@
+"""ParallelVecEnv against Stable-Baselines3's documented VecEnv behaviour, DummyVecEnv beside it as the control.
+
+Every comparison runs the adapter and a ``DummyVecEnv`` over the same envs in
+lockstep; the control's envs are reset with the per-episode seeds the adapter
+recorded (:class:`tests.sb3_envs.ReplayRecordedSeeds`), so both must return
+the same observations, rewards, dones, infos (``terminal_observation``
+included) and ``reset_infos`` at every step.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import ExitStack
+from functools import partial
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import data_equivalence
+from stable_baselines3.common.vec_env import (
+    DummyVecEnv,
+    VecFrameStack,
+    VecMonitor,
+    VecNormalize,
+    VecVideoRecorder,
+)
+
+from parallel_rollouts import ActionError, ObservationError, VectorEnvClosedError, WorkerError
+from parallel_rollouts.sb3 import ParallelVecEnv
+from parallel_rollouts.seeding import episode_seed
+from tests.leaks import run_script
+from tests.sb3_envs import SPACES, FloatFramesEnv, failing_cartpole, info_env, replaying
+
+BACKENDS = ["sync", "async"]
+NUM_ENVS = 3
+
+
+def cartpole() -> gym.Env:
+    return gym.make("CartPole-v1")
+
+
+@pytest.fixture
+def stack():
+    with ExitStack() as resources:
+        yield resources
+
+
+def open_pair(stack: ExitStack, env_fn, backend: str, num_envs: int = NUM_ENVS, seed: int = 0, wrap=lambda venv: venv):
+    """The adapter and its control, both closed at the end of the test."""
+    ours = ParallelVecEnv([env_fn] * num_envs, backend, seed=seed)
+    stack.callback(ours.close)
+    control = DummyVecEnv([replaying(env_fn, index, ours) for index in range(num_envs)])
+    stack.callback(control.close)
+    return wrap(ours), wrap(control)
+
+
+def assert_same(ours, theirs, what: str) -> None:
+    assert data_equivalence(ours, theirs, exact=True), f"{what} differ:\nadapter: {ours!r}\ncontrol: {theirs!r}"
+
+
+def sampled_actions(space: gym.Space, num_envs: int, rng: np.random.Generator) -> np.ndarray:
+    space.seed(int(rng.integers(2**31)))
+    return np.stack([space.sample() for _ in range(num_envs)])
+
+
+def step_both(ours, control, actions, what: str) -> tuple:
+    ours_result, control_result = ours.step(actions), control.step(actions)
+    for name, mine, theirs in zip(("observations", "rewards", "dones", "infos"), ours_result, control_result):
+        assert_same(mine, theirs, f"{what}: {name}")
+    assert_same(ours.unwrapped.reset_infos, control.unwrapped.reset_infos, f"{what}: reset_infos")
+    return ours_result
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", sorted(SPACES))
+def test_steps_like_dummy_vec_env_on_every_space_with_options_and_reseeding(stack, kind, backend):
+    env_fn = partial(info_env, kind)
+    ours, control = open_pair(stack, env_fn, backend)
+    assert ours.observation_space == control.observation_space and ours.action_space == control.action_space
+    assert ours.seed(11) == [episode_seed(11, index, 0) for index in range(NUM_ENVS)]
+    assert_same(ours.reset(), control.reset(), "first reset: observations")
+    assert_same(ours.reset_infos, control.reset_infos, "first reset: reset_infos")
+    rng = np.random.default_rng(0)
+    ends = {"terminated": 0, "truncated": 0}
+    for t in range(45):
+        if t == 15:  # the same options for every env: one reset
+            for venv in (ours, control):
+                venv.set_options({"level": 2})
+            assert_same(ours.reset(), control.reset(), f"reset at {t} with options")
+        if t == 25:  # options per env, then a new seed stream: resets grouped by options
+            for venv in (ours, control):
+                venv.set_options([{"level": index % 2} for index in range(NUM_ENVS)])
+            ours.seed(5)
+            assert_same(ours.reset(), control.reset(), f"reset at {t} with per-env options and seed(5)")
+            assert [seeds[-1] for seeds in ours.episode_seeds()] == [episode_seed(5, i, 0) for i in range(NUM_ENVS)]
+        assert_same(ours.reset_infos, control.reset_infos, f"step {t}: reset_infos before the step")
+        actions = sampled_actions(ours.action_space, NUM_ENVS, rng)
+        _, _, dones, infos = step_both(ours, control, actions, f"step {t}")
+        for index in np.flatnonzero(dones):
+            ends["truncated" if infos[index]["TimeLimit.truncated"] else "terminated"] += 1
+    assert ends["terminated"] > 0 and ends["truncated"] > 0, ends  # both kinds of end were compared
+    assert all(len(seeds) > 3 for seeds in ours.episode_seeds())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sb3_wrappers_on_top_agree_step_for_step(stack, backend):
+    def wrap(venv):
+        return VecNormalize(VecFrameStack(VecMonitor(venv), n_stack=3), gamma=0.9)
+
+    ours, control = open_pair(stack, cartpole, backend, num_envs=4, wrap=wrap)
+    ours.seed(3)
+    assert_same(ours.reset(), control.reset(), "reset through the wrappers")
+    rng = np.random.default_rng(1)
+    episodes = 0
+    for t in range(150):
+        actions = rng.integers(0, 2, size=4)
+        mine, theirs = ours.step(actions), control.step(actions)
+        for name, a, b in zip(("observations", "rewards", "dones"), mine[:3], theirs[:3]):
+            assert_same(a, b, f"step {t}: {name}")
+        for a, b in zip(mine[3], theirs[3]):
+            # VecMonitor's episode time is wall-clock: everything else must match.
+            a, b = dict(a), dict(b)
+            if "episode" in a:
+                episodes += 1
+                a["episode"], b["episode"] = dict(a["episode"]), dict(b["episode"])
+                a["episode"].pop("t"), b["episode"].pop("t")
+            assert_same(a, b, f"step {t}: infos")
+    assert episodes > 4
+    assert_same(ours.obs_rms.mean, control.obs_rms.mean, "VecNormalize's running mean")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_render_get_images_and_vec_video_recorder(stack, backend, tmp_path):
+    env_fn = partial(info_env, "box", "rgb_array")
+    ours, control = open_pair(stack, env_fn, backend)
+    assert ours.render_mode == control.render_mode == "rgb_array"
+    assert ours.metadata == control.metadata
+    ours.reset(), control.reset()
+    for t in range(4):
+        actions = np.zeros((NUM_ENVS, 2), dtype=np.float32)
+        step_both(ours, control, actions, f"step {t}")
+        assert_same(ours.get_images(), control.get_images(), f"step {t}: get_images")
+        assert_same(ours.render(), control.render(), f"step {t}: render (tiled)")
+    folder = tmp_path / backend
+    recorder = VecVideoRecorder(ours, str(folder), record_video_trigger=lambda step: step == 0, video_length=5)
+    recorder.reset()
+    for _ in range(8):
+        recorder.step(np.zeros((NUM_ENVS, 2), dtype=np.float32))
+    videos = list(folder.glob("*.mp4"))
+    assert len(videos) == 1 and videos[0].stat().st_size > 0
+    assert recorder.frames_per_sec == 7  # from the envs' metadata, as on DummyVecEnv
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_get_attr_set_attr_env_method_env_is_wrapped_with_indices(stack, backend):
+    ours, control = open_pair(stack, partial(info_env, "discrete"), backend)
+    ours.reset(), control.reset()
+    step_both(ours, control, np.array([0, 1, 2]), "step")
+    for indices in (None, 1, [2, 0], [-1], range(2)):
+        assert_same(ours.get_attr("steps", indices), control.get_attr("steps", indices), f"get_attr at {indices}")
+        assert_same(
+            ours.env_method("bump", 2, indices=indices), control.env_method("bump", 2, indices=indices), f"env_method at {indices}"
+        )
+    for venv in (ours, control):
+        venv.set_attr("colour", 40, indices=[0, 2])
+    assert ours.get_attr("colour") == control.get_attr("colour") == [40, 6, 40]
+    assert_same(ours.env_method("render"), control.env_method("render"), "render through env_method")
+    assert ours.env_is_wrapped(gym.wrappers.TimeLimit) == control.env_is_wrapped(gym.wrappers.TimeLimit) == [False] * 3
+    assert ours.has_attr("colour") and not ours.has_attr("no_such_attribute")
+    with pytest.raises(AttributeError, match="no_such_attribute"):
+        ours.get_attr("no_such_attribute", indices=[1])
+    with pytest.raises(IndexError):
+        control.get_attr("steps", indices=[3])
+    with pytest.raises(IndexError, match="env index 3"):
+        ours.get_attr("steps", indices=[3])
+    step_both(ours, control, np.array([2, 2, 2]), "step after the refused requests")  # still usable
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_env_is_wrapped_sees_the_users_wrappers_only(stack, backend):
+    ours, control = open_pair(stack, cartpole, backend, num_envs=2)
+    for wrapper in (gym.wrappers.TimeLimit, gym.wrappers.OrderEnforcing, gym.wrappers.RecordEpisodeStatistics):
+        assert ours.env_is_wrapped(wrapper) == control.env_is_wrapped(wrapper), wrapper
+    assert ours.env_is_wrapped(gym.wrappers.TimeLimit, indices=[1]) == [True]
+    assert ours.get_attr("spec")[0].id == "CartPole-v1"
+
+
+def test_the_same_root_seed_gives_the_same_run_on_both_backends_and_the_collectors_seeds(stack):
+    runs = []
+    for backend in BACKENDS:
+        venv = ParallelVecEnv([cartpole] * 4, backend, seed=21)
+        stack.callback(venv.close)
+        observations = [venv.reset()]
+        rng = np.random.default_rng(2)
+        for _ in range(60):
+            observations.append(venv.step(rng.integers(0, 2, size=4))[0])
+        runs.append((np.stack(observations), venv.episode_seeds()))
+    assert np.array_equal(runs[0][0], runs[1][0])
+    assert runs[0][1] == runs[1][1]
+    for index, seeds in enumerate(runs[0][1]):
+        assert seeds == [episode_seed(21, index, k) for k in range(len(seeds))]
+        assert len(seeds) >= 2
+    assert venv.root_seed == 21
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_actions_are_checked_and_a_refused_batch_steps_nothing(stack, backend):
+    ours, control = open_pair(stack, partial(info_env, "discrete"), backend)
+    ours.reset(), control.reset()
+    with pytest.raises(ActionError, match="env 1"):
+        ours.step(np.array([0, 3, 1]))  # outside Discrete(3)
+    with pytest.raises(ActionError, match="needs integers"):
+        ours.step(np.array([0.0, 1.5, 1.0]))  # DummyVecEnv hands 1.5 to the env
+    with pytest.raises(ActionError, match="shape"):
+        ours.step(np.array([0, 1]))
+    assert ours.get_attr("steps") == [0, 0, 0]
+    step_both(ours, control, np.array([1, 0, 2]), "step after the refused batches")
+    with pytest.raises(RuntimeError, match="step_async"):
+        ours.step_wait()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float_frames_for_a_uint8_space_are_refused_where_dummy_vec_env_casts_them(stack, backend):
+    control = DummyVecEnv([FloatFramesEnv])
+    stack.callback(control.close)
+    assert control.reset().tolist() == [[1, 2]]  # silently truncated
+    ours = ParallelVecEnv([FloatFramesEnv, FloatFramesEnv], backend, seed=0)
+    stack.callback(ours.close)
+    with pytest.raises(ObservationError, match="env 0") as refused:
+        ours.reset()
+    assert "uint8" in str(refused.value)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_env_failure_names_the_env_and_leaks_nothing(backend, no_leaks):
+    venv = ParallelVecEnv([cartpole, partial(failing_cartpole, 3), cartpole], backend, seed=0)
+    try:
+        venv.reset()
+        venv.step(np.zeros(3, dtype=np.int64))
+        venv.step(np.zeros(3, dtype=np.int64))
+        with pytest.raises(WorkerError, match="env 1") as failed:
+            venv.step(np.zeros(3, dtype=np.int64))
+        assert "step 3 exploded" in str(failed.value)
+        with pytest.raises(VectorEnvClosedError):
+            venv.reset()
+    finally:
+        venv.close()
+    venv.close()  # again: nothing
+    with pytest.raises(VectorEnvClosedError):
+        venv.step(np.zeros(3, dtype=np.int64))
+
+
+def test_a_failing_factory_names_the_env_and_leaks_nothing(no_leaks):
+    with pytest.raises(WorkerError, match="env 1"):
+        ParallelVecEnv([cartpole, partial(failing_factory)], "async", seed=0)
+    with pytest.raises(ValueError, match=r"env_fns\[0\]"):
+        ParallelVecEnv([gym.make("CartPole-v1")], "sync")
+
+
+def failing_factory() -> gym.Env:
+    raise RuntimeError("no env today")
+
+
+def test_workers_never_import_stable_baselines3(stack):
+    venv = ParallelVecEnv([partial(info_env, "box")] * 2, "async", seed=0)
+    stack.callback(venv.close)
+    assert venv.get_attr("stable_baselines3_loaded") == [False, False]
+    assert venv.get_attr("process_id")[0] != os.getpid()  # asked in the workers, not here
+
+
+def test_importing_the_package_never_imports_stable_baselines3():
+    result = run_script(
+        """
+        import sys
+        import parallel_rollouts
+        from parallel_rollouts import ParallelVectorEnv, ParallelRolloutCollector
+        assert "stable_baselines3" not in sys.modules, "importing parallel_rollouts imported stable_baselines3"
+        import parallel_rollouts.sb3
+        assert "stable_baselines3" in sys.modules
+        print("ok")
+        """
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_a_vec_env_is_closed_by_its_context_manager(no_leaks):
+    with ParallelVecEnv([cartpole] * 2, "async", seed=0) as venv:
+        venv.reset()
+    with pytest.raises(VectorEnvClosedError):
+        venv.reset()
