@@ -400,3 +400,25 @@ def test_an_interval_over_one_episode_has_no_bounds_and_prints_as_such():
     pair = evaluate._interval(np.array([1.0, 3.0]))
     assert pair["ci95_low"] < 2.0 < pair["ci95_high"]
     assert evaluate._difference_cell(pair) == f"+2.0 [{pair['ci95_low']:+.1f}, {pair['ci95_high']:+.1f}]"
+
+
+def test_controllers_played_in_separate_runs_and_the_clairvoyant_reference_come_together(tiny_runs, tmp_path):
+    policy = tiny_runs["sync"]["policy_path"]
+    common = ["--policy", policy, "--episodes", "3"]
+    parts = []
+    for index, names in enumerate((["constant level", "deadline rule"], ["joint expected reward"])):
+        path = tmp_path / f"part{index}.json"
+        evaluate.main([*common, "--baselines", *names, "--clairvoyant-horizon", "1", "--json", str(path)])
+        parts.append(path)
+    # `--baselines` alone: play none here, only the policy; the rest is lent.
+    together = evaluate.main([*common, "--baselines", "--baselines-from", *map(str, parts), "--clairvoyant-horizon", "1"])
+    alone = evaluate.main([*common, "--baselines", "constant level", "deadline rule", "joint expected reward",
+                           "--clairvoyant-horizon", "1"])
+    assert together["per_episode_returns"] == alone["per_episode_returns"]
+    reference = "clairvoyant (1 step ahead)"
+    assert together["references"] == [reference] and reference in together["returns"]
+    assert reference != together["best_baseline"] and reference in together["differences_to_best"]
+    assert list(together["returns"]) == ["constant level", "deadline rule", "joint expected reward", "PPO (seed 7)", reference]
+    # Episodes of other seeds cannot stand in.
+    with pytest.raises(ValueError, match="differs in 'first_seed'"):
+        evaluate.main([*common, "--first-seed", "5", "--baselines-from", str(parts[0])])
