@@ -69,8 +69,9 @@ def option(default: Any, description: str, choices: tuple[str, ...] | None = Non
 class Args:
     """Every knob of a run; each field becomes a command-line flag (`num_envs` -> `--num-envs`).
 
-    The defaults train in well under ten minutes on two CPU cores (docs/vr-edge-results.md
-    gives measured times and how the policy compares with tuned baselines).
+    The defaults need about six minutes of one CPU core, within ten minutes on a quiet 2-core
+    machine (docs/vr-edge-results.md gives measured times and how the policy compares with tuned
+    baselines).
     """
 
     backend: str = option("sync", "collector backend", choices=BACKENDS)
