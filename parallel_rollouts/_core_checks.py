@@ -152,6 +152,7 @@ def check_stepper_arguments(
     flatten: Any,
     info_keys: tuple,
     info_storage: list,
+    step_seconds: Any = None,
 ) -> None:
     """An env stepper's parts agree: one writer per leaf over ``horizon + 1`` rows of the same envs."""
     horizon, num_envs = recorder_shape
@@ -174,3 +175,7 @@ def check_stepper_arguments(
     for key, array in zip(info_keys, info_storage):
         if _require_array(array, f"info_storage[{key!r}]", np.float64, 2).shape != (horizon, num_envs):
             raise ValueError(f"`info_storage[{key!r}]` has shape {array.shape!r}; expected {(horizon, num_envs)!r}.")
+    if step_seconds is not None:
+        seconds = _require_array(step_seconds, "step_seconds", np.float64, 1)
+        if seconds.shape != (num_envs,) or not seconds.flags.c_contiguous:
+            raise ValueError(f"`step_seconds` must be a contiguous [{num_envs}] float64 array; got shape {seconds.shape!r}.")

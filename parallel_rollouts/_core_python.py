@@ -22,6 +22,8 @@ envs' part of a shared batch.
 
 from __future__ import annotations
 
+from time import perf_counter
+
 import numpy as np
 
 from ._core_checks import (
@@ -300,6 +302,9 @@ class EnvStepper:
     info_keys, info_storage:
         Scalar info entries to store, and one ``[horizon, num_envs]`` float64
         array for each.
+    step_seconds:
+        ``None``, or a contiguous ``[num_envs]`` float64 array: each env's
+        ``step`` call adds the seconds it took (a monotonic clock) to its entry.
 
     :meth:`step` calls ``env.step`` for every env (even after one fails), checks
     what it returned (:mod:`parallel_rollouts.env_returns`), writes the
@@ -322,6 +327,7 @@ class EnvStepper:
         flatten,
         info_keys: tuple,
         info_storage: list,
+        step_seconds=None,
     ) -> None:
         for name, value, kind in (
             ("envs", envs, list), ("writers", writers, list), ("info_keys", info_keys, tuple), ("info_storage", info_storage, list)
@@ -340,7 +346,9 @@ class EnvStepper:
             flatten,
             info_keys,
             info_storage,
+            step_seconds,
         )
+        self._step_seconds = step_seconds
         self._envs = envs
         self._writers = writers
         self._recorder = recorder
@@ -363,9 +371,14 @@ class EnvStepper:
         self.failures = []
         self.bad_observation = None
         rewards, terminations, truncations = [], [], []
+        step_seconds, clock = self._step_seconds, perf_counter
         for column, env in enumerate(self._envs):
             try:
-                observation, reward, terminated, truncated, info = check_step_result(env.step(actions[column]))
+                started = clock()
+                result = env.step(actions[column])
+                if step_seconds is not None:
+                    step_seconds[column] += clock() - started
+                observation, reward, terminated, truncated, info = check_step_result(result)
                 reward = reward if type(reward) is float else reward_value(reward)
                 terminated = terminated if type(terminated) is bool else end_flag(terminated, "terminated")
                 truncated = truncated if type(truncated) is bool else end_flag(truncated, "truncated")

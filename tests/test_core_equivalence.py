@@ -620,3 +620,27 @@ def test_both_cores_refuse_an_env_stepper_whose_parts_disagree():
         ):
             with pytest.raises((TypeError, ValueError)):
                 core.EnvStepper(envs, writers, recorder, flatten, ("x",) if infos else (), infos)
+
+
+def test_both_cores_add_each_envs_step_seconds_and_refuse_a_wrong_timing_array():
+    import time
+
+    class _SleepyEnv(_ScriptedEnv):
+        def step(self, action):
+            time.sleep(0.05 if action == 1 else 0)
+            return super().step(action)
+
+    good = (_obs(0.0), 1.0, False, False, {"x": 0.0})
+    for core in CORES:
+        recorder, _ = _recorder_state(core, 3, 3, 0)
+        writer = core.ObservationWriter(np.zeros((4, 3, 2), np.float32), np.zeros((3, 3, 2), np.float32))
+        envs = [_SleepyEnv([good, good]) for _ in range(3)]
+        seconds = np.full(3, 10.0)  # added to, never reset: the caller starts it at zero
+        stepper = core.EnvStepper(envs, [writer], recorder, None, (), [], seconds)
+        stepper.step(0, [0, 1, 0])
+        stepper.step(1, [0, 1, 0])
+        assert (seconds >= 10.0).all() and seconds[1] >= 10.0 + 2 * 0.05
+        assert np.argmax(seconds) == 1
+        for bad in (np.zeros(2), np.zeros(3, np.float32), np.zeros((1, 3)), np.zeros(6)[::2]):
+            with pytest.raises((TypeError, ValueError)):
+                core.EnvStepper(envs, [writer], recorder, None, (), [], bad)
