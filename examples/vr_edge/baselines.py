@@ -20,6 +20,10 @@ the values it found, and `tuned_baselines` builds every controller with them.
 - `JointGreedyAllocator`: a joint heuristic over all users: starts everyone at the lowest level
   and repeatedly upgrades the user with the best predicted quality gain per unit of shared
   airtime and GPU time, until the estimated load of either resource reaches its budget.
+- `JointExpectedReward`, `JointLookahead`, `PredictiveLookahead` (`examples.vr_edge.joint_control`):
+  estimate the shared cell's and GPU's state from the observation and choose all users' levels
+  jointly for the best expected reward, over the next step, over a short forecast horizon, or
+  over a learned predictor's forecast.
 """
 
 from __future__ import annotations
@@ -32,16 +36,22 @@ from typing import Any
 
 import numpy as np
 
+from examples.vr_edge.controller import (
+    DEFAULT_WINDOW,
+    Controller,
+    DecodedObservation,
+    check_fraction,
+    check_window,
+    harmonic_mean,
+    log_trend,
+)
+from examples.vr_edge.joint_control import JointExpectedReward, JointLookahead, PredictiveLookahead
 from examples.vr_edge.synthetic_env import (
     GPU_CONTENTION,
     LATE_FRAME_CREDIT,
     MOTION_TO_PHOTON_BUDGET_MS,
     PIPELINE_OVERHEAD_MS,
-    RATE_SCALE_MBPS,
-    RENDER_SCALE_MS,
-    THROUGHPUT_HISTORY_LEN,
     ObservationLayout,
-    StreamModel,
 )
 
 __all__ = [
@@ -55,115 +65,13 @@ __all__ = [
 ]
 
 
-class _Decoded:
-    """The observation features the controllers read, in physical units, `[batch, users]`."""
-
-    def __init__(self, layout: ObservationLayout, observations: np.ndarray, model: StreamModel) -> None:
-        observations = np.asarray(observations, dtype=np.float64)
-        if observations.ndim != 2:
-            raise ValueError(
-                f"Expected batched observations of shape [num_envs, {layout.size}], got shape "
-                f"{observations.shape!r}; add a leading env dimension for a single observation."
-            )
-        users = layout.per_user(observations)
-        feature = layout.feature
-        self.active = users[..., feature("active")] > 0.5
-        self.frame_rate = np.where(self.active, users[..., feature("frame_rate")] * 90.0, 72.0)
-        resolution = np.where(self.active, users[..., feature("resolution")] * 1.5, 1.0)
-        complexity = np.where(self.active, users[..., feature("complexity")] * 2.0, 1.0)
-        top_level = layout.num_levels - 1
-        self.last_level = np.rint(users[..., feature("last_level")] * top_level).astype(np.int64)
-        first = feature(f"throughput_{THROUGHPUT_HISTORY_LEN}")
-        self.throughput_mbps = users[..., first : first + THROUGHPUT_HISTORY_LEN] * RATE_SCALE_MBPS
-        self.max_latency_ms = users[..., feature("max_latency")] * MOTION_TO_PHOTON_BUDGET_MS
-        self.late_rate = users[..., feature("late_rate")]
-        self.drop_rate = users[..., feature("drop_rate")]
-        self.render_ms = users[..., feature("render_time")] * RENDER_SCALE_MS
-        self.frozen_share = users[..., feature("frozen_share")]
-        self.bitrate = model.bitrate_mbps(self.frame_rate, resolution)
-        self.nominal_render = model.render_ms_per_frame(resolution, complexity)
-        self.quality = model.quality(complexity)
-        # A user without measurements yet (it just joined) has no throughput history.
-        self.measured = self.throughput_mbps[..., -1] > 0
-
-    def predicted_render_ms(self) -> np.ndarray:
-        """`[batch, users, levels]` render time, scaling the last measured one by the level's cost."""
-        last_nominal = np.take_along_axis(self.nominal_render, self.last_level[..., None], axis=-1)[..., 0]
-        contention = np.where(self.render_ms > 0, self.render_ms / last_nominal, 1.5)
-        return self.nominal_render * contention[..., None]
-
-    def transmit_ms(self, rate_mbps: np.ndarray) -> np.ndarray:
-        """`[batch, users, levels]` transmission time of a mean frame at `rate_mbps` `[batch, users]`."""
-        frame_mbit = self.bitrate / self.frame_rate[..., None]
-        return 1e3 * frame_mbit / np.maximum(rate_mbps, 1e-6)[..., None]
-
-
-# The throughput samples a controller forecasts from unless tuned otherwise (the newest ones).
-DEFAULT_WINDOW = 3
-
-
-def _harmonic_mean(history: np.ndarray, window: int) -> np.ndarray:
-    recent = np.maximum(history[..., -window:], 1e-6)
-    return window / np.sum(1.0 / recent, axis=-1)
-
-
-def _log_trend(history: np.ndarray, window: int) -> np.ndarray:
-    """Least-squares slope per step of the log of the last `window` samples (0 for one sample)."""
-    if window < 2:
-        return np.zeros(history.shape[:-1])
-    logs = np.log(np.maximum(history[..., -window:], 1e-6))
-    steps = np.arange(window) - (window - 1) / 2.0
-    return logs @ steps / float(steps @ steps)
-
-
-def _check_window(window: Any) -> int:
-    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or not 1 <= window <= THROUGHPUT_HISTORY_LEN:
-        raise ValueError(f"`window` must be an integer in [1, {THROUGHPUT_HISTORY_LEN}], got {window!r}.")
-    return int(window)
-
-
 def _highest_fitting(fits: np.ndarray) -> np.ndarray:
     """Index of the highest level with `fits` true along the last axis, 0 if none."""
     levels = np.arange(fits.shape[-1])
     return np.max(np.where(fits, levels, 0), axis=-1)
 
 
-class _Controller:
-    """Holds the layout and stream model; subclasses implement `choose(decoded)`.
-
-    Every controller also has a session guard: a user whose frozen time has used more than
-    `stall_guard` of the session's failure budget (the `frozen_share` its headset reports)
-    streams at the lowest level, the one least likely to freeze again. `stall_guard=1` never
-    fires before the session has failed, so it turns the guard off.
-    """
-
-    def __init__(self, layout: ObservationLayout, stall_guard: float = 1.0) -> None:
-        if not isinstance(layout, ObservationLayout):
-            raise TypeError(
-                "`layout` must be an ObservationLayout (use `env.observation_layout`), "
-                f"got {type(layout).__name__}."
-            )
-        self.layout = layout
-        self.model = StreamModel()
-        self.stall_guard = _check_fraction("stall_guard", stall_guard)
-
-    def __call__(self, observations: np.ndarray) -> np.ndarray:
-        decoded = _Decoded(self.layout, observations, self.model)
-        levels = np.where(decoded.frozen_share > self.stall_guard, 0, self.choose(decoded))
-        return np.where(decoded.active, levels, 0).astype(np.int64)
-
-    def choose(self, decoded: _Decoded) -> np.ndarray:
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        params = ", ".join(f"{key}={value!r}" for key, value in self.params().items())
-        return f"{type(self).__name__}({params})"
-
-    def params(self) -> dict[str, Any]:
-        return {"stall_guard": self.stall_guard}
-
-
-class ConstantLevel(_Controller):
+class ConstantLevel(Controller):
     """Every user streams at `level`."""
 
     def __init__(self, layout: ObservationLayout, level: int = 0, stall_guard: float = 1.0) -> None:
@@ -172,21 +80,14 @@ class ConstantLevel(_Controller):
             raise ValueError(f"`level` must be an integer in [0, {layout.num_levels - 1}], got {level!r}.")
         self.level = int(level)
 
-    def choose(self, decoded: _Decoded) -> np.ndarray:
+    def choose(self, decoded: DecodedObservation) -> np.ndarray:
         return np.full(decoded.active.shape, self.level)
 
     def params(self) -> dict[str, Any]:
         return {"level": self.level, **super().params()}
 
 
-def _check_fraction(name: str, value: Any, upper: float = 1.0) -> float:
-    numeric = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if not (numeric and 0.0 < value <= upper):
-        raise ValueError(f"`{name}` must be in (0, {upper}], got {value!r}.")
-    return float(value)
-
-
-class ThroughputRule(_Controller):
+class ThroughputRule(Controller):
     """Highest level whose mean frame arrives in time at `safety` x the predicted throughput.
 
     The prediction is the harmonic mean of the last `window` throughput samples (it weighs
@@ -206,17 +107,17 @@ class ThroughputRule(_Controller):
         stall_guard: float = 1.0,
     ) -> None:
         super().__init__(layout, stall_guard)
-        self.safety = _check_fraction("safety", safety)
-        self.window = _check_window(window)
+        self.safety = check_fraction("safety", safety)
+        self.window = check_window(window)
         numeric = isinstance(trend, (int, float, np.integer, np.floating)) and not isinstance(trend, bool)
         if not (numeric and 0.0 <= trend <= 2.0):
             raise ValueError(f"`trend` must be a number in [0, 2], got {trend!r}.")
         self.trend = float(trend)
 
-    def choose(self, decoded: _Decoded) -> np.ndarray:
-        rate = self.safety * _harmonic_mean(decoded.throughput_mbps, self.window)
+    def choose(self, decoded: DecodedObservation) -> np.ndarray:
+        rate = self.safety * harmonic_mean(decoded.throughput_mbps, self.window)
         if self.trend:
-            extrapolation = self.trend * _log_trend(decoded.throughput_mbps, self.window) * (self.window + 1) / 2.0
+            extrapolation = self.trend * log_trend(decoded.throughput_mbps, self.window) * (self.window + 1) / 2.0
             rate = rate * np.exp(np.clip(extrapolation, -1.0, 1.0))
         latency = PIPELINE_OVERHEAD_MS + decoded.predicted_render_ms() + decoded.transmit_ms(rate)
         levels = _highest_fitting(latency <= MOTION_TO_PHOTON_BUDGET_MS)
@@ -226,7 +127,7 @@ class ThroughputRule(_Controller):
         return {"safety": self.safety, "window": self.window, "trend": self.trend, **super().params()}
 
 
-class DeadlineRule(_Controller):
+class DeadlineRule(Controller):
     """Step down by one level after late frames above `late_threshold` (two after drops),
     up by one when the worst sampled frame of the last step beat the budget by `headroom`."""
 
@@ -234,10 +135,10 @@ class DeadlineRule(_Controller):
         self, layout: ObservationLayout, late_threshold: float = 0.1, headroom: float = 0.7, stall_guard: float = 1.0
     ) -> None:
         super().__init__(layout, stall_guard)
-        self.late_threshold = _check_fraction("late_threshold", late_threshold)
-        self.headroom = _check_fraction("headroom", headroom)
+        self.late_threshold = check_fraction("late_threshold", late_threshold)
+        self.headroom = check_fraction("headroom", headroom)
 
-    def choose(self, decoded: _Decoded) -> np.ndarray:
+    def choose(self, decoded: DecodedObservation) -> np.ndarray:
         down = (decoded.late_rate + decoded.drop_rate) > self.late_threshold
         up = decoded.max_latency_ms < self.headroom * MOTION_TO_PHOTON_BUDGET_MS
         step = np.where(down, np.where(decoded.drop_rate > 0, -2, -1), np.where(up, 1, 0))
@@ -256,7 +157,7 @@ def _normal_tail(z: np.ndarray) -> np.ndarray:
 _erfc = np.frompyfunc(math.erfc, 1, 1)
 
 
-class LookaheadController(_Controller):
+class LookaheadController(Controller):
     """Per-user MPC over `horizon` steps with a robust throughput forecast.
 
     Forecast: the harmonic mean of the last `window` throughput samples, discounted by their
@@ -282,15 +183,15 @@ class LookaheadController(_Controller):
         if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
             raise ValueError(f"`horizon` must be an integer >= 1, got {horizon!r}.")
         self.horizon = int(horizon)
-        self.frame_time_std = _check_fraction("frame_time_std", frame_time_std, upper=2.0)
-        self.window = _check_window(window)
+        self.frame_time_std = check_fraction("frame_time_std", frame_time_std, upper=2.0)
+        self.window = check_window(window)
         self.late_penalty, self.drop_penalty, self.switch_penalty = late_penalty, drop_penalty, switch_penalty
 
-    def level_values(self, decoded: _Decoded) -> np.ndarray:
+    def level_values(self, decoded: DecodedObservation) -> np.ndarray:
         """`[batch, users, levels]` predicted reward per step of each level."""
         history = decoded.throughput_mbps[..., -self.window :]
         spread = (history.max(axis=-1) - history.min(axis=-1)) / np.maximum(history.max(axis=-1), 1e-6)
-        rate = _harmonic_mean(history, self.window) / (1.0 + spread)
+        rate = harmonic_mean(history, self.window) / (1.0 + spread)
         transmit = decoded.transmit_ms(rate)
         fixed = PIPELINE_OVERHEAD_MS + decoded.predicted_render_ms()
         std = self.frame_time_std
@@ -306,7 +207,7 @@ class LookaheadController(_Controller):
             - self.late_penalty * late - self.drop_penalty * drop
         )
 
-    def choose(self, decoded: _Decoded) -> np.ndarray:
+    def choose(self, decoded: DecodedObservation) -> np.ndarray:
         values = self.horizon * self.level_values(decoded)
         last_quality = np.take_along_axis(decoded.quality, decoded.last_level[..., None], axis=-1)
         values -= self.switch_penalty * np.abs(decoded.quality - last_quality)
@@ -318,7 +219,7 @@ class LookaheadController(_Controller):
         }
 
 
-class JointGreedyAllocator(_Controller):
+class JointGreedyAllocator(Controller):
     """Upgrades users one level at a time by quality gained per unit of shared resources.
 
     A user's airtime at a level is estimated as its bitrate over its measured throughput, and
@@ -333,12 +234,12 @@ class JointGreedyAllocator(_Controller):
         self, layout: ObservationLayout, airtime_budget: float = 0.5, gpu_budget: float = 0.6, stall_guard: float = 1.0
     ) -> None:
         super().__init__(layout, stall_guard)
-        self.airtime_budget = _check_fraction("airtime_budget", airtime_budget, upper=5.0)
-        self.gpu_budget = _check_fraction("gpu_budget", gpu_budget, upper=1.0)
+        self.airtime_budget = check_fraction("airtime_budget", airtime_budget, upper=5.0)
+        self.gpu_budget = check_fraction("gpu_budget", gpu_budget, upper=1.0)
 
-    def choose(self, decoded: _Decoded) -> np.ndarray:
+    def choose(self, decoded: DecodedObservation) -> np.ndarray:
         batch, users = decoded.active.shape
-        rate = _harmonic_mean(decoded.throughput_mbps, DEFAULT_WINDOW)
+        rate = harmonic_mean(decoded.throughput_mbps, DEFAULT_WINDOW)
         airtime = decoded.bitrate / np.maximum(rate, 1e-6)[..., None]
         gpu_time = decoded.frame_rate[..., None] * decoded.nominal_render * 1e-3
         # Invert the render-time stretch 1 / (1 - c * load) to estimate last step's GPU load,
@@ -383,12 +284,15 @@ class JointGreedyAllocator(_Controller):
         return {"airtime_budget": self.airtime_budget, "gpu_budget": self.gpu_budget, **super().params()}
 
 
-BASELINES: dict[str, type[_Controller]] = {
+BASELINES: dict[str, type[Controller]] = {
     "constant level": ConstantLevel,
     "throughput rule": ThroughputRule,
     "deadline rule": DeadlineRule,
     "lookahead (MPC)": LookaheadController,
     "joint greedy": JointGreedyAllocator,
+    "joint expected reward": JointExpectedReward,
+    "joint lookahead": JointLookahead,
+    "predictive lookahead": PredictiveLookahead,
 }
 
 # Written by `python -m examples.vr_edge.tune_baselines` (docs/vr-edge-results.md says how).

@@ -30,7 +30,8 @@ import numpy as np
 import torch
 
 from examples.vr_edge.agent import CollectorPolicy, load_agent
-from examples.vr_edge.baselines import tuned_baselines
+from examples.vr_edge.baselines import BASELINES, load_tuned, tuned_baselines
+from examples.vr_edge.clairvoyant import play_clairvoyant
 from examples.vr_edge.episodes import QOE_METRICS, play_episodes
 from examples.vr_edge.synthetic_env import SyntheticVREdgeEnv
 
@@ -61,9 +62,25 @@ def _difference_cell(score: dict[str, float | None]) -> str:
 
 
 def evaluate_policies(
-    policy_paths: list[str], episodes: int = DEFAULT_EPISODES, first_seed: int = DEFAULT_FIRST_SEED
+    policy_paths: list[str],
+    episodes: int = DEFAULT_EPISODES,
+    first_seed: int = DEFAULT_FIRST_SEED,
+    clairvoyant_horizon: int = 0,
+    earlier: list[dict[str, Any]] = (),
+    baseline_names: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Play every baseline and policy on the same test-trace seeds; return all the numbers."""
+    """Play every baseline and policy on the same test-trace seeds; return all the numbers.
+
+    With `clairvoyant_horizon` > 0 the clairvoyant reference (`examples.vr_edge.clairvoyant`,
+    told the true conditions of that many steps ahead) plays the same seeds too; it is a bound,
+    not a baseline, so it is never the best baseline.
+
+    `earlier`, results of earlier calls on the same seeds and env with the same tuned
+    parameters, lend their baselines' and references' episodes instead of playing them again
+    (every controller is deterministic for a seed, so they would be the same): the controllers
+    can be played in separate processes (`baseline_names` picks which; all by default) and
+    brought together.
+    """
     agents = [load_agent(path) for path in policy_paths]
     # The test split as it is: training's trace jitter never applies to an evaluation.
     env_kwargs = {**agents[0][1].get("env_kwargs", {}), "traces": "test", "trace_jitter": 0.0}
@@ -75,7 +92,9 @@ def evaluate_policies(
                 f"({agent.num_users} users); the env's have size {layout.size} ({layout.num_users} users)."
             )
     seeds = list(range(first_seed, first_seed + episodes))
-    policies: dict[str, Any] = dict(tuned_baselines(layout))
+    policies: dict[str, Any] = {
+        name: policy for name, policy in tuned_baselines(layout).items() if baseline_names is None or name in baseline_names
+    }
     ppo_names = []
     for index, (path, (agent, checkpoint)) in enumerate(zip(policy_paths, agents)):
         seed = checkpoint.get("args", {}).get("seed", "?")
@@ -85,9 +104,23 @@ def evaluate_policies(
         ppo_names.append(name)
         policies[name] = CollectorPolicy(agent, deterministic=True)
 
-    records = {name: play_episodes(policy, seeds, env_kwargs) for name, policy in policies.items()}
+    lent = {}
+    for result in earlier:
+        lent.update(_lent_records(result, episodes, first_seed, env_kwargs))
+    for name in lent:
+        if name in tuned_baselines(layout) and name not in policies:
+            policies[name] = None  # played elsewhere; its episodes are lent
+    order = [name for name in tuned_baselines(layout) if name in policies] + ppo_names
+    policies = {name: policies[name] for name in order}
+    records = {name: lent.get(name) or play_episodes(policy, seeds, env_kwargs) for name, policy in policies.items()}
+    references = []
+    if clairvoyant_horizon:
+        name = f"clairvoyant ({clairvoyant_horizon} step{'s' if clairvoyant_horizon > 1 else ''} ahead)"
+        records[name] = lent.get(name) or play_clairvoyant(seeds, env_kwargs, horizon=clairvoyant_horizon)
+        references.append(name)
     returns = {name: np.array([record["return"] for record in episode_records]) for name, episode_records in records.items()}
     baseline_names = [name for name in policies if name not in ppo_names]
+    compared = ppo_names + references
     best_baseline = max(baseline_names, key=lambda name: returns[name].mean())
     # The regime each seed's episode plays: a reset draws it first, whatever the policy.
     probe = SyntheticVREdgeEnv(**env_kwargs)
@@ -116,12 +149,41 @@ def evaluate_policies(
             }
             for ppo in ppo_names
         },
+        "references": references,
+        # Every other policy, the reference included, against the best baseline: overall and by regime.
+        "differences_to_best": {
+            name: {
+                "all": _interval(returns[name] - returns[best_baseline]),
+                **{regime: _interval(returns[name][regimes == regime] - returns[best_baseline][regimes == regime])
+                   for regime in regime_names},
+            }
+            for name in [*baseline_names, *compared] if name != best_baseline
+        },
         "regimes": regimes.tolist(),
         "qoe": {
             name: {metric: float(np.mean([record[metric] for record in episode_records])) for metric in QOE_METRICS}
             for name, episode_records in records.items()
         },
         "per_episode_returns": {name: values.tolist() for name, values in returns.items()},
+        "per_episode_records": records,
+        "tuned_parameters": load_tuned(),
+    }
+
+
+def _lent_records(
+    earlier: dict[str, Any], episodes: int, first_seed: int, env_kwargs: dict[str, Any]
+) -> dict[str, list[dict[str, float]]]:
+    """The baselines' and references' episodes of `earlier`, after checking they are these ones."""
+    mine = {"episodes": episodes, "first_seed": first_seed, "env_kwargs": env_kwargs, "tuned_parameters": load_tuned()}
+    for key, value in mine.items():
+        if earlier.get(key) != value:
+            raise ValueError(
+                f"the earlier evaluation differs in {key!r} ({earlier.get(key)!r} there, {value!r} here); "
+                "its episodes cannot stand in for this evaluation's."
+            )
+    return {
+        name: episode_records for name, episode_records in earlier["per_episode_records"].items()
+        if not name.startswith("PPO")
     }
 
 
@@ -152,6 +214,11 @@ def markdown_tables(result: dict[str, Any]) -> str:
               f"| policy | {header} |", "|---|" + "---:|" * len(regimes)]
     for ppo, by_regime in result["paired_differences_by_regime"].items():
         lines.append(f"| {ppo} | " + " | ".join(_difference_cell(by_regime[regime]) for regime in regimes) + " |")
+    lines += ["", f"Paired difference of every policy to the best baseline ({best}), all seeds and by trace regime, "
+              "mean [95% CI]:", "", f"| policy | all ({result['episodes']}) | {header} |", "|---|---:|" + "---:|" * len(regimes)]
+    for name, by_regime in result["differences_to_best"].items():
+        cells = [_difference_cell(by_regime["all"])] + [_difference_cell(by_regime[regime]) for regime in regimes]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     metrics = list(QOE_METRICS)
     lines += ["", "QoE, mean over episodes (see `examples/vr_edge/episodes.py` for definitions):", "",
               "| policy | " + " | ".join(metrics) + " |", "|---|" + "---:|" * len(metrics)]
@@ -172,6 +239,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--episodes", type=int, default=DEFAULT_EPISODES, help="held-out episodes per policy")
     parser.add_argument("--first-seed", type=int, default=DEFAULT_FIRST_SEED, help="reset seed of the first episode")
+    parser.add_argument(
+        "--clairvoyant-horizon", type=int, default=0,
+        help="also play the clairvoyant reference, told the true conditions this many steps ahead (0: not)",
+    )
+    parser.add_argument(
+        "--baselines-from", nargs="+", default=[], metavar="JSON",
+        help="--json files of earlier evaluations of the same seeds: reuse their baselines' and references' episodes",
+    )
+    parser.add_argument(
+        "--baselines", nargs="*", default=None, choices=list(BASELINES), metavar="NAME",
+        help="play only these baselines (all by default; none with the flag alone)",
+    )
     parser.add_argument("--json", default=None, help="also write every number to this JSON file")
     parser.add_argument("--markdown", default=None, help="also write the printed tables to this file")
     args = parser.parse_args(argv)
@@ -186,7 +265,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     # A batch of 200 observations is too little work to share between threads, and idle
     # intra-op threads spinning for work slow everything down on a busy machine.
     torch.set_num_threads(1)
-    result = evaluate_policies(args.policy, args.episodes, args.first_seed)
+    if args.clairvoyant_horizon < 0:
+        parser.error(f"--clairvoyant-horizon must be >= 0; got {args.clairvoyant_horizon}.")
+    earlier = [json.loads(Path(path).read_text()) for path in args.baselines_from]
+    result = evaluate_policies(
+        args.policy, args.episodes, args.first_seed, args.clairvoyant_horizon, earlier, args.baselines
+    )
     tables = markdown_tables(result)
     print(tables)
     # allow_nan=False: the file stays strict JSON (undefined intervals are null, never NaN).

@@ -440,6 +440,8 @@ class SyntheticVREdgeEnv(gymnasium.Env):
         )
         self._channel_deviation = self._channel_deviation + self._channel_velocity
         phy_mbps = cell_mbps * np.exp(self._channel_mean + self._channel_deviation)
+        # Hidden state kept for reference controllers that may know it (`examples.vr_edge.clairvoyant`).
+        self._true_capacities = (phy_mbps, gpu_capacity)
         inverse_phy = 1.0 / phy_mbps
         airtime = present * bitrate * inverse_phy
 

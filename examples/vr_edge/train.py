@@ -21,8 +21,15 @@ Training sees only the train traces, each episode's regime jittered by `--trace-
 (`examples.vr_edge.traces.jittered_regime`). The run ends by printing a summary: the final held-out
 evaluation next to the baselines' scores on the same seeds, and every path it wrote.
 
-The same `--seed` gives the same learning curve on every backend: the collector hands out
-identical batches, and torch runs single-threaded with deterministic kernels.
+The same command and `--seed` give the same learning curve and the same final weights, bit for
+bit, on one machine and library versions: the collector hands out batches that follow from the
+seed, and torch runs single-threaded with deterministic kernels. With the policy in this process
+(`--policy-placement main`, the default) every backend gives the same curve; with rollout workers
+(`--backend async --policy-placement workers`) each worker samples from its own generator, seeded
+by the library from `--seed` and its slice, so the curve is reproducible for that command and
+worker count but differs from the main-process one. Across CPU models the curve is not kept: the
+kernels torch and MKL pick depend on the instruction set, and one rounding difference grows over
+a run (docs/vr-edge-results.md gives the measured size).
 """
 
 import argparse
@@ -51,6 +58,7 @@ from parallel_rollouts.collector import BACKENDS
 
 INFO_KEYS = ("quality", "late_penalty", "drop_penalty", "switch_penalty", "late_rate", "drop_rate", "stall_time")
 CORES = ("auto", "compiled", "python")
+PLACEMENTS = ("main", "workers")
 
 
 def option(default: Any, description: str, choices: tuple[str, ...] | None = None) -> Any:
@@ -62,11 +70,17 @@ def option(default: Any, description: str, choices: tuple[str, ...] | None = Non
 class Args:
     """Every knob of a run; each field becomes a command-line flag (`num_envs` -> `--num-envs`).
 
-    The defaults train in well under ten minutes on two CPU cores (docs/vr-edge-results.md
-    gives measured times and how the policy compares with tuned baselines).
+    The defaults need about six minutes of one CPU core, within ten minutes on a quiet 2-core
+    machine (docs/vr-edge-results.md gives measured times and how the policy compares with tuned
+    baselines).
     """
 
     backend: str = option("sync", "collector backend", choices=BACKENDS)
+    policy_placement: str = option(
+        "main", "where the policy acts: this process, or each async worker on its own slice (rollout workers)",
+        choices=PLACEMENTS,
+    )
+    num_workers: int = option(0, "async worker processes (0: the library's default)")
     num_envs: int = option(8, "environments stepped in parallel")
     horizon: int = option(128, "steps per environment in each rollout")
     total_timesteps: int = option(614_400, "transitions to train on (rounded down to whole rollouts)")
@@ -138,6 +152,10 @@ def _argument_problem(args: Args) -> str | None:
             return f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)!r}."
     if not args.trace_jitter >= 0:
         return f"--trace-jitter must be >= 0; got {args.trace_jitter!r}."
+    if args.policy_placement == "workers" and args.backend != "async":
+        return f"--policy-placement workers runs the policy in worker processes: it needs --backend async; got {args.backend!r}."
+    if args.num_workers < 0 or (args.num_workers and args.backend != "async"):
+        return f"--num-workers applies to --backend async and must be >= 0; got {args.num_workers!r} with {args.backend!r}."
     batch_size = args.num_envs * args.horizon
     if batch_size % args.num_minibatches:
         return (
@@ -199,6 +217,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         seed=args.seed,
         core=args.core,
         info_keys=INFO_KEYS,
+        # Rollout workers draw their actions from generators the library seeds per worker from
+        # `seed`, so a run there is reproducible too (for the same number of workers).
+        **({"policy_placement": "workers"} if args.policy_placement == "workers" else {}),
+        **({"num_workers": args.num_workers} if args.num_workers else {}),
     )
     progress = Progress(num_updates, enabled=not args.no_progress)
     with collector, progress, metrics_path.open("w") as metrics_file:

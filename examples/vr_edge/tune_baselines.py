@@ -49,7 +49,33 @@ GRIDS: dict[str, dict[str, list[Any]]] = {
         "airtime_budget": [0.3, 0.4, 0.5, 0.6, 0.8, 1.0],
         "gpu_budget": [0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
     },
+    "joint expected reward": {
+        "window": [1, 2, 3, 5],
+        "frame_time_std": [0.4, 0.6, 0.8, 1.0, 1.2, 1.5],
+        "rate_margin": [0.6, 0.7, 0.8, 0.9, 1.0],
+    },
+    "joint lookahead": {
+        "horizon": [2, 3],
+        "window": [2, 3, 5],
+        "frame_time_std": [0.4, 0.6, 0.8, 1.0, 1.2, 1.5],
+        "rate_margin": [0.6, 0.7, 0.8, 0.9, 1.0],
+        "trend": [0.0, 0.5, 1.0],
+        "forecast_std": [0.05, 0.1, 0.2],
+        "discount": [0.8, 0.9, 1.0],
+    },
+    "predictive lookahead": {
+        "horizon": [1, 2],
+        "frame_time_std": [0.4, 0.6, 0.8, 1.0, 1.2, 1.5],
+        "rate_margin": [0.6, 0.7, 0.8, 0.9, 1.0],
+        "uncertainty": [0.5, 1.0, 1.5, 2.0],
+        "discount": [0.8, 0.9, 1.0],
+    },
 }
+# The controllers the full-grid protocol (`tune`, `--full-grid`) was written for; the joint
+# controllers' grids are too large to play whole.
+FULL_GRID_NAMES = ["constant level", "throughput rule", "deadline rule", "lookahead (MPC)", "joint greedy"]
+# Evaluations each controller gets under the equal-budget protocol (`tune_with_budget`).
+DEFAULT_BUDGET = 8
 
 # Tried on each baseline's GUARD_CANDIDATES best distinct grid points; 1.0 (the last) is off, the grids' default.
 STALL_GUARD_GRID = [0.005, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.85, 1.0]
@@ -100,6 +126,62 @@ def tune(
     }
 
 
+def search_space(name: str) -> dict[str, list[Any]]:
+    """A controller's grid with the session guard as one more dimension."""
+    return {**GRIDS[name], "stall_guard": STALL_GUARD_GRID}
+
+
+def sample_points(space: dict[str, list[Any]], budget: int, rng: np.random.Generator) -> list[dict[str, Any]]:
+    """`budget` distinct points of `space` drawn uniformly (all of them if there are no more)."""
+    sizes = [len(values) for values in space.values()]
+    total = int(np.prod(sizes))
+    indices = np.arange(total) if total <= budget else np.sort(rng.choice(total, size=budget, replace=False))
+    points = []
+    for index in indices:
+        point, remainder = {}, int(index)
+        for (key, values), size in zip(reversed(space.items()), reversed(sizes)):
+            remainder, position = divmod(remainder, size)
+            point[key] = values[position]
+        points.append({key: point[key] for key in space})
+    return points
+
+
+def tune_with_budget(
+    episodes: int,
+    first_seed: int,
+    names: list[str],
+    budget: int = DEFAULT_BUDGET,
+    sample_seed: int = 0,
+    num_users: int = 8,
+    trace_jitter: float = TRAINING_TRACE_JITTER,
+) -> dict[str, Any]:
+    """Every named controller gets the same `budget` evaluations: points drawn at random from its
+    grid and guard values (`search_space`), each scored on the same tuning episodes; the best wins.
+
+    Random search is the fair choice when the spaces differ in size: no controller's result
+    depends on how finely its grid happens to be written (a whole grid smaller than the budget is
+    played whole).
+    """
+    layout = ObservationLayout(num_users)
+    seeds = range(first_seed, first_seed + episodes)
+    env_kwargs = {"num_users": num_users, "traces": "train", "trace_jitter": trace_jitter}
+    best: dict[str, dict[str, Any]] = {}
+    scores: dict[str, list[dict[str, Any]]] = {}
+    for name in names:
+        rng = np.random.default_rng([sample_seed, list(GRIDS).index(name)])
+        scores[name] = []
+        for params in sample_points(search_space(name), budget, rng):
+            returns = [record["return"] for record in play_episodes(BASELINES[name](layout, **params), seeds, env_kwargs)]
+            scores[name].append({"params": params, "mean_return": float(np.mean(returns))})
+        winner = max(scores[name], key=lambda entry: entry["mean_return"])
+        best[name] = winner["params"]
+        print(f"{name:<22} best {winner['params']} -> {winner['mean_return']:.1f} (of {len(scores[name])})", flush=True)
+    return {
+        "tuned": best, "scores": scores, "episodes": episodes, "first_seed": first_seed, "traces": "train",
+        "trace_jitter": trace_jitter, "budget": budget, "sample_seed": sample_seed, "protocol": "equal budget",
+    }
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         description="Grid-search the baselines' parameters on tuning seeds (train traces).",
@@ -111,11 +193,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--trace-jitter", type=float, default=TRAINING_TRACE_JITTER,
         help="per-episode spread of the train traces' parameters (train.py's default, so both see the same traces)",
     )
+    parser.add_argument(
+        "--budget", type=int, default=DEFAULT_BUDGET,
+        help="evaluations per controller (points drawn at random from its grid and guard values)",
+    )
+    parser.add_argument(
+        "--full-grid", action="store_true",
+        help="the earlier protocol instead: every grid point, then the guard on the five best (first five controllers only)",
+    )
     parser.add_argument("--report", default="docs/vr-edge-tuning.json", help="where every grid point's score goes")
     parser.add_argument("--tuned", default=str(TUNED_PATH), help="where the winning parameters go")
     parser.add_argument(
-        "--baselines", nargs="+", default=list(GRIDS), choices=list(GRIDS), metavar="NAME",
-        help="tune only these (the others keep their entries in --tuned and --report)",
+        "--baselines", nargs="+", default=None, choices=list(GRIDS), metavar="NAME",
+        help="tune only these (the others keep their entries in --tuned and --report); by default the "
+        "joint controllers, or with --full-grid the five it covers",
     )
     args = parser.parse_args(argv)
     if args.episodes < 1:
@@ -123,21 +214,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not args.trace_jitter >= 0:
         parser.error(f"--trace-jitter must be >= 0; got {args.trace_jitter}.")
     started = time.perf_counter()
-    result = tune(args.episodes, args.first_seed, args.baselines, trace_jitter=args.trace_jitter)
+    if args.budget < 1:
+        parser.error(f"--budget must be >= 1; got {args.budget}.")
+    if args.baselines is None:
+        args.baselines = FULL_GRID_NAMES if args.full_grid else [name for name in GRIDS if name not in FULL_GRID_NAMES]
+    if args.full_grid:
+        unsupported = sorted(set(args.baselines) - set(FULL_GRID_NAMES))
+        if unsupported:
+            parser.error(f"--full-grid covers only {FULL_GRID_NAMES}; also asked for {unsupported}.")
+        result = tune(args.episodes, args.first_seed, args.baselines, trace_jitter=args.trace_jitter)
+    else:
+        result = tune_with_budget(args.episodes, args.first_seed, args.baselines, args.budget, trace_jitter=args.trace_jitter)
     result["wall_seconds"] = time.perf_counter() - started
-    # Baselines not tuned in this run keep what an earlier run (same seeds) recorded.
-    for path, key in ((args.report, "scores"), (args.tuned, None)):
-        if Path(path).is_file() and set(args.baselines) != set(GRIDS):
-            previous = json.loads(Path(path).read_text())
-            kept = previous if key is None else previous[key]
-            target = result["tuned"] if key is None else result[key]
-            for name in GRIDS:
-                if name not in args.baselines:
-                    target[name] = kept[name]
-    if set(args.baselines) != set(GRIDS):
-        result["tuned"] = {name: result["tuned"][name] for name in GRIDS}
-        result["scores"] = {name: result["scores"][name] for name in GRIDS}
-    for path, content in ((args.report, result), (args.tuned, result["tuned"])):
+    # The report keeps each protocol's scores apart, and controllers not tuned in this run keep
+    # what an earlier run recorded, in the report and in the tuned parameters.
+    section = "full_grid" if args.full_grid else "equal_budget"
+    report = json.loads(Path(args.report).read_text()) if Path(args.report).is_file() else {}
+    previous = report.get(section, {})
+    report[section] = {
+        **result,
+        "scores": {**previous.get("scores", {}), **result["scores"]},
+        "tuned": {**previous.get("tuned", {}), **result["tuned"]},
+    }
+    tuned = json.loads(Path(args.tuned).read_text()) if Path(args.tuned).is_file() else {}
+    tuned.update(result["tuned"])
+    tuned = {name: tuned[name] for name in GRIDS if name in tuned}
+    for path, content in ((args.report, report), (args.tuned, tuned)):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(content, indent=2) + "\n")
     print(f"Wrote the tuned parameters to {args.tuned} and every score to {args.report} "

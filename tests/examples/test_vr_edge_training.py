@@ -5,6 +5,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -254,6 +258,51 @@ def test_same_seed_gives_identical_learning_curves_on_every_backend(tiny_runs, t
     assert deterministic_fields(other_seed) != reference
 
 
+def _deterministic_fields(summary):
+    return [{key: record[key] for key in DETERMINISTIC_KEYS} for record in summary["metrics"]]
+
+
+def _weights(policy_path):
+    return torch.load(policy_path, map_location="cpu", weights_only=True)["state_dict"]
+
+
+def _assert_same_weights(first_path, second_path):
+    first, second = _weights(first_path), _weights(second_path)
+    assert list(first) == list(second)
+    for name in first:
+        assert torch.equal(first[name], second[name]), name
+
+
+def test_the_same_command_in_a_fresh_process_gives_the_same_curve_and_weights_bit_for_bit(tiny_runs, tmp_path):
+    # A second process starts with its own thread pool, generators and allocator state; only the
+    # seed may decide the run.
+    argv = _tiny_run_argv("sync", tmp_path)
+    argv.remove("--plot")
+    repository = Path(__file__).resolve().parents[2]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repository), os.environ.get("PYTHONPATH", "")])}
+    completed = subprocess.run(
+        [sys.executable, "-m", "examples.vr_edge.train", *argv], cwd=repository, env=environment,
+        capture_output=True, text=True, timeout=600,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    again = [{key: record[key] for key in DETERMINISTIC_KEYS} for record in records]
+    assert again == _deterministic_fields(tiny_runs["sync"])
+    _assert_same_weights(tmp_path / "policy.pt", tiny_runs["sync"]["policy_path"])
+
+
+def test_training_on_rollout_workers_is_reproducible_from_its_seed(tmp_path):
+    # Each worker samples actions from generators the library seeds from the run's seed.
+    runs = []
+    for index, seed in enumerate((7, 7, 8)):
+        argv = _tiny_run_argv("async", tmp_path / f"run{index}", seed=seed)
+        argv.remove("--plot")
+        runs.append(train.main([*argv, "--policy-placement", "workers", "--num-workers", "2"]))
+    assert _deterministic_fields(runs[0]) == _deterministic_fields(runs[1])
+    _assert_same_weights(runs[0]["policy_path"], runs[1]["policy_path"])
+    assert _deterministic_fields(runs[2]) != _deterministic_fields(runs[0])
+
+
 def test_arguments_come_from_the_args_dataclass():
     args = train.parse_args(["--num-envs", "3", "--learning-rate", "0.01", "--plot", "--backend", "serial"])
     assert (args.num_envs, args.learning_rate, args.plot, args.backend) == (3, 0.01, True, "serial")
@@ -278,6 +327,9 @@ def test_arguments_that_cannot_train_are_rejected(capsys):
     with pytest.raises(SystemExit):
         train.parse_args(["--trace-jitter", "-0.1"])
     assert "--trace-jitter must be >= 0; got -0.1." in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train.parse_args(["--policy-placement", "workers"])
+    assert "--policy-placement workers runs the policy in worker processes: it needs --backend async" in capsys.readouterr().err
 
 
 # --- the summary and the command line ---------------------------------------------------------
@@ -361,3 +413,25 @@ def test_an_interval_over_one_episode_has_no_bounds_and_prints_as_such():
     pair = evaluate._interval(np.array([1.0, 3.0]))
     assert pair["ci95_low"] < 2.0 < pair["ci95_high"]
     assert evaluate._difference_cell(pair) == f"+2.0 [{pair['ci95_low']:+.1f}, {pair['ci95_high']:+.1f}]"
+
+
+def test_controllers_played_in_separate_runs_and_the_clairvoyant_reference_come_together(tiny_runs, tmp_path):
+    policy = tiny_runs["sync"]["policy_path"]
+    common = ["--policy", policy, "--episodes", "3"]
+    parts = []
+    for index, names in enumerate((["constant level", "deadline rule"], ["joint expected reward"])):
+        path = tmp_path / f"part{index}.json"
+        evaluate.main([*common, "--baselines", *names, "--clairvoyant-horizon", "1", "--json", str(path)])
+        parts.append(path)
+    # `--baselines` alone: play none here, only the policy; the rest is lent.
+    together = evaluate.main([*common, "--baselines", "--baselines-from", *map(str, parts), "--clairvoyant-horizon", "1"])
+    alone = evaluate.main([*common, "--baselines", "constant level", "deadline rule", "joint expected reward",
+                           "--clairvoyant-horizon", "1"])
+    assert together["per_episode_returns"] == alone["per_episode_returns"]
+    reference = "clairvoyant (1 step ahead)"
+    assert together["references"] == [reference] and reference in together["returns"]
+    assert reference != together["best_baseline"] and reference in together["differences_to_best"]
+    assert list(together["returns"]) == ["constant level", "deadline rule", "joint expected reward", "PPO (seed 7)", reference]
+    # Episodes of other seeds cannot stand in.
+    with pytest.raises(ValueError, match="differs in 'first_seed'"):
+        evaluate.main([*common, "--first-seed", "5", "--baselines-from", str(parts[0])])

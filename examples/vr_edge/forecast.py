@@ -1,0 +1,241 @@
+"""A small learned predictor of each user's next-step rate and the GPU's next-step capacity.
+
+    python -m examples.vr_edge.forecast           # collect, fit, write rate_predictor.json
+
+In the manner of a transfer-time predictor feeding a model-predictive controller: the data are
+collected with `ParallelRolloutCollector` on the jittered *train* traces (the traces training
+and baseline tuning see), under `JointExpectedReward` with its levels perturbed at random so the
+data cover more choices than one controller makes. For each user measured at two consecutive
+steps, the input is what the controller reads (`prediction_features`: the user's throughput
+history in log space relative to its latest sample, its estimated rate with the air to itself,
+the estimated airtime and GPU loads, its stream and queue) and the target is the change in log
+rate the next observation shows; the network gives a mean and a log-std (a Gaussian negative
+log-likelihood fit), so the controller knows how far to trust it. The GPU's capacity gets a
+linear fit of its next log change on the current estimate and load.
+
+Inference is NumPy only (the weights are stored as JSON), so the controller that uses it needs
+no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from examples.vr_edge.controller import DecodedObservation
+from examples.vr_edge.joint_model import estimate_conditions
+from examples.vr_edge.synthetic_env import MOTION_TO_PHOTON_BUDGET_MS, ObservationLayout, SyntheticVREdgeEnv
+from examples.vr_edge.traces import TRAINING_TRACE_JITTER
+
+__all__ = ["DEFAULT_PREDICTOR_PATH", "Forecast", "RatePredictor", "collect_transitions", "fit_predictor", "load_predictor"]
+
+DEFAULT_PREDICTOR_PATH = Path(__file__).with_name("rate_predictor.json")
+_RATE_REFERENCE_MBPS = 300.0
+_GPU_REFERENCE = 3.2
+# Window of the rate estimate the predictor starts from (the newest sample).
+_WINDOW = 1
+
+
+@dataclass
+class Forecast:
+    rate_mbps: np.ndarray
+    rate_log_std: np.ndarray
+    gpu_capacity: np.ndarray
+    backlog_mbit: np.ndarray
+
+
+def prediction_features(decoded: DecodedObservation) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`(user_features [batch, users, f], gpu_features [batch, g], rate, capacity, backlog)`."""
+    rate, capacity, backlog = estimate_conditions(decoded, _WINDOW)
+    history = np.log(np.maximum(decoded.throughput_mbps, 1e-3))
+    relative = np.clip(history[..., :-1] - history[..., -1:], -3.0, 3.0)
+    last = decoded.last_level[..., None]
+    last_bitrate = np.take_along_axis(decoded.bitrate, last, axis=-1)[..., 0]
+    airtime_share = np.clip(last_bitrate / np.maximum(rate, 1e-6), 0.0, 3.0)
+    air_load = np.where(decoded.active & decoded.measured, airtime_share, 0.0).sum(axis=-1, keepdims=True)
+    count = decoded.active.mean(axis=-1, keepdims=True)
+    gpu_log = np.log(capacity / _GPU_REFERENCE)[:, None]
+    users = decoded.active.shape[-1]
+    user_features = np.concatenate(
+        [
+            relative,
+            np.log(rate / _RATE_REFERENCE_MBPS)[..., None],
+            airtime_share[..., None],
+            np.repeat(air_load, users, axis=-1)[..., None],
+            np.repeat(count, users, axis=-1)[..., None],
+            np.repeat(gpu_log, users, axis=-1)[..., None],
+            (decoded.frame_rate / 72.0)[..., None],
+            (decoded.last_level / 5.0)[..., None],
+            (decoded.queue_ms / MOTION_TO_PHOTON_BUDGET_MS)[..., None],
+            decoded.drop_rate[..., None],
+            decoded.late_rate[..., None],
+        ],
+        axis=-1,
+    )
+    gpu_features = np.concatenate([np.ones_like(gpu_log), gpu_log, count], axis=-1)
+    return user_features, gpu_features, rate, capacity, backlog
+
+
+def _mlp_forward(weights: list[tuple[np.ndarray, np.ndarray]], inputs: np.ndarray) -> np.ndarray:
+    hidden = inputs
+    for index, (weight, bias) in enumerate(weights):
+        hidden = hidden @ weight.T + bias
+        if index < len(weights) - 1:
+            hidden = np.tanh(hidden)
+    return hidden
+
+
+class RatePredictor:
+    """Next-step log rate change per user (mean and log-std) and next-step GPU capacity."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self.state = state
+        self.mean = np.asarray(state["feature_mean"])
+        self.scale = np.asarray(state["feature_scale"])
+        self.layers = [(np.asarray(layer["weight"]), np.asarray(layer["bias"])) for layer in state["layers"]]
+        self.gpu_coefficients = np.asarray(state["gpu_coefficients"])
+        self.gpu_log_std = float(state["gpu_log_std"])
+
+    def predict(self, decoded: DecodedObservation) -> Forecast:
+        user_features, gpu_features, rate, capacity, backlog = prediction_features(decoded)
+        output = _mlp_forward(self.layers, (user_features - self.mean) / self.scale)
+        change, log_std = output[..., 0], np.clip(output[..., 1], -5.0, 1.0)
+        eligible = decoded.active & decoded.measured
+        predicted_rate = np.where(eligible, rate * np.exp(np.clip(change, -2.0, 2.0)), rate)
+        predicted_capacity = capacity * np.exp(np.clip(gpu_features @ self.gpu_coefficients, -1.0, 1.0))
+        return Forecast(predicted_rate, np.where(eligible, np.exp(log_std), 0.3), predicted_capacity, backlog)
+
+
+def load_predictor(path: str | Path = DEFAULT_PREDICTOR_PATH) -> RatePredictor:
+    return RatePredictor(json.loads(Path(path).read_text()))
+
+
+class _ExploringController:
+    """`JointExpectedReward`'s levels, each moved one level up or down with probability `epsilon`."""
+
+    def __init__(self, layout: ObservationLayout, seed: int, epsilon: float = 0.3) -> None:
+        from examples.vr_edge.joint_control import JointExpectedReward
+
+        self.controller = JointExpectedReward(layout)
+        self.rng = np.random.default_rng(seed)
+        self.epsilon = epsilon
+        self.top = layout.num_levels - 1
+
+    def __call__(self, observations: np.ndarray) -> np.ndarray:
+        levels = self.controller(observations)
+        moves = self.rng.choice([-1, 0, 1], size=levels.shape, p=[self.epsilon / 2, 1 - self.epsilon, self.epsilon / 2])
+        return np.clip(levels + moves, 0, self.top)
+
+
+def collect_transitions(
+    num_envs: int = 16, steps: int = 400, seed: int = 0, num_users: int = 8, trace_jitter: float = TRAINING_TRACE_JITTER
+) -> dict[str, np.ndarray]:
+    """Inputs and targets from one rollout of `num_envs` x `steps` on the jittered train traces."""
+    from parallel_rollouts import ParallelRolloutCollector
+
+    env_fn = functools.partial(SyntheticVREdgeEnv, num_users=num_users, traces="train", trace_jitter=trace_jitter)
+    layout = ObservationLayout(num_users)
+    with ParallelRolloutCollector(
+        [env_fn] * num_envs, _ExploringController(layout, seed), backend="sync", horizon=steps, seed=seed
+    ) as collector:
+        batch = collector.collect()
+    observations = batch.observations.reshape(steps * num_envs, layout.size)
+    model_decoded = DecodedObservation(layout, observations, _stream_model())
+    user_features, gpu_features, rate, capacity, _ = prediction_features(model_decoded)
+    shape = (steps, num_envs)
+    user_features = user_features.reshape(*shape, num_users, -1)
+    gpu_features = gpu_features.reshape(*shape, -1)
+    rate, capacity = rate.reshape(*shape, num_users), capacity.reshape(*shape)
+    eligible = (model_decoded.active & model_decoded.measured).reshape(*shape, num_users)
+    # Pairs of consecutive steps of one episode, users measured at both.
+    continues = ~(batch.terminations | batch.truncations)[:-1]
+    pairs = continues[..., None] & eligible[:-1] & eligible[1:]
+    return {
+        "user_inputs": user_features[:-1][pairs],
+        "user_targets": np.log(rate[1:] / rate[:-1])[pairs],
+        "gpu_inputs": gpu_features[:-1][continues],
+        "gpu_targets": np.log(capacity[1:] / capacity[:-1])[continues],
+    }
+
+
+def _stream_model():
+    from examples.vr_edge.synthetic_env import StreamModel
+
+    return StreamModel()
+
+
+def fit_predictor(data: dict[str, np.ndarray], seed: int = 0, hidden: int = 32, epochs: int = 20) -> dict[str, Any]:
+    """Fit the rate network (Gaussian NLL, Adam) and the GPU's linear model; return the JSON state."""
+    import torch
+
+    # One thread: the same fit bit for bit, and no idle worker spinning on a busy machine.
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    inputs = data["user_inputs"]
+    mean, scale = inputs.mean(axis=0), inputs.std(axis=0) + 1e-6
+    x = torch.as_tensor((inputs - mean) / scale, dtype=torch.float32)
+    y = torch.as_tensor(data["user_targets"], dtype=torch.float32)
+    network = torch.nn.Sequential(
+        torch.nn.Linear(x.shape[1], hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, hidden), torch.nn.Tanh(),
+        torch.nn.Linear(hidden, 2),
+    )
+    optimizer = torch.optim.Adam(network.parameters(), lr=3e-3)
+    order_rng = np.random.default_rng(seed)
+    for _ in range(epochs):
+        for batch in np.array_split(order_rng.permutation(len(x)), max(1, len(x) // 512)):
+            index = torch.as_tensor(batch)
+            output = network(x[index])
+            predicted, log_std = output[:, 0], output[:, 1].clamp(-5.0, 1.0)
+            loss = (0.5 * ((y[index] - predicted) / log_std.exp()) ** 2 + log_std).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    with torch.no_grad():
+        output = network(x)
+        nll = float((0.5 * ((y - output[:, 0]) / output[:, 1].clamp(-5, 1).exp()) ** 2 + output[:, 1].clamp(-5, 1)).mean())
+        mse = float(((y - output[:, 0]) ** 2).mean())
+    coefficients, *_ = np.linalg.lstsq(data["gpu_inputs"], data["gpu_targets"], rcond=None)
+    residual = data["gpu_targets"] - data["gpu_inputs"] @ coefficients
+    layers = [module for module in network if isinstance(module, torch.nn.Linear)]
+    return {
+        "feature_mean": mean.tolist(),
+        "feature_scale": scale.tolist(),
+        "layers": [{"weight": layer.weight.detach().numpy().tolist(), "bias": layer.bias.detach().numpy().tolist()} for layer in layers],
+        "gpu_coefficients": coefficients.tolist(),
+        "gpu_log_std": float(residual.std()),
+        "fit": {
+            "samples": int(len(x)),
+            "train_nll": nll,
+            "train_mse_log_rate": mse,
+            "variance_log_rate_change": float(y.var()),
+            "gpu_samples": int(len(residual)),
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description="Fit the rate predictor on data collected from the train traces.")
+    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=400, help="steps per env in the one rollout collected")
+    parser.add_argument("--seed", type=int, default=0, help="collector, exploration and fitting seed")
+    parser.add_argument("--output", default=str(DEFAULT_PREDICTOR_PATH))
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    data = collect_transitions(args.num_envs, args.steps, args.seed)
+    state = fit_predictor(data, args.seed)
+    state["fit"].update({"num_envs": args.num_envs, "steps": args.steps, "seed": args.seed, "seconds": time.perf_counter() - started})
+    Path(args.output).write_text(json.dumps(state) + "\n")
+    print(json.dumps(state["fit"], indent=2))
+    print(f"wrote {args.output}")
+    return state
+
+
+if __name__ == "__main__":
+    main()
