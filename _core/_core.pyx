@@ -378,6 +378,9 @@ cdef class EnvStepper:
         self.bad_observation = None
 
     def step(self, Py_ssize_t t, list actions not None):
+        return self._step(t, actions)
+
+    cdef Py_ssize_t _step(self, Py_ssize_t t, list actions) except -2:
         cdef Py_ssize_t column, leaf_index, n_keys = len(self.info_keys)
         cdef double reward_number
         cdef unsigned char flags
@@ -389,7 +392,8 @@ cdef class EnvStepper:
             raise IndexError(f"time step {t} is outside [0, {self.recorder.rewards.shape[0]}).")
         if len(actions) != self.num_envs:
             raise ValueError(f"`actions` has {len(actions)} entries; expected {self.num_envs}.")
-        self.failures = []
+        if self.failures:
+            self.failures = []
         self.bad_observation = None
         for column in range(self.num_envs):
             try:
@@ -645,7 +649,7 @@ cdef class RowStepper:
         cdef _LeafBounds bounds
         if t < 0 or t >= self.recorder.rewards.shape[0]:
             raise IndexError(f"time step {t} is outside [0, {self.recorder.rewards.shape[0]}).")
-        n_done = self.stepper.step(t, self._split(t))
+        n_done = self.stepper._step(t, self._split(t))
         if n_done < 0:
             self.hooks.step_failed(t)
             raise RuntimeError("`hooks.step_failed` returned; it must raise.")
