@@ -17,17 +17,28 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from parallel_rollouts._core_checks import (
-    check_counted,
-    check_done_columns,
-    check_observation_storage,
-    check_row_stepper_arguments,
-    check_step_lists,
-    check_step_storage,
-    check_stepper_arguments,
-)
-from parallel_rollouts.env_returns import check_reset_result, check_step_result, end_flag, info_number, reward_value
-from parallel_rollouts.conversion import convert_row
+# The slow paths live in the package's Python modules: the argument checks each
+# constructor runs once, and the general rules for values the typed fast paths do
+# not take (the conversion rule, the checks of what `step`/`reset` returned). The
+# package hands them in with `use_slow_paths` when it loads this extension, so that
+# the extension imports none of its modules.
+cdef object _slow = None
+
+
+def use_slow_paths(slow_paths):
+    """Hand in the Python slow paths (``parallel_rollouts.core`` does, on loading this module)."""
+    global _slow
+    _slow = slow_paths
+
+
+cdef object _paths():
+    if _slow is None:
+        raise RuntimeError(
+            "parallel_rollouts._core has no slow paths: import it through the package "
+            "(`import parallel_rollouts`), which hands them in."
+        )
+    return _slow
+
 
 cimport numpy as cnp
 
@@ -66,7 +77,7 @@ cdef class ObservationWriter:
     cdef Py_ssize_t num_final_rows
 
     def __init__(self, observations, final_observations):
-        check_observation_storage(observations, final_observations)
+        _paths().check_observation_storage(observations, final_observations)
         self.observations = observations
         self.row_shape = tuple(observations.shape[2:])
         self.row_dims = np.asarray(self.row_shape, dtype=np.int64).reshape(-1)
@@ -90,7 +101,7 @@ cdef class ObservationWriter:
             return True
         # Slow path: Python scalars, other dtypes, non-contiguous arrays, under the
         # one conversion rule (no value may change but by float rounding).
-        converted = convert_row(source, self.row_shape, self.dtype)
+        converted = _slow.convert_row(source, self.row_shape, self.dtype)
         if converted is None:
             return False
         self.observations[row, column] = converted
@@ -135,7 +146,7 @@ cdef class ObservationWriter:
         cdef const int64[:] columns
         if t < 0 or t >= self.num_final_rows:
             raise IndexError(f"time step {t} is outside [0, {self.num_final_rows}).")
-        check_done_columns(done_columns, 0)
+        _slow.check_done_columns(done_columns, 0)
         columns = done_columns
         if count < 0 or count > columns.shape[0]:
             raise ValueError(f"count {count} is outside [0, {columns.shape[0]}].")
@@ -195,7 +206,7 @@ cdef class StepRecorder:
         done_columns,
         Py_ssize_t env_offset,
     ):
-        check_step_storage(
+        _paths().check_step_storage(
             rewards, terminations, truncations, step_episode_seeds, running_returns, running_lengths,
             running_seeds, completed_returns, completed_lengths, completed_env_indices,
             completed_end_steps, completed_seeds, done_columns,
@@ -238,7 +249,7 @@ cdef class StepRecorder:
             or len(step_terminations) != self.num_envs
             or len(step_truncations) != self.num_envs
         ):
-            check_step_lists(
+            _slow.check_step_lists(
                 self.num_envs,
                 step_rewards=step_rewards,
                 step_terminations=step_terminations,
@@ -270,7 +281,7 @@ cdef class StepRecorder:
         if t < 0 or t >= self.rewards.shape[0]:
             raise IndexError(f"time step {t} is outside [0, {self.rewards.shape[0]}).")
         if not all_counted:
-            check_counted(counted, self.num_envs)
+            _slow.check_counted(counted, self.num_envs)
             counted_view = counted.view(np.uint8)
         if self._completed_count + self.num_envs > self.completed_returns.shape[0]:
             # Only near the end of the buffers can this step's episodes overflow them.
@@ -359,7 +370,7 @@ cdef class EnvStepper:
         for writer in writers:
             if not isinstance(writer, ObservationWriter):
                 raise TypeError(f"`writers` must hold ObservationWriter objects; got {type(writer).__name__}.")
-        check_stepper_arguments(
+        _paths().check_stepper_arguments(
             envs,
             [((<ObservationWriter>w).observation_bytes.shape[0], (<ObservationWriter>w).num_envs) for w in writers],
             (recorder.rewards.shape[0], recorder.num_envs),
@@ -399,21 +410,21 @@ cdef class EnvStepper:
             try:
                 result = self.envs[column].step(actions[column])
                 if type(result) is not tuple or len(<tuple>result) != 5:
-                    result = check_step_result(result)
+                    result = _slow.check_step_result(result)
                 observation, reward, terminated, truncated, info = <tuple>result
                 if type(reward) is float:
                     reward_number = <double>reward
                 else:
-                    reward_number = reward_value(reward)
+                    reward_number = _slow.reward_value(reward)
                 if terminated is True:
                     flags = 1
                 elif terminated is False:
                     flags = 0
                 else:
-                    flags = 1 if end_flag(terminated, "terminated") else 0
+                    flags = 1 if _slow.end_flag(terminated, "terminated") else 0
                 if truncated is True:
                     flags |= 2
-                elif truncated is not False and end_flag(truncated, "truncated"):
+                elif truncated is not False and _slow.end_flag(truncated, "truncated"):
                     flags |= 2
             except Exception as error:
                 self.failures.append((column, "step", error, None, None))
@@ -425,7 +436,7 @@ cdef class EnvStepper:
                 try:
                     info_value = info[key]
                     if type(info_value) is not float:
-                        info_value = info_number(info_value, key)
+                        info_value = _slow.info_number(info_value, key)
                     (<cnp.ndarray>self.info_storage[leaf_index])[t, column] = info_value
                 except (KeyError, TypeError, ValueError) as error:
                     self.failures.append((column, "info", error, key, info))
@@ -613,7 +624,7 @@ cdef class RowStepper:
 
     def __init__(self, EnvStepper stepper not None, list action_leaves not None, split_nested, seed_table, running_seeds, list checked_leaves not None, hooks):
         cdef ObservationWriter writer
-        check_row_stepper_arguments(
+        _paths().check_row_stepper_arguments(
             (stepper.recorder.rewards.shape[0], stepper.recorder.num_envs), action_leaves, split_nested,
             seed_table, running_seeds, checked_leaves,
             [(<ObservationWriter>w).observations for w in stepper.writers], hooks,
@@ -688,7 +699,7 @@ cdef class RowStepper:
             try:
                 result = self.stepper.envs[column].reset(seed=seed)
                 if type(result) is not tuple or len(<tuple>result) != 2:
-                    result = check_reset_result(result)
+                    result = _slow.check_reset_result(result)
                 observation = (<tuple>result)[0]
             except Exception as error:
                 if failures is None:

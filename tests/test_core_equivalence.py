@@ -1,6 +1,8 @@
 """The compiled core and its pure-Python twin: same names, same results, bit for bit."""
 
 import inspect
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -871,3 +873,10 @@ def test_row_stepper_refuses_parts_that_disagree(core):
     ):
         with pytest.raises(error):
             core.RowStepper(stepper, *arguments)
+
+
+def test_the_compiled_core_imports_no_module_of_the_package():
+    # Its slow paths are handed in by parallel_rollouts.core (use_slow_paths), never imported.
+    source = (Path(__file__).resolve().parents[1] / "_core" / "_core.pyx").read_text(encoding="utf-8")
+    assert not re.search(r"^\s*(from|import|cimport)\s+parallel_rollouts", source, re.MULTILINE)
+    assert "use_slow_paths" in dir(compiled)
