@@ -107,6 +107,9 @@ def comparison_markdown(result: dict) -> str:
     lines += [f"- {key}: {value}" for key, value in result["machine"].items()]
     lines += ["", "## Settings", ""]
     lines += [f"- {key}: {value}" for key, value in result["settings"].items()]
+    if "load_average" in result:
+        load = result["load_average"]
+        lines += [f"- load average (1, 5, 15 min) before: {load['before']}, after: {load['after']}"]
     lines += targets_markdown(result)
     for group in result["groups"]:
         lines += ["", f"## {group['env']}, {group['num_envs']} envs", "", _group_title(group), ""]
