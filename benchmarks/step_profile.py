@@ -13,6 +13,8 @@ Two measurements, both in this process's CPU time per transition:
 2. One ``cProfile`` run of ``sync`` (a few collects): the time spent inside each function of
    this package and of the envs, per transition. The profiler inflates small calls, so these
    numbers say where the time goes, not how much a step costs without it.
+3. ``--null-env-counts``: the plain hand loop and ``sync`` over :class:`NullEnv`, an env that
+   does nothing, at a few env counts: what each loop costs per row and per env by itself.
 """
 
 from __future__ import annotations
@@ -25,15 +27,56 @@ import statistics
 import time
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
+from gymnasium import spaces
 
 from parallel_rollouts import ParallelRolloutCollector
 
 from .contenders import HandLoop
 from .machine import machine_record
-from .workloads import get_workload
+from .workloads import Workload, get_workload, sign_policy
 
-__all__ = ["main", "profile_sync", "time_parts"]
+__all__ = ["NullEnv", "main", "profile_sync", "time_null_env", "time_parts"]
+
+
+class NullEnv(gym.Env):
+    """An env that does nothing: the same observation every step, 40-step episodes, seeds ignored."""
+
+    observation_space = spaces.Box(-np.inf, np.inf, (4,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        self._observation = np.zeros(4, np.float32)
+        self._steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        self._steps = 0
+        return self._observation, {}
+
+    def step(self, action):
+        self._steps += 1
+        return self._observation, 1.0, self._steps >= 40, False, {}
+
+
+def time_null_env(env_counts, horizon: int, rounds: int, seed: int = 0) -> dict:
+    """CPU µs per transition of the plain hand loop and ``sync`` over :class:`NullEnv`, per env count."""
+    workload = Workload("null", "NullEnv", NullEnv, sign_policy, episode_length=40)
+    result = {}
+    for num_envs in env_counts:
+        hand = HandLoop(workload, num_envs, horizon, seed, reseed=False)
+        collector = ParallelRolloutCollector(workload.env_fns(num_envs), sign_policy, backend="sync", horizon=horizon, seed=seed)
+        try:
+            for _ in range(2):
+                hand.collect(), collector.collect()
+            samples = {"hand-loop": [], "sync": []}
+            for _ in range(rounds):
+                samples["hand-loop"].append(_cpu(hand.collect) / (horizon * num_envs))
+                samples["sync"].append(_cpu(collector.collect) / (horizon * num_envs))
+        finally:
+            hand.close(), collector.close()
+        result[str(num_envs)] = {name: statistics.median(values) * 1e6 for name, values in samples.items()}
+    return result
 
 
 def _cpu(function, repeats: int = 1) -> float:
@@ -153,10 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--profile-collects", type=int, default=5)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--null-env-counts", default="1,16,64", help="env counts for the NullEnv loops ('' to skip)")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args(argv)
     parts = time_parts(args.workload, args.num_envs, args.horizon, args.rounds)
     profile = profile_sync(args.workload, args.num_envs, args.horizon, args.profile_collects, args.top)
+    counts = [int(count) for count in args.null_env_counts.split(",") if count]
+    null_env = time_null_env(counts, args.horizon, args.rounds)
     print(f"{args.workload}, {args.num_envs} envs, horizon {args.horizon}: CPU us per transition (median of {args.rounds} rounds)")
     for name, value in parts["us_per_transition"].items():
         print(f"  {name:22s} {value:8.3f}")
@@ -168,9 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     print("sync under cProfile: own time per transition (us)")
     for row in profile:
         print(f"  {row['own_us_per_transition']:7.3f}  calls/transition {row['calls_per_transition']:6.3f}  {row['function']}")
+    print("NullEnv (an env that does nothing): CPU us per transition")
+    for count, values in null_env.items():
+        print(f"  {count:>3} envs: hand-loop {values['hand-loop']:.3f}  sync {values['sync']:.3f}")
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        document = {"machine": machine_record(), "settings": vars(args) | {"output": str(args.output)}, "parts": parts, "sync_profile": profile}
+        document = {"machine": machine_record(), "settings": vars(args) | {"output": str(args.output)}, "parts": parts, "sync_profile": profile, "null_env": null_env}
         args.output.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     return 0
 

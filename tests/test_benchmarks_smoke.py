@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from benchmarks import core_microbench, report, run_rollout_benchmark, soak, step_overhead, vector_envs
+from benchmarks import core_microbench, report, run_rollout_benchmark, soak, step_overhead, step_profile, vector_envs
 from benchmarks.contenders import COLLECTOR_CONTENDERS, PEER_CONTENDERS, unavailable_reason
 from benchmarks.workloads import WORKLOADS
 
@@ -213,3 +213,18 @@ def test_step_overhead_measures_each_contender_in_its_own_process(tmp_path):
     for entry in summary.values():
         assert entry["median"] > 0 and len(entry["samples"]) == 1
     assert summary["raw-loop"]["median_of_round_ratios"] == 1.0
+
+
+def test_step_profile_splits_a_transition_and_times_the_null_env(tmp_path):
+    path = tmp_path / "profile.json"
+    step_profile.main(
+        ["--num-envs", "2", "--horizon", "4", "--rounds", "1", "--profile-collects", "1", "--top", "5",
+         "--null-env-counts", "1,2", "--output", str(path)]
+    )
+    document = _load(path)
+    parts = document["parts"]["us_per_transition"]
+    assert {"hand-loop", "hand-loop-reseeding", "sync", "env.step", "policy", "reset()", "reset(seed)"} <= parts.keys()
+    assert all(value >= 0 for value in parts.values())
+    assert set(document["parts"]["overhead_us_per_transition"]) == {"hand-loop", "hand-loop-reseeding", "sync"}
+    assert 0 < len(document["sync_profile"]) <= 5
+    assert set(document["null_env"]) == {"1", "2"}
