@@ -47,6 +47,31 @@ cnp.import_array()
 ctypedef cnp.int64_t int64
 
 
+# A monotonic clock read without a Python call (the one time.perf_counter reads on Linux):
+# the seconds each env spends in `step` are measured on every step, so the read must cost
+# little next to the step itself.
+cdef extern from *:
+    """
+    #if defined(_WIN32)
+    #include <windows.h>
+    static double parallel_rollouts_clock(void) {
+        LARGE_INTEGER count, frequency;
+        QueryPerformanceCounter(&count);
+        QueryPerformanceFrequency(&frequency);
+        return (double)count.QuadPart / (double)frequency.QuadPart;
+    }
+    #else
+    #include <time.h>
+    static double parallel_rollouts_clock(void) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+    }
+    #endif
+    """
+    double parallel_rollouts_clock() nogil
+
+
 cdef inline object _row_bytes_view(object array):
     """View ``array`` of shape ``[rows, envs, *leaf]`` as ``[rows, envs, nbytes]`` uint8.
 
@@ -365,8 +390,10 @@ cdef class EnvStepper:
     cdef Py_ssize_t num_envs
     cdef public list failures
     cdef public object bad_observation
+    cdef double[::1] step_seconds
+    cdef bint timed
 
-    def __init__(self, list envs not None, list writers not None, StepRecorder recorder not None, flatten, tuple info_keys not None, list info_storage not None):
+    def __init__(self, list envs not None, list writers not None, StepRecorder recorder not None, flatten, tuple info_keys not None, list info_storage not None, step_seconds=None):
         for writer in writers:
             if not isinstance(writer, ObservationWriter):
                 raise TypeError(f"`writers` must hold ObservationWriter objects; got {type(writer).__name__}.")
@@ -377,7 +404,11 @@ cdef class EnvStepper:
             flatten,
             info_keys,
             info_storage,
+            step_seconds,
         )
+        self.timed = step_seconds is not None
+        if self.timed:
+            self.step_seconds = step_seconds
         self.envs = envs
         self.writers = writers
         self.recorder = recorder
@@ -393,7 +424,7 @@ cdef class EnvStepper:
 
     cdef Py_ssize_t _step(self, Py_ssize_t t, list actions) except -2:
         cdef Py_ssize_t column, leaf_index, n_keys = len(self.info_keys)
-        cdef double reward_number
+        cdef double reward_number, started
         cdef unsigned char flags
         cdef double[::1] rewards_now = self.recorder.rewards_now
         cdef unsigned char[::1] flags_now = self.recorder.flags_now
@@ -408,7 +439,12 @@ cdef class EnvStepper:
         self.bad_observation = None
         for column in range(self.num_envs):
             try:
-                result = self.envs[column].step(actions[column])
+                if self.timed:
+                    started = parallel_rollouts_clock()
+                    result = self.envs[column].step(actions[column])
+                    self.step_seconds[column] += parallel_rollouts_clock() - started
+                else:
+                    result = self.envs[column].step(actions[column])
                 if type(result) is not tuple or len(<tuple>result) != 5:
                     result = _slow.check_step_result(result)
                 observation, reward, terminated, truncated, info = <tuple>result
@@ -621,14 +657,19 @@ cdef class RowStepper:
     cdef list checked
     cdef object hooks
     cdef Py_ssize_t num_envs
+    cdef double[::1] reset_seconds
+    cdef bint timed
 
-    def __init__(self, EnvStepper stepper not None, list action_leaves not None, split_nested, seed_table, running_seeds, list checked_leaves not None, hooks):
+    def __init__(self, EnvStepper stepper not None, list action_leaves not None, split_nested, seed_table, running_seeds, list checked_leaves not None, hooks, reset_seconds=None):
         cdef ObservationWriter writer
         _paths().check_row_stepper_arguments(
             (stepper.recorder.rewards.shape[0], stepper.recorder.num_envs), action_leaves, split_nested,
             seed_table, running_seeds, checked_leaves,
-            [(<ObservationWriter>w).observations for w in stepper.writers], hooks,
+            [(<ObservationWriter>w).observations for w in stepper.writers], hooks, reset_seconds,
         )
+        self.timed = reset_seconds is not None
+        if self.timed:
+            self.reset_seconds = reset_seconds
         self.stepper = stepper
         self.recorder = stepper.recorder
         self.action_leaf = action_leaves[0]
@@ -675,6 +716,7 @@ cdef class RowStepper:
     cdef int _end_episodes(self, Py_ssize_t t, Py_ssize_t n_done) except -1:
         cdef Py_ssize_t k, column, episode, block, offset
         cdef int64 seed
+        cdef double started
         cdef ObservationWriter writer
         cdef _LeafBounds bounds
         cdef const int64[:] done_columns = self.recorder.done_columns
@@ -697,7 +739,12 @@ cdef class RowStepper:
                 self.seed_table.fill(column, block)
             seed = self.seeds[column, offset]
             try:
-                result = self.stepper.envs[column].reset(seed=seed)
+                if self.timed:
+                    started = parallel_rollouts_clock()
+                    result = self.stepper.envs[column].reset(seed=seed)
+                    self.reset_seconds[column] += parallel_rollouts_clock() - started
+                else:
+                    result = self.stepper.envs[column].reset(seed=seed)
                 if type(result) is not tuple or len(<tuple>result) != 2:
                     result = _slow.check_reset_result(result)
                 observation = (<tuple>result)[0]

@@ -2,6 +2,7 @@
 
 from .batch import RolloutBatch
 from .collector import ParallelRolloutCollector
+from .conformance import Advice, CheckResult, CheckStatus, ConformanceReport, advise, check_env
 from .core import CoreFallbackWarning, active_core
 from .errors import (
     ActionError,
@@ -23,14 +24,19 @@ from .errors import (
 )
 from .make import make_collector
 from .policy import PolicyOutput
+from .runners.base import RunnerState
 from .vector_env import ParallelVectorEnv
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ActionError",
+    "Advice",
+    "CheckResult",
+    "CheckStatus",
     "CollectorClosedError",
     "ConfigurationError",
+    "ConformanceReport",
     "CoreFallbackWarning",
     "CoreUnavailableError",
     "EnvFailure",
@@ -43,6 +49,7 @@ __all__ = [
     "PolicyTransferError",
     "ResetNeededError",
     "RolloutBatch",
+    "RunnerState",
     "SpaceError",
     "StalePolicyWarning",
     "StepTimeoutError",
@@ -51,5 +58,7 @@ __all__ = [
     "WorkerError",
     "__version__",
     "active_core",
+    "advise",
+    "check_env",
     "make_collector",
 ]

@@ -153,6 +153,7 @@ def check_stepper_arguments(
     flatten: Any,
     info_keys: tuple,
     info_storage: list,
+    step_seconds: Any = None,
 ) -> None:
     """An env stepper's parts agree: one writer per leaf over ``horizon + 1`` rows of the same envs."""
     horizon, num_envs = recorder_shape
@@ -175,6 +176,10 @@ def check_stepper_arguments(
     for key, array in zip(info_keys, info_storage):
         if _require_array(array, f"info_storage[{key!r}]", np.float64, 2).shape != (horizon, num_envs):
             raise ValueError(f"`info_storage[{key!r}]` has shape {array.shape!r}; expected {(horizon, num_envs)!r}.")
+    if step_seconds is not None:
+        seconds = _require_array(step_seconds, "step_seconds", np.float64, 1)
+        if seconds.shape != (num_envs,) or not seconds.flags.c_contiguous:
+            raise ValueError(f"`step_seconds` must be a contiguous [{num_envs}] float64 array; got shape {seconds.shape!r}.")
 
 
 ROW_STEPPER_HOOKS = ("step_failed", "rows_outside", "finals_outside", "reset_unwritable", "reset_failed")
@@ -189,9 +194,14 @@ def check_row_stepper_arguments(
     checked_leaves: Any,
     observation_leaves: list[np.ndarray],
     hooks: Any,
+    reset_seconds: Any = None,
 ) -> None:
     """What ``RowStepper`` needs, checked once: every later step trusts it."""
     horizon, num_envs = step_shape
+    if reset_seconds is not None:
+        seconds = _require_array(reset_seconds, "reset_seconds", np.float64, 1)
+        if seconds.shape != (num_envs,) or not seconds.flags.c_contiguous:
+            raise ValueError(f"`reset_seconds` must be a contiguous [{num_envs}] float64 array; got shape {seconds.shape!r}.")
     if type(action_leaves) is not list or not action_leaves:
         raise TypeError(f"`action_leaves` must be a non-empty list of arrays; got {action_leaves!r}.")
     for index, leaf in enumerate(action_leaves):

@@ -29,6 +29,8 @@ envs' part of a shared batch.
 
 from __future__ import annotations
 
+from time import perf_counter
+
 import numpy as np
 
 from ._core_checks import (
@@ -308,6 +310,9 @@ class EnvStepper:
     info_keys, info_storage:
         Scalar info entries to store, and one ``[horizon, num_envs]`` float64
         array for each.
+    step_seconds:
+        ``None``, or a contiguous ``[num_envs]`` float64 array: each env's
+        ``step`` call adds the seconds it took (a monotonic clock) to its entry.
 
     :meth:`step` calls ``env.step`` for every env (even after one fails), checks
     what it returned (:mod:`parallel_rollouts.env_returns`), writes the
@@ -330,6 +335,7 @@ class EnvStepper:
         flatten,
         info_keys: tuple,
         info_storage: list,
+        step_seconds=None,
     ) -> None:
         for name, value, kind in (
             ("envs", envs, list), ("writers", writers, list), ("info_keys", info_keys, tuple), ("info_storage", info_storage, list)
@@ -348,7 +354,9 @@ class EnvStepper:
             flatten,
             info_keys,
             info_storage,
+            step_seconds,
         )
+        self._step_seconds = step_seconds
         self._envs = envs
         self._writers = writers
         self._recorder = recorder
@@ -371,9 +379,14 @@ class EnvStepper:
         self.failures = []
         self.bad_observation = None
         rewards, terminations, truncations = [], [], []
+        step_seconds, clock = self._step_seconds, perf_counter
         for column, env in enumerate(self._envs):
             try:
-                observation, reward, terminated, truncated, info = check_step_result(env.step(actions[column]))
+                started = clock()
+                result = env.step(actions[column])
+                if step_seconds is not None:
+                    step_seconds[column] += clock() - started
+                observation, reward, terminated, truncated, info = check_step_result(result)
                 reward = reward if type(reward) is float else reward_value(reward)
                 terminated = terminated if type(terminated) is bool else end_flag(terminated, "terminated")
                 truncated = truncated if type(truncated) is bool else end_flag(truncated, "truncated")
@@ -443,6 +456,9 @@ class RowStepper:
         path cannot store: store it by the general rule or raise) and
         ``reset_failed(t, failures)`` (must raise; ``failures`` holds
         ``(column, exception)`` for each env whose ``reset`` failed).
+    reset_seconds:
+        ``None``, or a contiguous ``[num_envs]`` float64 array: each reset of an
+        env whose episode ended adds the seconds its ``reset`` call took.
 
     :meth:`step` does, in order: split the actions; step every env (the
     :class:`EnvStepper`); for the envs whose episode ended, copy row ``t + 1``
@@ -452,13 +468,17 @@ class RowStepper:
     It returns how many episodes ended.
     """
 
-    def __init__(self, stepper: EnvStepper, action_leaves: list, split_nested, seed_table, running_seeds: np.ndarray, checked_leaves: list, hooks) -> None:
+    def __init__(
+        self, stepper: EnvStepper, action_leaves: list, split_nested, seed_table, running_seeds: np.ndarray,
+        checked_leaves: list, hooks, reset_seconds=None,
+    ) -> None:
         if not isinstance(stepper, EnvStepper):
             raise TypeError(f"Argument 'stepper' has incorrect type (expected EnvStepper, got {type(stepper).__name__})")
         check_row_stepper_arguments(
             stepper._recorder._rewards.shape, action_leaves, split_nested, seed_table, running_seeds,
-            checked_leaves, [writer._observations for writer in stepper._writers], hooks,
+            checked_leaves, [writer._observations for writer in stepper._writers], hooks, reset_seconds,
         )
+        self._reset_seconds = reset_seconds
         self._stepper = stepper
         self._action_leaves = action_leaves
         self._split_nested = split_nested
@@ -508,7 +528,10 @@ class RowStepper:
                 table.fill(column, block)
             seed = int(table.seeds[column, offset])
             try:
+                started = perf_counter()
                 result = stepper._envs[column].reset(seed=seed)
+                if self._reset_seconds is not None:
+                    self._reset_seconds[column] += perf_counter() - started
                 observation, _ = check_reset_result(result)
             except Exception as error:
                 failures.append((column, error))

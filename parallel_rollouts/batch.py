@@ -9,7 +9,11 @@ import numpy as np
 
 from .spaces import SpaceLayout
 
-__all__ = ["RolloutBatch"]
+__all__ = ["TIMING_FIELDS", "RolloutBatch"]
+
+#: Fields measured with a clock: they differ from run to run, unlike every other field,
+#: which the same seed reproduces bit for bit.
+TIMING_FIELDS = ("env_step_seconds", "env_reset_seconds", "env_wait_seconds")
 
 
 @dataclass(frozen=True)
@@ -58,14 +62,28 @@ class RolloutBatch:
     seed:
         The collector's root seed, so the run can be reproduced.
     lost_env_indices:
-        int64 env indices whose rows in this batch are not valid because the
-        worker hosting them died and was restarted (``backend="ray"`` with
-        ``max_restarts``); empty otherwise. Mask those columns out.
+        int64 env indices some of whose rows in this batch were lost because the
+        worker hosting them died or hung and was replaced (``max_restarts``);
+        empty otherwise. Their lost rows are zero and ``valid`` is false there.
     valid:
-        ``[T, N]`` bool: false only on the reset steps of a Gymnasium vector env
-        with next-step autoreset (the step after an episode's end, whose action
-        the env ignored; see ``docs/batch-contract.md``). All true for env
-        factories and for same-step or disabled autoreset. Mask the loss with it.
+        ``[T, N]`` bool: false on the reset steps of a Gymnasium vector env with
+        next-step autoreset (the step after an episode's end, whose action the
+        env ignored; see ``docs/batch-contract.md``), and on every row lost with
+        a replaced worker (from the row it was lost at: ``async`` keeps the rows
+        its slice wrote before; ``ray`` loses the whole rollout of the slice).
+        True everywhere else. Mask the loss with it.
+    env_step_seconds, env_reset_seconds:
+        ``[N]`` float64: seconds each env spent in its ``step`` calls / in its
+        ``reset`` calls (autoresets) during this rollout, measured where the env
+        runs. A sub-env of a Gymnasium vector env is credited an equal share of
+        each batched call. The slowest env (the straggler every step waits for)
+        is ``argmax(env_step_seconds + env_reset_seconds)``.
+    env_wait_seconds:
+        ``[N]`` float64: for ``backend="async"``, the seconds this process spent
+        waiting for the reply of the worker hosting each env during this rollout
+        (every env of a worker shows the worker's figure). Replies are read in
+        worker order, so the first worker's figure also holds the time all
+        workers step in parallel. Zero for the other backends.
     """
 
     observations: Any
@@ -88,6 +106,9 @@ class RolloutBatch:
     seed: int
     lost_env_indices: np.ndarray
     valid: np.ndarray
+    env_step_seconds: np.ndarray
+    env_reset_seconds: np.ndarray
+    env_wait_seconds: np.ndarray
 
     @property
     def dones(self) -> np.ndarray:
@@ -111,7 +132,11 @@ class RolloutBatch:
         """Assemble the batch from a runner's :class:`~parallel_rollouts.runners.base.RolloutResult`."""
         storage, episodes = result.storage, result.episodes
         has_values, has_log_probs = result.has_values, result.has_log_probs
-        horizon = storage.horizon
+        horizon, num_envs = storage.rewards.shape
+        valid = ~storage.reset_steps
+        if result.lost_from_rows is not None:
+            valid &= np.arange(horizon)[:, None] < result.lost_from_rows[None, :]
+        wait = result.env_wait_seconds
         return cls(
             observations=observation_layout.unflatten([leaf[:horizon] for leaf in storage.observations]),
             actions=action_layout.unflatten(list(storage.actions)),
@@ -134,5 +159,8 @@ class RolloutBatch:
             infos=dict(storage.infos),
             seed=seed,
             lost_env_indices=result.lost_env_indices,
-            valid=~storage.reset_steps,
+            valid=valid,
+            env_step_seconds=storage.env_step_seconds[0],
+            env_reset_seconds=storage.env_reset_seconds[0],
+            env_wait_seconds=np.zeros(num_envs) if wait is None else wait,
         )

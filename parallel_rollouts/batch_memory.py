@@ -117,6 +117,10 @@ class BatchMemory:
         # None while a rollout is writing into it and has not yet said which.
         self._written_rows: np.ndarray | None = None
 
+    @property
+    def reuses_buffers(self) -> bool:
+        return self._reuse
+
     # -- one rollout -------------------------------------------------------------------
 
     def begin(self) -> RolloutStorage:
@@ -132,6 +136,9 @@ class BatchMemory:
             self._fed_columns = np.zeros(storage.horizon + 1, dtype=np.int64)
         else:
             storage = self._fresh()
+        # The per-env timings are sums over one rollout: the groups add, this starts them at zero.
+        storage.env_step_seconds.fill(0)
+        storage.env_reset_seconds.fill(0)
         self._written = storage
         return storage
 
@@ -153,11 +160,18 @@ class BatchMemory:
         self._fed_columns[t] += stop - start
         return rows
 
-    def finish(self) -> RolloutStorage:
-        """The storage the batch is built from; every row of ``begin()``'s storage is written."""
+    def finish(self, lost_from_rows: np.ndarray | None = None) -> RolloutStorage:
+        """The storage the batch is built from; every row of ``begin()``'s storage is written.
+
+        ``lost_from_rows[env]`` (``[N]``, ``horizon`` where nothing is lost): from that row on,
+        the env's rows hold no valid data (its worker was lost); they are zeroed, the
+        observation of that row itself, written before the loss, is kept (``-1``: the
+        whole column is lost, its first observation too).
+        """
         storage = self._written
         self.record_final_rows(storage.horizon)
         if self._target is None:
+            _clear_lost_rows(storage, lost_from_rows)
             return storage
         target, self._target = self._target, None
         num_envs = storage.rewards.shape[1]
@@ -165,6 +179,7 @@ class BatchMemory:
         rows_copied = int(np.argmin(fed)) if not fed.all() else storage.horizon
         storage.copy_to(target, observation_rows_copied=rows_copied)  # the rest of the one copy
         self._note_written_rows(target, _ended_rows(target, target.horizon))
+        _clear_lost_rows(target, lost_from_rows)
         return target
 
     def abandon(self, rows_done: int) -> None:
@@ -174,11 +189,6 @@ class BatchMemory:
             # Terminal observations reach the caller's batch only in finish(): none were written.
             self._note_written_rows(self._target, np.zeros_like(self._target.terminations))
         self._target = None
-
-    def lose_columns(self, start: int, stop: int) -> None:
-        """Columns ``start:stop`` of this rollout hold no valid data: zero them."""
-        columns = self._written.columns(start, stop)
-        columns.map(lambda array: array.fill(0) or array)
 
     def record_final_rows(self, steps: int) -> None:
         """Note the rows of reused storage the rollout wrote, after ``steps`` steps.
@@ -234,6 +244,32 @@ class BatchMemory:
             _clear_final_rows(storage, self._written_rows)
         self._written_rows = None
         return storage
+
+
+#: Fields that are sums over the rollout, not rows: a lost env keeps what was measured.
+_TOTALS = ("env_step_seconds", "env_reset_seconds")
+
+
+def _clear_lost_rows(storage: RolloutStorage, lost_from_rows: np.ndarray | None) -> None:
+    """Zero each env's rows from ``lost_from_rows[env]`` on (observations: from the row after)."""
+    if lost_from_rows is None:
+        return
+    for column in np.flatnonzero(lost_from_rows < storage.horizon).tolist():
+        row = int(lost_from_rows[column])
+        for field in fields(storage):
+            if field.name in _TOTALS:
+                continue
+            first = row + 1 if field.name == "observations" else max(row, 0)
+            for array in _field_arrays(getattr(storage, field.name)):
+                array[first:, column] = 0
+
+
+def _field_arrays(value) -> list[np.ndarray]:
+    if isinstance(value, list):
+        return value
+    if isinstance(value, dict):
+        return list(value.values())
+    return [value]
 
 
 def _ended_rows(storage: RolloutStorage, rows: int) -> np.ndarray:

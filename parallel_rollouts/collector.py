@@ -14,7 +14,7 @@ from .core import load_core
 from .errors import CollectorClosedError, ConfigurationError
 from .observation_checks import check_observation_check
 from .processes.forwarded_warnings import raise_again
-from .runners.base import RolloutRunner
+from .runners.base import RolloutRunner, RunnerState
 from .runners.build import build_runner, check_placement
 from .seeding import draw_root_seed, validate_seed
 from .spec import RolloutSpec
@@ -105,8 +105,21 @@ class ParallelRolloutCollector:
         :class:`StepTimeoutError` (``None``, the default, waits as a plain call
         into the env would). Ray actors run whole rollouts, so there the bound
         is ``horizon * step_timeout`` per rollout.
+    max_restarts:
+        Async and Ray backends: how many lost workers (a process that died: a
+        signal, an exit, an out-of-memory kill; or one whose envs overran
+        ``step_timeout``) may be replaced over the collector's life (default 0:
+        a loss breaks the collector). A replacement makes its envs anew with the
+        same factories; they start fresh episodes with seeds never used before,
+        drawn from ``seed``. The batch of the rollout a worker was lost in marks
+        its envs' rows from the loss on as not ``valid`` (zeroed) and lists the
+        envs in ``lost_env_indices``; ``async`` keeps the rows written before the
+        loss (rollout workers: all but the last row they recorded), Ray actors
+        lose the slice's whole rollout. Once the restarts are spent, a loss raises a
+        :class:`WorkerDiedError` listing every loss. See ``docs/async-backend.md``.
     ray_options:
-        Ray backend only: ``{"address", "num_cpus", "num_gpus", "max_restarts"}``
+        Ray backend only: ``{"address", "num_cpus", "num_gpus", "max_restarts",
+        "runtime_env", "scheduling_strategy", "continue_without_lost_actors"}``
         (see :class:`~parallel_rollouts.runners.ray.RayOptions`). The
         policy must be picklable; it runs inside each actor.
 
@@ -136,12 +149,11 @@ class ParallelRolloutCollector:
         ray_options: dict | None = None,
         policy_placement: str | None = None,
         pipelined: bool = False,
+        max_restarts: int | None = None,
     ) -> None:
         # First, so that __del__ can close whatever a failing constructor already made.
         self._owner_pid = os.getpid()
         self._backend: RolloutRunner | None = None
-        self._closed = False
-        self._broken: BaseException | None = None
         env_fns = _check_env_fns(env_fns, backend)
         if policy is not None and not callable(policy):
             raise ConfigurationError(f"`policy` must be callable or None; got {policy!r}.")
@@ -159,6 +171,7 @@ class ParallelRolloutCollector:
             ("context", context, ("async",)),
             ("step_timeout", step_timeout, ("async", "ray")),
             ("ray_options", ray_options, ("ray",)),
+            ("max_restarts", max_restarts, ("async", "ray")),
         ):
             if value is not None and backend not in applies_to:
                 raise ConfigurationError(
@@ -168,6 +181,10 @@ class ParallelRolloutCollector:
             isinstance(step_timeout, bool) or not isinstance(step_timeout, (int, float)) or not step_timeout > 0
         ):
             raise ConfigurationError(f"`step_timeout` must be a positive number of seconds or None; got {step_timeout!r}.")
+        if max_restarts is not None and (isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0):
+            raise ConfigurationError(f"`max_restarts` must be an int >= 0 or None; got {max_restarts!r}.")
+        if max_restarts is not None and "max_restarts" in (ray_options or {}):
+            raise ConfigurationError("`max_restarts` is given twice, as an argument and in `ray_options`; give it once.")
         policy_placement = check_placement(backend, policy_placement, pipelined)
         self._seed = draw_root_seed() if seed is None else validate_seed(seed)
         self._core_name, core_module = load_core(core)
@@ -191,6 +208,7 @@ class ParallelRolloutCollector:
             context=context,
             step_timeout=step_timeout,
             ray_options=ray_options,
+            max_restarts=max_restarts or 0,
         )
 
     # -- public properties -----------------------------------------------------------------
@@ -229,7 +247,17 @@ class ParallelRolloutCollector:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._backend is None or self._backend.state is RunnerState.CLOSED
+
+    @property
+    def state(self) -> RunnerState:
+        """``READY``, ``COLLECTING``, ``BROKEN`` (see :attr:`failure`) or ``CLOSED``."""
+        return RunnerState.CLOSED if self._backend is None else self._backend.state
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that broke this collector (``None`` unless :attr:`state` is ``BROKEN``)."""
+        return None if self._backend is None else self._backend.failure
 
     # -- collecting ------------------------------------------------------------------------
 
@@ -247,7 +275,6 @@ class ParallelRolloutCollector:
         try:
             result = self._backend.collect()
         except BaseException:
-            self._broken = self._backend.broken
             raise_again(self._backend.take_warnings(), quietly=True)  # the failure is what counts
             raise
         batch = RolloutBatch.from_result(result, self._spec.observation_layout, self._spec.action_layout, self._seed)
@@ -257,13 +284,9 @@ class ParallelRolloutCollector:
         return batch
 
     def _check_usable(self) -> None:
-        if self._closed:
-            raise CollectorClosedError("this collector is closed; create a new one to collect again.")
-        if self._broken is not None:
-            raise CollectorClosedError(
-                "this collector is broken by an earlier failure "
-                f"({type(self._broken).__name__}: {self._broken}); close it and create a new one."
-            ) from self._broken
+        if self._backend is None:
+            raise CollectorClosedError("this collector was never built; create a new one.")
+        self._backend.check_usable()
 
     # -- lifetime --------------------------------------------------------------------------
 
@@ -275,15 +298,8 @@ class ParallelRolloutCollector:
         close), so an env that hangs in ``close()`` hangs this call. ``async`` and ``ray``
         are bounded: a worker or actor that has not closed its envs in time is terminated.
         """
-        if self._closed:
-            return
-        self._closed = True
         if self._backend is not None:
             self._backend.close()
-            # A stored failure's traceback holds the frames of the failed rollout and,
-            # through them, its storage; once closed, "closed" is all later calls report.
-            self._backend.broken = None
-        self._broken = None
 
     def __enter__(self) -> ParallelRolloutCollector:
         return self
@@ -294,14 +310,14 @@ class ParallelRolloutCollector:
     def __del__(self) -> None:
         # A collector dropped without close(): release what it holds, but only in
         # the process that created it (a forked child must not close its parent's).
-        if getattr(self, "_backend", None) is not None and not self._closed and os.getpid() == getattr(self, "_owner_pid", None):
+        if getattr(self, "_backend", None) is not None and not self.closed and os.getpid() == getattr(self, "_owner_pid", None):
             try:
                 self.close()
             except Exception:
                 logger.debug("closing a collector during garbage collection failed", exc_info=True)
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else ("broken" if self._broken is not None else "open")
+        state = self.state.value
         return (
             f"ParallelRolloutCollector(backend={self._backend_name!r}, num_envs={self.num_envs}, "
             f"horizon={self._horizon}, seed={self._seed}, core={self._core_name!r}, {state})"

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable, Sequence
+from time import perf_counter
 from types import ModuleType
 from typing import Any
 
@@ -135,11 +136,11 @@ class EnvGroup:
         Scalar info entries to store as ``[T, N]`` arrays.
     core:
         The per-step core module (compiled ``_core`` or ``_core_python``).
-    first_episode_numbers:
-        Episode number (seed index) each env starts at; zeros unless a
-        replacement for a dead worker continues with unused seeds.
     observation_check:
         ``"warn"``, ``"raise"`` or ``"off"``; see :mod:`parallel_rollouts.observation_checks`.
+    incarnation:
+        How many times the worker hosting these envs was replaced: their episode
+        seeds come from the stream of that incarnation (:mod:`parallel_rollouts.seeding`).
     """
 
     def __init__(
@@ -151,8 +152,8 @@ class EnvGroup:
         action_layout: SpaceLayout,
         info_keys: Sequence[str],
         core: ModuleType,
-        first_episode_numbers: Sequence[int] | None = None,
         observation_check: str = "warn",
+        incarnation: int = 0,
     ) -> None:
         self.envs = list(envs)
         self.env_offset = env_offset
@@ -172,10 +173,8 @@ class EnvGroup:
         self._running_returns = np.zeros(n, dtype=np.float64)
         self._running_lengths = np.zeros(n, dtype=np.int64)
         self._running_seeds = np.zeros(n, dtype=np.int64)
-        # Episode numbers index the seed streams; a replacement worker starts later.
-        self._seed_table = EpisodeSeedTable(
-            root_seed, env_offset, first_episode_numbers if first_episode_numbers is not None else [0] * n
-        )
+        # Episode numbers index the seed streams (a replacement's stream is its incarnation's).
+        self._seed_table = EpisodeSeedTable(root_seed, env_offset, [0] * n, incarnation)
         self._done_columns = np.zeros(n, dtype=np.int64)
         # The observation each env is at between rollouts, kept privately so that a
         # caller editing a returned batch cannot change where the next one starts.
@@ -190,17 +189,16 @@ class EnvGroup:
         # under way (an interruption there leaves the envs in an unknown state).
         self._row: int | None = 0
 
-    @property
-    def episodes_started(self) -> list[int]:
-        """Episodes each env has started (its next reset uses episode number = this)."""
-        return self._seed_table.episodes_started.tolist()
-
     # -- resets ----------------------------------------------------------------------------
 
     def _reset_env(self, column: int) -> Any:
         """Reset one env with its next episode seed and return the observation."""
         seed = self._seed_table.next_seed(column)
-        observation, _info = check_reset_result(self.envs[column].reset(seed=seed))
+        started = perf_counter()
+        result = self.envs[column].reset(seed=seed)
+        if self._storage is not None:  # within a rollout: its timing counts the reset
+            self._storage.env_reset_seconds[0, column] += perf_counter() - started
+        observation, _info = check_reset_result(result)
         self._seed_table.advance(column)
         self._running_seeds[column] = seed
         return observation
@@ -256,6 +254,7 @@ class EnvGroup:
             layout.flatten if layout.is_nested else None,
             self._info_keys,
             [storage.infos[key] for key in self._info_keys],
+            storage.env_step_seconds[0],
         )
         self._row_stepper = self._core.RowStepper(
             self._stepper,
@@ -265,6 +264,7 @@ class EnvGroup:
             self._running_seeds,
             self._checker.checked_leaves(),
             _StepHooks(self),
+            storage.env_reset_seconds[0],
         )
         self._writers, self._recorder = writers, recorder
         self._row = 0

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .errors import WorkerError
+from .errors import WorkerDiedError, WorkerError
 
-__all__ = ["merged_failure"]
+__all__ = ["merged_failure", "restarts_exhausted"]
 
 
 def merged_failure(errors: Sequence[BaseException]) -> BaseException | None:
@@ -34,3 +34,18 @@ def merged_failure(errors: Sequence[BaseException]) -> BaseException | None:
     kinds = {type(error) for error in errors}
     kind = kinds.pop() if len(kinds) == 1 else WorkerError
     return kind.from_failures(failures)
+
+
+def restarts_exhausted(deaths: Sequence[WorkerError], max_restarts: int) -> WorkerDiedError:
+    """The error once workers died (or hung) more often than ``max_restarts`` allows: one line per
+    death over the collector's life, in order, and every failure (with its crash traceback)."""
+    lines = []
+    for number, death in enumerate(deaths, start=1):
+        first = death.failures[0] if death.failures else None
+        where = f" in `{first.phase}`" if first is not None else ""
+        lines.append(f"  {number}. {str(death.args[0]).splitlines()[0]}{where}")
+    return WorkerDiedError(
+        f"workers were lost {len(deaths)} times, more than max_restarts={max_restarts} allows; each loss, "
+        "in order:\n" + "\n".join(lines),
+        tuple(failure for death in deaths for failure in death.failures),
+    )

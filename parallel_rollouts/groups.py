@@ -109,12 +109,13 @@ def build_groups(
     info_keys: Sequence[str],
     core: ModuleType,
     observation_check: str = "warn",
-    first_episode_numbers: Sequence[int] | None = None,
+    incarnation: int = 0,
 ) -> list[tuple[int, int, Any]]:
     """The groups over ``made``, as ``(start, stop, group)`` with columns relative to ``column_offset``.
 
     ``single_env_bounds`` groups single envs (ignored for vector envs, which are
-    one group each).
+    one group each). ``incarnation``: how many times these envs' worker was replaced
+    (their episode seeds then come from a stream of their own, see :mod:`~parallel_rollouts.seeding`).
     """
     common = (root_seed, observation_layout, action_layout, info_keys, core)
     if made and is_vector_env(made[0]):
@@ -122,7 +123,9 @@ def build_groups(
         for vector_env in made:
             stop = start + int(vector_env.num_envs)
             groups.append(
-                (start, stop, VectorEnvGroup(vector_env, column_offset + start, *common, observation_check=observation_check))
+                (start, stop, VectorEnvGroup(
+                    vector_env, column_offset + start, *common, observation_check=observation_check, incarnation=incarnation
+                ))
             )
             start = stop
         return groups
@@ -134,8 +137,8 @@ def build_groups(
                 list(made[start:stop]),
                 column_offset + start,
                 *common,
-                first_episode_numbers=None if first_episode_numbers is None else first_episode_numbers[start:stop],
                 observation_check=observation_check,
+                incarnation=incarnation,
             ),
         )
         for start, stop in single_env_bounds

@@ -58,8 +58,12 @@ def make_collector(
         async and Ray backends they must be picklable by ``cloudpickle``.
     **collector_kwargs:
         The collector's keyword-only arguments: ``core``, ``info_keys``,
-        ``reuse_buffers``, ``num_workers``, ``context``, ``step_timeout``,
-        ``ray_options``.
+        ``reuse_buffers``, ``observation_check``, ``num_workers``,
+        ``policy_placement`` (``"workers"``: with ``backend="async"``, each worker runs
+        the policy on its slice for whole rollouts), ``pipelined`` (``backend="async"``
+        with the policy here: the policy on one half of the envs while the other half
+        steps), ``context``, ``step_timeout``, ``ray_options``; see
+        :class:`ParallelRolloutCollector`.
 
     Raises
     ------

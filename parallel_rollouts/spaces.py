@@ -59,8 +59,21 @@ def _collect_leaves(space: spaces.Space, path: tuple[Any, ...], leaves: list[Lea
         raise SpaceError(
             f"{type(space).__name__} spaces are not supported{' at ' + where if where else ''}: "
             "storage must have a fixed shape. Supported: Box, Discrete, MultiDiscrete, "
-            "MultiBinary, and Dict/Tuple nestings of them."
+            f"MultiBinary, and Dict/Tuple nestings of them.{_unsupported_leaf_fix(space, path)}"
         )
+
+
+def _unsupported_leaf_fix(space: spaces.Space, path: tuple[Any, ...]) -> str:
+    """How to get rid of an unsupported entry: drop its key, or (MiniGrid's mission text) keep only the image."""
+    if not path or not isinstance(path[0], str):
+        return ""
+    fix = (
+        f" Drop that entry with a wrapper: gymnasium.wrappers.FilterObservation(env, filter_keys=[...]) listing "
+        f"the keys to keep (all but {path[0]!r})"
+    )
+    if type(space).__name__ == "MissionSpace":
+        fix += ", or keep only the image with minigrid.wrappers.ImgObsWrapper(env)"
+    return fix + "."
 
 
 class SpaceLayout:

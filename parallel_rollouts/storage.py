@@ -38,6 +38,12 @@ class RolloutStorage:
     #: next-step autoreset (see ``vector_source``). Allocated zeroed and
     #: written only by those groups, whose columns it covers in full every step.
     reset_steps: np.ndarray
+    #: ``[1, num_envs]`` float64: seconds each env spent in ``step`` / in ``reset``
+    #: during this rollout (one row, so that a column slice is a view like every
+    #: other field). Zeroed by the batch memory at the start of each rollout; the
+    #: groups add to them.
+    env_step_seconds: np.ndarray
+    env_reset_seconds: np.ndarray
 
     def __post_init__(self) -> None:
         # The one place every array's shape and dtype is checked, whoever made it
@@ -54,6 +60,8 @@ class RolloutStorage:
             "values": (self.values, steps, np.float32),
             "log_probs": (self.log_probs, steps, np.float32),
             "reset_steps": (self.reset_steps, steps, np.bool_),
+            "env_step_seconds": (self.env_step_seconds, (1, num_envs), np.float64),
+            "env_reset_seconds": (self.env_reset_seconds, (1, num_envs), np.float64),
         }
         expected.update({f"infos[{key!r}]": (array, steps, np.float64) for key, array in self.infos.items()})
         if len(self.observations) != len(self.final_observations) or not self.observations:
@@ -103,6 +111,8 @@ class RolloutStorage:
             log_probs=allocator(steps, dtype=np.float32),
             infos={key: allocator(steps, dtype=np.float64) for key in info_keys},
             reset_steps=zeroed(steps, dtype=np.bool_),
+            env_step_seconds=zeroed((1, num_envs), dtype=np.float64),
+            env_reset_seconds=zeroed((1, num_envs), dtype=np.float64),
         )
 
     @property

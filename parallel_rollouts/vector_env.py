@@ -172,11 +172,18 @@ class ParallelVectorEnv(VectorEnv):
     def _start_async(self, env_fns, builder, core_name, core_module, num_workers, context, step_timeout) -> None:
         from .processes import worker_main as protocol
         from .processes.pool import WorkerPool
+        from .processes.startup import unguarded_main_error
 
         spec = RolloutSpec(env_fns, 0, 1, (), core_name, core_module)
         spec.group_builder = builder
         spec.typed_actions = True
-        self._backend = WorkerPool.start(spec, num_workers=num_workers, context=context, step_timeout=step_timeout)
+        try:
+            self._backend = WorkerPool.start(spec, num_workers=num_workers, context=context, step_timeout=step_timeout)
+        except ConfigurationError as error:
+            if str(error) == str(unguarded_main_error()):
+                # The pool speaks of collectors; here the user created a ParallelVectorEnv.
+                raise unguarded_main_error("the ParallelVectorEnv") from None
+            raise
         self._worker = protocol
         self._observation_layout = spec.observation_layout
         self._action_layout = spec.action_layout

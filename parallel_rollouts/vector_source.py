@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from types import ModuleType
+from time import perf_counter
 from typing import Any
 
 import numpy as np
@@ -57,7 +58,14 @@ from .seeding import EpisodeSeeds
 from .spaces import SpaceLayout, check_env_spaces
 from .storage import CompletedEpisodes, RolloutStorage
 
-__all__ = ["UNKNOWN_SEED", "VectorEnvGroup", "autoreset_mode_of", "is_vector_env"]
+__all__ = [
+    "UNKNOWN_SEED",
+    "VectorEnvGroup",
+    "autoreset_mismatch",
+    "autoreset_mode_of",
+    "is_vector_env",
+    "misdeclared_autoreset",
+]
 
 #: Recorded as an episode's seed when the vector env chose it (or no per-env seed exists).
 UNKNOWN_SEED = -1
@@ -90,6 +98,61 @@ def autoreset_mode_of(vector_env: Any) -> AutoresetMode:
 
 def _describe(vector_env: Any) -> str:
     return f"the vector env {type(vector_env).__name__}"
+
+
+def autoreset_mismatch(
+    mode: AutoresetMode, t: int, ended: np.ndarray, ended_before: np.ndarray, info: Any, env_offset: int = 0
+) -> tuple[str, str] | None:
+    """Evidence that one step of a vector env contradicts its declared autoreset ``mode``, or None.
+
+    Returns ``(mode it behaves as, what was seen)``. ``ended`` marks the sub-envs
+    whose episode ended at step ``t``, ``ended_before`` those whose episode ended
+    at the step before; ``env_offset`` is the global index of sub-env 0.
+
+    Two behaviours give a mode away. A vector env that resets within the step
+    puts the terminal observations in ``info["final_obs"]`` (SAME_STEP). A
+    NEXT_STEP vector env spends the step after an episode's end on the reset,
+    which never ends an episode; one that reports an end there did not reset.
+    This is the one detector: the collector runs it on every step of a
+    vector-env source, and ``check_env`` on a vector env under test.
+    """
+    if mode is not AutoresetMode.SAME_STEP and isinstance(info, dict) and "final_obs" in info:
+        mask = np.asarray(info.get("_final_obs", ended), dtype=bool)
+        columns = np.flatnonzero(mask) if mask.shape == ended.shape else np.flatnonzero(ended)
+        return (
+            "SAME_STEP",
+            f"at step t={t} its info holds 'final_obs' for the sub-env(s) "
+            f"{(env_offset + columns).tolist()!r}: it resets an ended sub-env within the step, so the "
+            "observation it returned there is already the next episode's first",
+        )
+    if mode is AutoresetMode.NEXT_STEP:
+        not_reset = ended & ended_before
+        if not_reset.any():
+            columns = np.flatnonzero(not_reset)
+            return (
+                "DISABLED",
+                f"at step t={t} the sub-env(s) {(env_offset + columns).tolist()!r}, whose episodes ended "
+                "at the step before, reported terminated or truncated again: a NEXT_STEP vector env resets "
+                "them in this step, which ends no episode, so they were not reset",
+            )
+    return None
+
+
+def misdeclared_autoreset(vector_env: Any, env_offset: int, seen: str, evidence: str) -> ObservationError:
+    """The error for a vector env that behaves as autoreset mode ``seen`` but declares another."""
+    declared = getattr(vector_env, "metadata", {}).get("autoreset_mode")
+    said = (
+        "declares no metadata['autoreset_mode'] (read as NEXT_STEP, Gymnasium's default)"
+        if declared is None
+        else f"declares autoreset_mode {autoreset_mode_of(vector_env).name}"
+    )
+    last = env_offset + int(vector_env.num_envs) - 1
+    return ObservationError(
+        f"{_describe(vector_env)} (envs {env_offset}..{last}) {said}, but it behaves as {seen}: "
+        f"{evidence}. Reading it under the declared mode would store wrong terminal observations, episode "
+        "lengths and reset rows. Declare the mode it implements: set metadata['autoreset_mode'] = "
+        "gymnasium.vector.AutoresetMode.<MODE> on the vector env (or its class)."
+    )
 
 
 def check_vector_env(vector_env: Any, where: str) -> int:
@@ -149,8 +212,8 @@ class VectorEnvGroup:
         action_layout: SpaceLayout,
         info_keys: Sequence[str],
         core: ModuleType,
-        first_episode_numbers: Sequence[int] | None = None,
         observation_check: str = "warn",
+        incarnation: int = 0,
     ) -> None:
         where = f"the vector env at env {env_offset}"
         n = check_vector_env(vector_env, where)
@@ -172,10 +235,8 @@ class VectorEnvGroup:
         self._info_keys = tuple(info_keys)
         self._core = core
         self._checker = ObservationChecker(observation_layout, core, observation_check, env_offset)
-        self._episode_seeds = [EpisodeSeeds(root_seed, env_offset + column) for column in range(n)]
-        self._episodes_started = np.array(
-            list(first_episode_numbers) if first_episode_numbers is not None else [0] * n, dtype=np.int64
-        )
+        self._episode_seeds = [EpisodeSeeds(root_seed, env_offset + column, incarnation) for column in range(n)]
+        self._episodes_started = np.zeros(n, dtype=np.int64)
         # None until the first reset shows whether reset(seed=[...]) is accepted.
         self._per_env_seeds: bool | None = None
         self._running_returns = np.zeros(n, dtype=np.float64)
@@ -207,6 +268,14 @@ class VectorEnvGroup:
     def _reset(self, mask: np.ndarray | None) -> Any:
         """Reset every sub-env (``mask`` None) or those in ``mask``, seeding them when the env allows."""
         columns = np.arange(self.num_envs) if mask is None else np.flatnonzero(mask)
+        started = perf_counter()
+        try:
+            return self._reset_columns(mask, columns)
+        finally:
+            if self._storage is not None and columns.size:  # within a rollout: its timing counts the reset
+                self._storage.env_reset_seconds[0, columns] += (perf_counter() - started) / columns.size
+
+    def _reset_columns(self, mask: np.ndarray | None, columns: np.ndarray) -> Any:
         options = None if mask is None else {"reset_mask": mask.copy()}
         env = self.vector_env
         try:
@@ -276,9 +345,12 @@ class VectorEnvGroup:
         # A copy: the env may keep what it is given, and the storage row is reused.
         actions = self._action_layout.unflatten([leaf[t].copy() for leaf in storage.actions])
         try:
+            started = perf_counter()
             observations, rewards, terminations, truncations, info = self.vector_env.step(actions)
         except Exception as error:
             raise self._failure("step", error) from error
+        # One batched call steps every sub-env: each is credited an equal share of it.
+        storage.env_step_seconds[0] += (perf_counter() - started) / self.num_envs
         # Rewards and flags go straight into their rows (under the conversion rule), read back from there.
         self._store_per_env(rewards, storage.rewards[t], "rewards")
         terminated = self._store_per_env(terminations, storage.terminations[t], "terminations")
@@ -465,48 +537,10 @@ class VectorEnvGroup:
             store_rows(target, values)
 
     def _verify_autoreset(self, t: int, ended: np.ndarray, info: Any) -> None:
-        """Check the step against the declared autoreset mode; a mismatch is an ``ObservationError``.
-
-        Two behaviours give a mode away. A vector env that resets within the step
-        puts the terminal observations in ``info["final_obs"]`` (SAME_STEP). A
-        NEXT_STEP vector env spends the step after an episode's end on the reset,
-        which never ends an episode; one that reports an end there did not reset.
-        """
-        mode = self.autoreset_mode
-        if mode is not AutoresetMode.SAME_STEP and isinstance(info, dict) and "final_obs" in info:
-            mask = np.asarray(info.get("_final_obs", ended), dtype=bool)
-            columns = np.flatnonzero(mask) if mask.shape == ended.shape else np.flatnonzero(ended)
-            raise self._misdeclared(
-                "SAME_STEP",
-                f"at step t={t} its info holds 'final_obs' for the sub-env(s) "
-                f"{(self.env_offset + columns).tolist()!r}: it resets an ended sub-env within the step, so the "
-                "observation it returned there is already the next episode's first",
-            )
-        if mode is AutoresetMode.NEXT_STEP:
-            not_reset = ended & ~self._counted
-            if not_reset.any():
-                columns = np.flatnonzero(not_reset)
-                raise self._misdeclared(
-                    "DISABLED",
-                    f"at step t={t} the sub-env(s) {(self.env_offset + columns).tolist()!r}, whose episodes ended "
-                    "at the step before, reported terminated or truncated again: a NEXT_STEP vector env resets "
-                    "them in this step, which ends no episode, so they were not reset",
-                )
-
-    def _misdeclared(self, seen: str, evidence: str) -> ObservationError:
-        declared = getattr(self.vector_env, "metadata", {}).get("autoreset_mode")
-        said = (
-            "declares no metadata['autoreset_mode'] (read as NEXT_STEP, Gymnasium's default)"
-            if declared is None
-            else f"declares autoreset_mode {self.autoreset_mode.name}"
-        )
-        last = self.env_offset + self.num_envs - 1
-        return ObservationError(
-            f"{_describe(self.vector_env)} (envs {self.env_offset}..{last}) {said}, but it behaves as {seen}: "
-            f"{evidence}. Reading it under the declared mode would store wrong terminal observations, episode "
-            "lengths and reset rows. Declare the mode it implements: set metadata['autoreset_mode'] = "
-            "gymnasium.vector.AutoresetMode.<MODE> on the vector env (or its class)."
-        )
+        """Check the step against the declared autoreset mode; a mismatch is an ``ObservationError``."""
+        mismatch = autoreset_mismatch(self.autoreset_mode, t, ended, ~self._counted, info, self.env_offset)
+        if mismatch is not None:
+            raise misdeclared_autoreset(self.vector_env, self.env_offset, *mismatch)
 
     def _leaves_of(self, observations: Any, what: str) -> list[np.ndarray]:
         """The batched observation as one ``[n, *leaf_shape]`` array per leaf, shapes checked."""

@@ -217,3 +217,49 @@ def module_level_env() -> CountingEnv:
     if _MODULE_LEVEL_ENV is None:
         _MODULE_LEVEL_ENV = CountingEnv(env_id=7)
     return _MODULE_LEVEL_ENV
+
+
+class CrashingCartPole(gym.Wrapper):
+    """CartPole whose process dies (or hangs) at its ``at_step``-th step, once per ``marker`` file.
+
+    The first env to reach that step creates ``marker`` and fails; envs made afterwards (a
+    replacement included) find it and run on as plain CartPole. Without ``marker`` every
+    instance fails. ``how``: ``"kill"`` (SIGKILL), ``"abort"`` (``os.abort()``: SIGABRT, as a
+    crashing simulator), ``"segfault"``, ``"exit"`` (``os._exit(3)``), ``"hang"``.
+    """
+
+    def __init__(self, at_step: int, how: str, marker: str | None = None):
+        super().__init__(gym.make("CartPole-v1"))
+        self.at_step, self.how, self.marker = at_step, how, marker
+        self._steps = 0
+
+    def step(self, action):
+        import os
+
+        self._steps += 1
+        if self._steps == self.at_step and (self.marker is None or not os.path.exists(self.marker)):
+            if self.marker is not None:
+                open(self.marker, "w").close()
+            crash(self.how)
+        return self.env.step(action)
+
+
+def crash(how: str) -> None:
+    """End this process the way ``how`` says (or hang for an hour)."""
+    import os
+    import signal
+    import time
+
+    if how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif how == "abort":
+        os.abort()
+    elif how == "segfault":
+        import ctypes
+
+        ctypes.string_at(0)
+    elif how == "exit":
+        os._exit(3)
+    elif how == "hang":
+        time.sleep(3600)
+    raise ValueError(how)

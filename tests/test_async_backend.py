@@ -277,6 +277,23 @@ def test_a_script_without_the_main_guard_gets_one_error_saying_how_to_fix_it(tmp
     assert __import__("tests.leaks", fromlist=["segments_of"]).segments_of(program) == set()
 
 
+def test_a_parallel_vector_env_without_the_main_guard_is_named_in_the_error(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "from functools import partial\n"
+        "from parallel_rollouts import ParallelVectorEnv\n"
+        "from tests.envs import CountingEnv\n"
+        "envs = ParallelVectorEnv([partial(CountingEnv, env_id=i) for i in range(2)], backend='async', num_workers=2)\n"
+    )
+    root = __import__("tests.leaks", fromlist=["REPO_ROOT"]).REPO_ROOT
+    env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    result = subprocess.run([sys.executable, str(script)], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert "the script creates the ParallelVectorEnv at top level" in last_line, result.stderr
+    assert "uses the ParallelVectorEnv under `if __name__" in last_line and "collector" not in last_line
+
+
 def test_a_policy_raising_in_a_rollout_worker_keeps_its_type_and_carries_the_worker_traceback_as_a_note():
     # Python 3.10 has no BaseException.add_note: the note must still reach the caller there.
     from tests.policies import RaisingPolicy

@@ -14,7 +14,17 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from benchmarks import core_microbench, report, run_rollout_benchmark, soak, step_overhead, step_profile, vector_envs
+from benchmarks import (
+    core_microbench,
+    env_timing_overhead,
+    report,
+    run_rollout_benchmark,
+    soak,
+    step_overhead,
+    step_profile,
+    straggler_plot,
+    vector_envs,
+)
 from benchmarks.contenders import COLLECTOR_CONTENDERS, PEER_CONTENDERS, unavailable_reason
 from benchmarks.workloads import WORKLOADS
 
@@ -213,6 +223,36 @@ def test_step_overhead_measures_each_contender_in_its_own_process(tmp_path):
     for entry in summary.values():
         assert entry["median"] > 0 and len(entry["samples"]) == 1
     assert summary["raw-loop"]["median_of_round_ratios"] == 1.0
+
+
+@pytest.mark.parametrize("mode", ["kernel", "inprocess"])
+def test_timing_overhead_writes_a_ratio_per_round(mode, tmp_path):
+    path = tmp_path / "timing.json"
+    sizes = ["--rounds", "3", "--horizon", "8", "--collects", "1", "--kernel-steps", "50"]
+    assert env_timing_overhead.main(["--mode", mode, *sizes, "--out", str(path)]) == 0
+    result = _load(path)
+    assert len(result["rounds"]) == 3 and "machine" in result
+    assert all(row["timed"] > 0 and row["untimed"] > 0 and row["ratio"] > 0 for row in result["rounds"])
+
+
+def test_straggler_plot_finds_the_slow_env_and_writes_the_picture(tmp_path):
+    path = tmp_path / "straggler.png"
+    assert straggler_plot.main(["--horizon", "20", "--out", str(path)]) == straggler_plot.SLOW_ENV
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_advisor_check_runs_the_advisor_and_the_separate_benchmark(tmp_path):
+    from benchmarks import advisor_check
+
+    path = tmp_path / "advisor_check.json"
+    assert advisor_check.main(["--quick", "--envs", "cheap", "--num-envs", "2", "--horizon", "8", "--out", str(path)]) == 0
+    result = _load(path)
+    entry = result["envs"]["cheap"]
+    assert entry["verdict"] in ("winner", "within spread", "miss")
+    assert entry["recommended"] == entry["advice"]["recommended"]
+    labels = {option["label"] for option in entry["advice"]["options"]}
+    assert {benchmarked["label"] for benchmarked in entry["benchmark"]} == labels
+    assert all(len(benchmarked["rates"]) == 2 and benchmarked["min"] > 0 for benchmarked in entry["benchmark"])
 
 
 def test_step_profile_splits_a_transition_and_times_the_null_env(tmp_path):

@@ -625,6 +625,30 @@ def test_both_cores_refuse_an_env_stepper_whose_parts_disagree():
                 core.EnvStepper(envs, writers, recorder, flatten, ("x",) if infos else (), infos)
 
 
+def test_both_cores_add_each_envs_step_seconds_and_refuse_a_wrong_timing_array():
+    import time
+
+    class _SleepyEnv(_ScriptedEnv):
+        def step(self, action):
+            time.sleep(0.05 if action == 1 else 0)
+            return super().step(action)
+
+    good = (_obs(0.0), 1.0, False, False, {"x": 0.0})
+    for core in CORES:
+        recorder, _ = _recorder_state(core, 3, 3, 0)
+        writer = core.ObservationWriter(np.zeros((4, 3, 2), np.float32), np.zeros((3, 3, 2), np.float32))
+        envs = [_SleepyEnv([good, good]) for _ in range(3)]
+        seconds = np.full(3, 10.0)  # added to, never reset: the caller starts it at zero
+        stepper = core.EnvStepper(envs, [writer], recorder, None, (), [], seconds)
+        stepper.step(0, [0, 1, 0])
+        stepper.step(1, [0, 1, 0])
+        assert (seconds >= 10.0).all() and seconds[1] >= 10.0 + 2 * 0.05
+        assert np.argmax(seconds) == 1
+        for bad in (np.zeros(2), np.zeros(3, np.float32), np.zeros((1, 3)), np.zeros(6)[::2]):
+            with pytest.raises((TypeError, ValueError)):
+                core.EnvStepper(envs, [writer], recorder, None, (), [], bad)
+
+
 # -- RowStepper ------------------------------------------------------------------------------
 
 
@@ -880,3 +904,30 @@ def test_the_compiled_core_imports_no_module_of_the_package():
     source = (Path(__file__).resolve().parents[1] / "_core" / "_core.pyx").read_text(encoding="utf-8")
     assert not re.search(r"^\s*(from|import|cimport)\s+parallel_rollouts", source, re.MULTILINE)
     assert "use_slow_paths" in dir(compiled)
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_row_stepper_adds_each_reset_s_seconds_and_refuses_a_wrong_timing_array(core):
+    import time
+
+    class _SlowResetEnv(_EpisodeEnv):
+        def reset(self, *, seed=None):
+            time.sleep(0.05)
+            return super().reset(seed=seed)
+
+    end = (np.zeros(2, np.float32), 1.0, True, False, {})
+    go_on = (np.zeros(2, np.float32), 1.0, False, False, {})
+    recorder, state = _recorder_state(core, 1, 2, 0)
+    writer = core.ObservationWriter(np.zeros((2, 2, 2), np.float32), np.zeros((1, 2, 2), np.float32))
+    envs = [_SlowResetEnv([go_on], []), _SlowResetEnv([end], [(np.zeros(2, np.float32), {})])]
+    stepper = core.EnvStepper(envs, [writer], recorder, None, (), [])
+    actions = [np.zeros((1, 2), np.int64)]
+    table = EpisodeSeedTable(0, 0, [0, 0])
+    seconds = np.full(2, 10.0)  # added to, never reset: the caller starts it at zero
+    row_stepper = core.RowStepper(stepper, actions, None, table, state["running_seeds"], [], _HookLog(), seconds)
+    assert row_stepper.step(0) == 1
+    # Only the env whose episode ended was reset, and its reset's time was added.
+    assert seconds[0] == 10.0 and seconds[1] >= 10.0 + 0.05
+    for bad in (np.zeros(3), np.zeros(2, np.float32), np.zeros(4)[::2]):
+        with pytest.raises((TypeError, ValueError)):
+            core.RowStepper(stepper, actions, None, table, state["running_seeds"], [], _HookLog(), bad)

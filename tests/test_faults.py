@@ -12,6 +12,7 @@ import pytest
 from parallel_rollouts import (
     CollectorClosedError,
     ParallelRolloutCollector,
+    RunnerState,
     StepTimeoutError,
     WorkerDiedError,
     WorkerError,
@@ -128,7 +129,7 @@ def test_a_hanging_env_raises_a_timeout_and_the_collector_never_returns_stale_da
         collector.collect()
     # The env sleeps for an hour: returning at all shows the timeout fired, and never early.
     assert time.monotonic() - started >= 0.5
-    assert isinstance(collector._broken, TimeoutError)
+    assert collector.state is RunnerState.BROKEN and isinstance(collector.failure, TimeoutError)
     assert_returns(partial(assert_broken_then_closes, collector))
 
 

@@ -181,18 +181,58 @@ def test_an_actor_killed_mid_collect_is_restarted_and_its_rows_are_marked_lost()
         assert first.lost_env_indices.size == 0
         np.testing.assert_array_equal(second.lost_env_indices, [2, 3])
         assert not second.rewards[:, 2:].any()
+        # Lost rows are not valid: a loss masked with `valid` trains on none of them.
+        assert not second.valid[:, 2:].any() and second.valid[:, :2].all()
         assert not np.isin(second.episode_env_indices, [2, 3]).any()
         third = collector.collect()
     assert third.lost_env_indices.size == 0
-    # The replacement's envs start fresh episodes at the next unused seeds: env 2 had
-    # completed 2 episodes (0, 1) and was in episode 2, so it starts at episode 3.
+    assert third.valid.all()
+    # The replacement's envs start fresh episodes from their first restart's seed stream,
+    # which no episode used before (not even those cut in the lost rollout).
     for env in (2, 3):
-        np.testing.assert_array_equal(third.step_episode_seeds[:2, env], episode_seed(5, env, 3))
+        np.testing.assert_array_equal(third.step_episode_seeds[:2, env], episode_seed(5, env, 0, incarnation=1))
         np.testing.assert_array_equal(third.observations[0, env, 1], 0)
     # The other actor's envs continued untouched.
     reference = collect("sync", [partial(CountingEnv, env_id=i, episode_length=2) for i in range(2)], ConstantPolicy(2), horizon=4, seed=5)
     for batch, expected in zip((first, second, third), reference):
         np.testing.assert_array_equal(batch.observations[:, :2], expected.observations)
+
+
+def test_asked_to_go_on_without_lost_actors_the_collector_keeps_collecting_with_their_envs_masked():
+    fns = [partial(CountingEnv, env_id=i, episode_length=2) for i in range(4)]
+    fns[3] = partial(FaultyEnv, env_id=3, phase="step", at=6, how="exit", episode_length=2)
+    options = {"max_restarts": 0, "continue_without_lost_actors": True}
+    with ParallelRolloutCollector(fns, ConstantPolicy(4), "ray", horizon=4, seed=5, num_workers=2, ray_options=options) as collector:
+        first, second, third = (collector.collect() for _ in range(3))
+    assert first.valid.all() and first.lost_env_indices.size == 0
+    for batch in (second, third):
+        np.testing.assert_array_equal(batch.lost_env_indices, [2, 3])
+        assert not batch.valid[:, 2:].any() and batch.valid[:, :2].all()
+        assert not batch.rewards[:, 2:].any() and not np.isin(batch.episode_env_indices, [2, 3]).any()
+
+
+def _env_needing_the_variable(name: str):
+    import os
+
+    if os.environ.get(name) != "set-by-runtime-env":
+        raise RuntimeError(f"{name} is not set: the runtime_env did not reach this actor")
+    return CountingEnv()
+
+
+def test_runtime_env_and_scheduling_strategy_pass_through_to_the_actors():
+    import os
+
+    name = "PARALLEL_ROLLOUTS_TEST_RUNTIME_ENV"
+    assert name not in os.environ
+    options = {"runtime_env": {"env_vars": {name: "set-by-runtime-env"}}, "scheduling_strategy": "SPREAD"}
+    fns = [partial(_env_needing_the_variable, name)] * 2
+    with ParallelRolloutCollector(fns, None, "ray", horizon=2, seed=0, num_workers=2, ray_options=options) as collector:
+        assert collector.collect().valid.all()
+    # Without it, the factory raises in the actor: the option is what made it pass.
+    with pytest.raises(WorkerError, match=r"runtime_env did not reach this actor"):
+        ParallelRolloutCollector(fns, None, "ray", horizon=2, seed=0, num_workers=2)
+    with pytest.raises(ConfigurationError, match=r"`ray_options\['runtime_env'\]` must be a dict; got 'pip'"):
+        ParallelRolloutCollector(fns, None, "ray", ray_options={"runtime_env": "pip"})
 
 
 def test_close_kills_the_actors_it_created_and_leaves_the_joined_cluster_running():
@@ -359,6 +399,25 @@ def test_a_hung_env_in_an_actor_raises_step_timeout_instead_of_hanging():
     with pytest.raises(CollectorClosedError):
         collector.collect()
     collector.close()  # bounded: the hung actor was killed (the module's timeout guards this)
+
+
+@pytest.mark.parametrize("how", ["abort", "hang"])
+def test_an_actor_lost_to_a_crash_or_a_hang_is_replaced_its_rows_invalid_and_the_rest_replays(how, tmp_path):
+    from tests.test_restarts import CRASH_STEP, HORIZON, assert_valid_rows_replay, crashing_fns
+
+    assert HORIZON < CRASH_STEP <= 2 * HORIZON  # in the second collect
+    timeout = {"step_timeout": 1.0} if how == "hang" else {}
+    with ParallelRolloutCollector(
+        crashing_fns(how, str(tmp_path / "crashed")), None, "ray", horizon=HORIZON, seed=5, num_workers=2,
+        max_restarts=1, **timeout,
+    ) as collector:
+        batches = [collector.collect() for _ in range(3)]
+    first, lost, after = batches
+    assert first.valid.all() and after.valid.all() and after.lost_env_indices.size == 0
+    # An actor returns its rows only at the end: the lost slice loses that whole rollout.
+    np.testing.assert_array_equal(lost.lost_env_indices, [2, 3])
+    assert not lost.valid[:, 2:].any() and lost.valid[:, :2].all()
+    assert_valid_rows_replay(batches)
 
 
 def test_with_one_actor_a_float_policy_is_bit_identical_to_sync_and_with_several_close():

@@ -8,6 +8,16 @@ import torch
 from parallel_rollouts import PolicyOutput
 
 
+def _float_tensor(observations) -> torch.Tensor:
+    """A float32 tensor of the observations: the collector's read-only NumPy rows are copied, a tensor is converted.
+
+    (``np.array`` of a tensor goes through ``Tensor.__array__``, which NumPy 2 warns about.)
+    """
+    if isinstance(observations, torch.Tensor):
+        return observations.to(torch.float32)
+    return torch.from_numpy(np.array(observations, dtype=np.float32))
+
+
 class MLPPolicy(torch.nn.Module):
     """A small PyTorch MLP policy: greedy action from logits, and a value head."""
 
@@ -19,7 +29,7 @@ class MLPPolicy(torch.nn.Module):
 
     @torch.no_grad()
     def forward(self, observations):
-        hidden = self.body(torch.from_numpy(np.array(observations, dtype=np.float32)))
+        hidden = self.body(_float_tensor(observations))
         return PolicyOutput(self.logits(hidden).argmax(dim=1), values=self.value(hidden).squeeze(1))
 
 

@@ -36,7 +36,7 @@ class Progress:
             try:
                 from tqdm import tqdm
             except ImportError:
-                print("tqdm is not installed (pip install -e '.[dev]'); printing plain progress lines.")
+                print("tqdm is not installed (pip install \".[examples]\"); printing plain progress lines.")
             else:
                 self._bar = tqdm(total=total, unit="update", dynamic_ncols=True)
 

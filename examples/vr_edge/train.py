@@ -28,6 +28,7 @@ identical batches, and torch runs single-threaded with deterministic kernels.
 import argparse
 import dataclasses
 import functools
+import importlib.util
 import json
 import math
 import multiprocessing
@@ -119,6 +120,12 @@ def parse_args(argv: list[str] | None = None) -> Args:
     problem = _argument_problem(args)
     if problem:
         parser.error(problem)
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        # Checked before training: finding out at the plot would lose minutes of training.
+        parser.error(
+            "--plot needs matplotlib, which is not installed: pip install \".[examples]\" from the repository "
+            "root (PyTorch, matplotlib and tqdm, what the examples use), or run without --plot."
+        )
     return args
 
 

@@ -8,32 +8,34 @@ copy of the policy (see ``worker_main`` for the protocol).
 Ownership: the main process owns the workers, their connections and the segments.
 :class:`WorkerPool` holds them and frees them on every exit path: ``close()``, a
 failure during start-up, garbage collection of the collector, and interpreter exit
-(through ``weakref.finalize``).
+(through ``weakref.finalize``). With ``max_restarts`` it also replaces a lost worker
+(:meth:`WorkerPool.replace`): the lost process is stopped and its ends closed before
+the new one takes its place. Start-up is in :mod:`.startup`, one worker's process and
+ends in :mod:`.worker_handle`.
 """
 
 from __future__ import annotations
 
 import logging
-import multiprocessing
-import sys
 import os
 import pickle
-import signal
 import time
 import weakref
 from dataclasses import dataclass, field, replace
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 
+import numpy as np
 
-from ..errors import CollectorClosedError, ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError, WorkerError
+from ..errors import CollectorClosedError, EnvFailure, StepTimeoutError, WorkerDiedError, WorkerError
+from ..failures import merged_failure, restarts_exhausted
 from ..spaces import check_env_spaces
 from ..spec import RolloutSpec
-from ..failures import merged_failure
 from . import worker_main as protocol
 from .forwarded_warnings import raise_again
 from .shared_memory import SharedStorage
 from .slicing import pickle_env_fns, resolve_num_workers, split_envs
-from .waiting import SpinThenBlock, spin_budget_seconds
+from .startup import attach, exit_if_importing_the_main_script, raise_startup_errors, resolve_context, startup_reply
+from .worker_handle import WorkerHandle, close_worker, died_error, launch_worker, read_crash_report, stop_worker
 
 __all__ = ["WorkerPool"]
 
@@ -42,36 +44,14 @@ logger = logging.getLogger("parallel_rollouts")
 #: Seconds ``close()`` waits for the workers to close their envs and exit before
 #: terminating them, and then for terminated workers to go.
 CLOSE_TIMEOUT = 2.0
-START_TIMEOUT = 120.0
 
-#: Exit status of a worker that found itself running the main script's top level again,
-#: because the script lacks an ``if __name__ == "__main__":`` guard.
-UNGUARDED_MAIN_EXIT_CODE = 86
-
-
-
-@dataclass
-class _Worker:
-    index: int
-    start: int
-    stop: int
-    process: multiprocessing.process.BaseProcess
-    connection: Connection
-    alive: bool = True
-    waiter: SpinThenBlock | None = None
-    #: A request was sent and its reply not read yet (an interruption can leave it so).
-    awaiting_reply: bool = False
-
-    def describe(self) -> str:
-        envs = f"env {self.start}" if self.stop - self.start == 1 else f"envs {self.start}..{self.stop - 1}"
-        return f"worker {self.index} (pid {self.process.pid}, {envs})"
 
 
 @dataclass
 class _Resources:
     """Everything the pool owns that must be freed; no reference back to the pool."""
 
-    workers: list[_Worker] = field(default_factory=list)
+    workers: list[WorkerHandle] = field(default_factory=list)
     shared: SharedStorage | None = None
     closed: bool = False
 
@@ -115,31 +95,26 @@ class _Resources:
             if worker.process.is_alive():
                 worker.process.kill()
                 worker.process.join(CLOSE_TIMEOUT)
-            worker.connection.close()
-            worker.alive = False
-            if hasattr(worker.process, "close") and not worker.process.is_alive():
-                worker.process.close()
+            close_worker(worker)
         if self.shared is not None:
             self.shared.release()
             self.shared = None
         return errors
 
 
+@dataclass
+class _Restarts:
+    """Replacements of dead or hung workers over the pool's life (``max_restarts``)."""
+
+    max_restarts: int = 0
+    used: int = 0
+    #: One error per death, in order, each naming the worker, its envs, the phase and how it ended.
+    deaths: list[WorkerError] = field(default_factory=list)
+
+
 def _shutdown_in_owner(pool: _Resources, owner_pid: int) -> None:
     if os.getpid() == owner_pid:
         pool.shutdown(graceful=True)
-
-
-def _exit_description(process) -> str:
-    code = process.exitcode
-    if code is None:
-        return "is unresponsive"
-    if code < 0:
-        try:
-            return f"was killed by signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code}"
 
 
 class WorkerPool:
@@ -151,11 +126,21 @@ class WorkerPool:
     are returned as they are, for the caller to interpret (see :meth:`raise_failures`).
     """
 
-    def __init__(self, spec: RolloutSpec, resources: _Resources, step_timeout: float | None) -> None:
+    def __init__(
+        self,
+        spec: RolloutSpec,
+        resources: _Resources,
+        step_timeout: float | None,
+        launch: tuple | None = None,
+        max_restarts: int = 0,
+    ) -> None:
         self.spec = spec
         self._resources = resources
         self.workers = resources.workers
         self.step_timeout = step_timeout
+        # (multiprocessing context, pickled factories, attach order): what a replacement needs.
+        self._launch = launch
+        self._restarts = _Restarts(max_restarts)
         # Warnings the workers raised, sent with their replies; the runner raises them in
         # this process once its rollout is complete (take_warnings).
         self._forwarded: list = []
@@ -173,34 +158,27 @@ class WorkerPool:
         context: str | object | None = None,
         step_timeout: float | None = None,
         policy: protocol.ShippedPolicy | None = None,
+        max_restarts: int = 0,
     ) -> WorkerPool:
         """Start the workers, check every env's spaces, create the segment, attach the workers.
 
         With ``policy`` (rollout workers), each worker builds its own copy of the policy.
+        ``max_restarts``: how many dead or hung workers :meth:`replace` may replace over
+        the pool's life.
         """
         resources = _Resources()
         try:
-            _exit_if_importing_the_main_script()
+            exit_if_importing_the_main_script()
             num_workers = resolve_num_workers(num_workers, spec.num_envs)
-            mp_context = _resolve_context(context)
+            mp_context = resolve_context(context)
             pickled = pickle_env_fns(spec.env_fns, "a worker process")
             for index, (start, stop) in enumerate(split_envs(spec.num_envs, num_workers)):
-                parent_end, child_end = mp_context.Pipe(duplex=True)
-                process = mp_context.Process(
-                    target=protocol.worker_main,
-                    args=(child_end, start, pickled[start:stop]),
-                    name=f"parallel-rollouts-worker-{index}",
-                    daemon=True,
-                )
-                process.start()
-                child_end.close()
-                waiter = SpinThenBlock(parent_end, spin_budget_seconds())
-                resources.workers.append(_Worker(index, start, stop, process, parent_end, waiter=waiter))
-            _attach(spec, resources, policy)
+                resources.workers.append(launch_worker(mp_context, index, start, stop, pickled))
+            order = attach(spec, resources, policy)
         except BaseException:
             resources.shutdown(graceful=False)
             raise
-        return cls(spec, resources, step_timeout)
+        return cls(spec, resources, step_timeout, (mp_context, pickled, order), max_restarts)
 
     @property
     def shared(self) -> SharedStorage:
@@ -208,7 +186,7 @@ class WorkerPool:
 
     # -- requests --------------------------------------------------------------------------
 
-    def send(self, command: bytes, argument: int, workers: list[_Worker] | None = None, payload: bytes = b"") -> None:
+    def send(self, command: bytes, argument: int, workers: list[WorkerHandle] | None = None, payload: bytes = b"") -> None:
         """Send one request (a payload may follow the 9-byte header) to each of ``workers``."""
         request = protocol.REQUEST.pack(command, argument) + payload
         workers = self.workers if workers is None else workers
@@ -219,17 +197,115 @@ class WorkerPool:
                 "an earlier request to the workers was interrupted before all of them replied; "
                 "their state is unknown. Close this collector and create a new one."
             )
+        phase = protocol.PHASES.get(command, "worker")
         for worker in workers:
+            worker.phase = phase
             try:
                 worker.connection.send_bytes(request)
             except OSError:
-                self._raise_died(worker)
+                pass  # the worker is gone: receiving its reply reports how (and lets it be replaced)
             worker.awaiting_reply = True
 
-    def receive(self, workers: list[_Worker] | None = None, steps: int = 1) -> list[bytes]:
+    def receive(self, workers: list[WorkerHandle] | None = None, steps: int = 1) -> list[bytes]:
         """One reply from each of ``workers`` (all by default), in order, within ``steps`` step timeouts."""
         deadline = None if self.step_timeout is None else time.monotonic() + self.step_timeout * steps
         return [self._receive(worker, deadline) for worker in (self.workers if workers is None else workers)]
+
+    def receive_all(
+        self, workers: list[WorkerHandle] | None = None, steps: int = 1
+    ) -> tuple[list[bytes | None], list[tuple[WorkerHandle, WorkerError]]]:
+        """``receive``, reading every worker's reply even after one died or hung.
+
+        Returns the replies (``None`` for a lost worker) and ``(worker, error)`` for each
+        worker that died (:class:`WorkerDiedError`) or overran the step timeout
+        (:class:`StepTimeoutError`); the caller replaces them or raises.
+        """
+        deadline = None if self.step_timeout is None else time.monotonic() + self.step_timeout * steps
+        replies: list[bytes | None] = []
+        losses: list[tuple[WorkerHandle, WorkerError]] = []
+        for worker in self.workers if workers is None else workers:
+            try:
+                replies.append(self._receive(worker, deadline))
+            except (WorkerDiedError, StepTimeoutError) as loss:
+                replies.append(None)
+                losses.append((worker, loss))
+        return replies, losses
+
+    def take_wait_seconds(self) -> np.ndarray:
+        """``[num_envs]``: seconds this process waited for each env's worker since the last call."""
+        seconds = np.zeros(self.spec.num_envs)
+        for worker in self.workers:
+            seconds[worker.start : worker.stop] = worker.wait_seconds
+            worker.wait_seconds = 0.0
+        return seconds
+
+    # -- replacing workers -------------------------------------------------------------------
+
+    @property
+    def restarts_left(self) -> int:
+        return self._restarts.max_restarts - self._restarts.used
+
+    def raise_losses(self, losses: list[tuple[WorkerHandle, WorkerError]]) -> None:
+        """Raise for workers lost when they cannot all be replaced; return when they can.
+
+        Without ``max_restarts`` the loss itself is raised (several: merged); once the
+        restarts are spent, an error listing every death over the pool's life.
+        """
+        if not losses:
+            return
+        restarts = self._restarts
+        deaths = [self._record_death(worker, loss) for worker, loss in losses]
+        restarts.deaths.extend(deaths)
+        if restarts.max_restarts == 0:
+            raise merged_failure([loss for _, loss in losses])
+        if len(losses) > self.restarts_left:
+            raise restarts_exhausted(restarts.deaths, restarts.max_restarts)
+
+    def replace(self, worker: WorkerHandle, policy: protocol.ShippedPolicy | None = None) -> None:
+        """Stop ``worker`` (dead or hung) and start a new process for its envs, from the same
+        factories, whose episodes draw seeds from a stream never used before.
+
+        Call :meth:`raise_losses` first. The new worker is ready but in no rollout: its
+        envs join at the next ``BEGIN``. ``policy``: the copy a rollout worker starts from.
+        Raises what the new worker's start-up raises (a factory that fails, spaces that differ).
+        """
+        mp_context, pickled, order = self._launch
+        self._restarts.used += 1
+        logger.warning(
+            "%s was lost; replacing it (restart %d of %d)", worker.describe(), self._restarts.used, self._restarts.max_restarts
+        )
+        stop_worker(worker, CLOSE_TIMEOUT)
+        old_process = worker.process
+        fresh = launch_worker(mp_context, worker.index, worker.start, worker.stop, pickled)
+        if hasattr(old_process, "close"):
+            old_process.close()
+        worker.process, worker.connection, worker.waiter = fresh.process, fresh.connection, fresh.waiter
+        worker.crash_report, worker.alive, worker.awaiting_reply = fresh.crash_report, True, False
+        worker.incarnation += 1
+        reply = startup_reply(worker, "spaces")
+        raise_startup_errors([reply])
+        if len(reply) != worker.stop - worker.start:
+            raise WorkerError(
+                f"the replacement of {worker.describe()} made {len(reply)} envs where its factories made "
+                f"{worker.stop - worker.start} before; env factories must make the same envs every time."
+            )
+        for offset, (observation, action) in enumerate(reply):
+            check_env_spaces(
+                worker.start + offset, observation, action,
+                self.spec.observation_layout.space, self.spec.action_layout.space,
+            )
+        attach = replace(order, column_offset=worker.start, incarnation=worker.incarnation)
+        if policy is not None:
+            attach = replace(attach, policy=policy)
+        worker.connection.send(("attach", attach))
+        raise_startup_errors([startup_reply(worker, "ready")])
+
+    def _record_death(self, worker: WorkerHandle, loss: WorkerError) -> WorkerError:
+        """The loss, with the phase the worker was in and its crash report as the traceback."""
+        worker.process.join(0.5 if isinstance(loss, WorkerDiedError) else 0)
+        crash = read_crash_report(worker)
+        failures = tuple(replace(failure, phase=worker.phase, traceback=crash) for failure in loss.failures)
+        return type(loss)(str(loss), failures)
 
     def take_warnings(self) -> list:
         """The warnings the workers sent since the last call (``forwarded_warnings`` records)."""
@@ -237,13 +313,13 @@ class WorkerPool:
         return forwarded
 
     def exchange(
-        self, command: bytes, argument: int, workers: list[_Worker] | None = None, steps: int = 1, payload: bytes = b""
+        self, command: bytes, argument: int, workers: list[WorkerHandle] | None = None, steps: int = 1, payload: bytes = b""
     ) -> list[bytes]:
         self.send(command, argument, workers, payload)
         return self.receive(workers, steps)
 
     def request(
-        self, command: bytes, argument: int = 0, workers: list[_Worker] | None = None, payload: bytes = b""
+        self, command: bytes, argument: int = 0, workers: list[WorkerHandle] | None = None, payload: bytes = b""
     ) -> list[bytes | None]:
         """``exchange``, raising what the workers reported; each worker's reply payload in
         order (``None`` for a bare "done")."""
@@ -258,8 +334,9 @@ class WorkerPool:
         if error is not None:
             raise error
 
-    def _receive(self, worker: _Worker, deadline: float | None) -> bytes:
+    def _receive(self, worker: WorkerHandle, deadline: float | None) -> bytes:
         connection = worker.connection
+        started = time.perf_counter()
         try:
             if not worker.waiter.spin() and deadline is not None:
                 remaining = deadline - time.monotonic()
@@ -279,16 +356,17 @@ class WorkerPool:
             reply = connection.recv_bytes()
         except (EOFError, ConnectionError):
             self._raise_died(worker)
+        worker.wait_seconds += time.perf_counter() - started
         worker.awaiting_reply = False
         if reply[:1] == protocol.WARNED:
             records, reply = pickle.loads(reply[1:])
             self._forwarded.extend(records)
         return reply
 
-    def _raise_died(self, worker: _Worker) -> None:
+    def _raise_died(self, worker: WorkerHandle) -> None:
         worker.alive = False
         worker.process.join(1.0)
-        raise _died_error(
+        raise died_error(
             worker,
             "while the collector was waiting for it. If an env crashes its process (a segfault in a "
             "simulator, os._exit), run it with backend='serial' to see the error.",
@@ -299,112 +377,3 @@ class WorkerPool:
         self._finalizer.detach()
         for error in errors:
             logger.warning("an env raised while closing: %s", error)
-
-
-def _attach(spec: RolloutSpec, resources: _Resources, policy) -> None:
-    replies = [_startup_reply(worker, "spaces") for worker in resources.workers]
-    _raise_startup_errors(replies)
-    # A worker's columns are known once its envs exist: a vector env spans its num_envs.
-    column = 0
-    for worker, reply in zip(resources.workers, replies):
-        worker.start, worker.stop = column, column + len(reply)
-        column = worker.stop
-    env_spaces = [pair for reply in replies for pair in reply]
-    observation_space, action_space = env_spaces[0]
-    for index, (observation, action) in enumerate(env_spaces):
-        check_env_spaces(index, observation, action, observation_space, action_space)
-    spec.adopt_spaces(observation_space, action_space, num_envs=len(env_spaces))
-    resources.shared = SharedStorage.create(spec.allocate_storage)
-    order = protocol.AttachOrder(
-        segment_name=resources.shared.name,
-        observation_space=observation_space,
-        action_space=action_space,
-        root_seed=spec.root_seed,
-        horizon=spec.horizon,
-        num_envs=spec.num_envs,
-        info_keys=spec.info_keys,
-        core_name=spec.core_name,
-        observation_check=spec.observation_check,
-        group_builder=spec.group_builder,
-        typed_actions=spec.typed_actions,
-        policy=policy,
-    )
-    for worker in resources.workers:
-        worker.connection.send(("attach", replace(order, column_offset=worker.start)))
-    _raise_startup_errors([_startup_reply(worker, "ready") for worker in resources.workers])
-
-
-def _resolve_context(context):
-    if context is None:
-        return multiprocessing.get_context("spawn")
-    if isinstance(context, str):
-        try:
-            return multiprocessing.get_context(context)
-        except ValueError as error:
-            raise ConfigurationError(
-                f"`context` must be a multiprocessing start method {multiprocessing.get_all_start_methods()!r} "
-                f"or a context; got {context!r}."
-            ) from error
-    if hasattr(context, "Process") and hasattr(context, "Pipe"):
-        return context
-    raise ConfigurationError(f"`context` must be a start method name or a multiprocessing context; got {context!r}.")
-
-
-def _raise_startup_errors(replies: list) -> None:
-    """Raise what the workers reported: every env failure together, else the first other error."""
-    error = merged_failure([reply for reply in replies if isinstance(reply, BaseException)])
-    if error is not None:
-        raise error
-
-
-def _exit_if_importing_the_main_script() -> None:
-    """In a worker still importing the user's main script: leave quietly, with a status the parent reads.
-
-    A spawned worker imports the main script before it runs anything else
-    (multiprocessing marks that phase as ``_inheriting``). Reaching a collector's
-    construction then means the script creates it at top level, unguarded;
-    starting workers from here would fail with a long traceback in every
-    worker. The parent turns this exit status into one error instead.
-    """
-    if getattr(multiprocessing.process.current_process(), "_inheriting", False):
-        raise SystemExit(UNGUARDED_MAIN_EXIT_CODE)
-
-
-def _unguarded_main_error() -> ConfigurationError:
-    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
-    script = f"your script ({main_file})" if main_file else "your main module"
-    return ConfigurationError(
-        f"backend='async' starts each worker as a new Python process, which imports {script} before anything "
-        "else; the script creates the collector at top level, so every worker tried to create one too. Put the "
-        'code that creates and uses the collector under `if __name__ == "__main__":` (and call '
-        "`multiprocessing.freeze_support()` first there if you freeze the program into an executable)."
-    )
-
-
-def _startup_reply(worker: _Worker, expected: str):
-    """One start-up message from a worker, or the exception it reports (bounded in time)."""
-    connection = worker.connection
-    ready = wait([connection, worker.process.sentinel], START_TIMEOUT)
-    try:
-        if connection in ready:
-            kind, payload = connection.recv()
-            if kind == expected:
-                return payload
-            if kind == "error":
-                return payload
-            return WorkerError(f"{worker.describe()} sent an unexpected start-up message {kind!r}.")
-    except (EOFError, OSError):
-        pass
-    worker.process.join(1.0)
-    if not ready:
-        return WorkerError(f"{worker.describe()} did not start within {START_TIMEOUT} s.")
-    if worker.process.exitcode == UNGUARDED_MAIN_EXIT_CODE:
-        return _unguarded_main_error()
-    return _died_error(worker, "while starting up.", phase="make")
-
-
-def _died_error(worker: _Worker, when: str, phase: str = "worker") -> WorkerDiedError:
-    """The error for a worker process that is gone, naming it, its envs and how it ended."""
-    how = _exit_description(worker.process)
-    failures = tuple(EnvFailure(index, phase, "WorkerDiedError", how, "") for index in range(worker.start, worker.stop))
-    return WorkerDiedError(f"{worker.describe()} {how} {when}", failures)

@@ -46,6 +46,7 @@ dies, the connection reaches end-of-file and the worker exits.
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing
 import pickle
 import signal
@@ -73,6 +74,8 @@ __all__ = ["AttachOrder", "REQUEST", "ShippedPolicy", "worker_main"]
 
 REQUEST = struct.Struct("<cq")
 BEGIN, STEP, FINISH, ABANDON, ROLLOUT, CLOSE, HANDLE = b"b", b"s", b"f", b"a", b"r", b"c", b"x"
+#: What a worker is doing while it serves each request (named when it dies there).
+PHASES = {BEGIN: "begin", STEP: "step", FINISH: "finish", ABANDON: "abandon", ROLLOUT: "rollout", CLOSE: "close", HANDLE: "call"}
 DONE, FINISHED, POLICY_FAILED, FAILED = b"k", b"f", b"p", b"e"
 #: A reply preceded by the warnings raised since the last one: WARNED + pickle((records, reply)).
 WARNED = b"w"
@@ -118,6 +121,9 @@ class AttachOrder:
     #: Action storage holds each action's own dtype (``RolloutStorage.allocate(typed_actions=...)``).
     typed_actions: bool = False
     policy: ShippedPolicy | None = None
+    #: How many times this slice's worker was replaced: its envs draw episode seeds
+    #: from the stream of this incarnation (:mod:`parallel_rollouts.seeding`).
+    incarnation: int = 0
 
 
 def _picklable(error: BaseException, env_offset: int) -> BaseException:
@@ -133,8 +139,12 @@ def _reply_error(connection, error: BaseException, env_offset: int) -> None:
     _send(connection, FAILED + pickle.dumps(_picklable(error, env_offset)))
 
 
-def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> None:
+def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes], crash_report=None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if crash_report is not None:
+        # A crash (segfault, abort) writes this process's Python stack into the pipe the main
+        # process reads when it finds the worker dead; nothing is written otherwise.
+        faulthandler.enable(file=crash_report.fileno())
     _allow_env_processes()
     _warnings.install()
     group = None
@@ -167,6 +177,7 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes]) -> No
                 groups = build_groups(
                     envs, env_offset, [(0, len(envs))], order.root_seed, observation_layout, action_layout,
                     order.info_keys, core, observation_check=order.observation_check,
+                    incarnation=order.incarnation,
                 )
             columns = shared.storage.columns(env_offset, env_offset + groups[-1][1])
             group = groups[0][2] if len(groups) == 1 else GroupChain(groups)

@@ -53,19 +53,23 @@ def build_runner(
     context: Any,
     step_timeout: float | None,
     ray_options: dict | None,
+    max_restarts: int = 0,
 ) -> RolloutRunner:
     if backend == "ray":
         from .ray import RayOptions, RayRunner
 
-        return RayRunner(spec, policy, num_workers, RayOptions.parse(ray_options), step_timeout, reuse_buffers)
+        options = dict(ray_options or {})
+        if max_restarts:
+            options["max_restarts"] = max_restarts
+        return RayRunner(spec, policy, num_workers, RayOptions.parse(options), step_timeout, reuse_buffers)
     if policy_placement == "workers":
         from .rollout_workers import RolloutWorkersRunner
 
-        return RolloutWorkersRunner.build(spec, policy, reuse_buffers, num_workers, context, step_timeout)
+        return RolloutWorkersRunner.build(spec, policy, reuse_buffers, num_workers, context, step_timeout, max_restarts)
     if backend == "async":
         from ..steppers.processes import ProcessStepper
 
-        stepper = ProcessStepper.build(spec, num_workers, context, step_timeout)
+        stepper = ProcessStepper.build(spec, num_workers, context, step_timeout, max_restarts)
     else:
         from ..steppers.in_process import InProcessStepper
 

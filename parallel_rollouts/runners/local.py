@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..batch_memory import BatchMemory
 from ..rollout_loop import RolloutLoop
 from ..steppers.base import EnvStepper
-from .base import RolloutResult, RolloutRunner
+from .base import RolloutResult, RolloutRunner, stepped_result
 
 __all__ = ["LocalRunner"]
 
@@ -18,14 +18,14 @@ class LocalRunner(RolloutRunner):
         self._memory = memory
         self._loop = loop
 
-    def collect(self) -> RolloutResult:
+    def _collect(self) -> RolloutResult:
         memory, loop = self._memory, self._loop
         storage = memory.begin()
         self._guarded(self.stepper.begin, storage)
         try:
             loop.run(storage, self._guarded_step, self._policy_rows)
         except BaseException:
-            if self.broken is None:
+            if not self.broken:
                 # The policy (or its output) failed before step `steps_done` ran:
                 # the envs are intact, so drop the rollout and stay usable.
                 memory.abandon(loop.steps_done)
@@ -34,11 +34,11 @@ class LocalRunner(RolloutRunner):
                 except BaseException as abandon_error:
                     # The caller sees the policy's error (its chain intact); the
                     # abandon failure is what later calls report.
-                    self.broken = abandon_error
+                    self._break(abandon_error)
             raise
         episodes = self._guarded(self.stepper.finish)
         writer = loop.output_writer
-        return RolloutResult(memory.finish(), episodes, bool(writer.has_values), bool(writer.has_log_probs))
+        return stepped_result(self.stepper, memory, episodes, bool(writer.has_values), bool(writer.has_log_probs))
 
     def _policy_rows(self, storage, t: int) -> list:
         return self._memory.policy_rows(t)
@@ -49,6 +49,6 @@ class LocalRunner(RolloutRunner):
     def take_warnings(self) -> list:
         return self.stepper.take_warnings()
 
-    def close(self) -> None:
+    def _close(self) -> None:
         self._memory.release()
         self.stepper.close()

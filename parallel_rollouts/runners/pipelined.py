@@ -28,7 +28,7 @@ from ..policy import PolicyOutputWriter, RandomActionSampler
 from ..rollout_loop import RolloutLoop
 from ..steppers.processes import ProcessStepper
 from ..storage import RolloutStorage
-from .base import RolloutResult, RolloutRunner
+from .base import RolloutResult, RolloutRunner, stepped_result
 from .slice_merge import merged_output_fields
 
 __all__ = ["PipelinedRunner"]
@@ -72,7 +72,7 @@ class PipelinedRunner(RolloutRunner):
     def pool(self):
         return self.stepper.pool
 
-    def collect(self) -> RolloutResult:
+    def _collect(self) -> RolloutResult:
         memory, stepper, parts = self._memory, self.stepper, self._parts
         storage = memory.begin()
         self._guarded(stepper.begin, storage)
@@ -91,11 +91,11 @@ class PipelinedRunner(RolloutRunner):
                 self._wait(part)
             has_values, has_log_probs = self._optional_fields()
         except BaseException:
-            if self.broken is None:
+            if not self.broken:
                 self._drop_rollout()
             raise
         episodes = self._guarded(stepper.finish)
-        return RolloutResult(memory.finish(), episodes, has_values, has_log_probs)
+        return stepped_result(stepper, memory, episodes, has_values, has_log_probs)
 
     def _wait(self, part: _Part) -> None:
         if part.pending:
@@ -124,12 +124,12 @@ class PipelinedRunner(RolloutRunner):
                 self.stepper.abandon_part(part.steps_done, part.workers)
         except BaseException as error:
             # The caller sees the policy's error; this one is what later calls report.
-            self.broken = error
+            self._break(error)
 
     def take_warnings(self) -> list:
         return self.stepper.take_warnings()
 
-    def close(self) -> None:
+    def _close(self) -> None:
         self._memory.release()
         for part in self._parts:
             part.columns = None

@@ -22,15 +22,16 @@ With ``step_timeout``, a rollout that takes an actor longer than
 do not report single steps, so the bound is on the whole rollout.
 
 With ``max_restarts``, a dead actor is replaced by a new one whose envs start
-fresh episodes at the next unused episode seeds (deterministic), and the batch
-of the rollout it died in lists its envs in ``lost_env_indices``.
+fresh episodes with seeds from a stream of their own, never handed out before
+(deterministic: :mod:`~parallel_rollouts.seeding`), and the batch of the rollout
+it died in lists its envs in ``lost_env_indices`` with their rows invalid.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import cloudpickle
@@ -67,22 +68,37 @@ class RayOptions:
         the cluster this process already initialised, else starts a local one.
     num_cpus, num_gpus: resources reserved by each actor.
     max_restarts: how many dead actors may be replaced over the collector's life.
+    runtime_env: each actor's Ray runtime environment (``{"pip": [...], "env_vars": {...},
+        "working_dir": ...}``), as ``ray.remote(...).options(runtime_env=...)`` takes it.
+    scheduling_strategy: where Ray places each actor (``"SPREAD"``, a
+        ``PlacementGroupSchedulingStrategy``, a ``NodeAffinitySchedulingStrategy``), passed as is.
+    continue_without_lost_actors: once ``max_restarts`` is spent, keep collecting with the
+        actors left instead of raising: a lost actor's envs stay lost (zero, ``valid`` false,
+        listed in ``lost_env_indices``) in every later batch.
     """
 
     address: str | None = None
     num_cpus: float = 1.0
     num_gpus: float = 0.0
     max_restarts: int = 0
+    runtime_env: dict | None = None
+    scheduling_strategy: Any = None
+    continue_without_lost_actors: bool = False
 
     @classmethod
     def parse(cls, options: dict | None) -> RayOptions:
         options = dict(options or {})
-        unknown = sorted(set(options) - {"address", "num_cpus", "num_gpus", "max_restarts"})
+        known = [item.name for item in fields(cls)]
+        unknown = sorted(set(options) - set(known))
         if unknown:
-            raise ConfigurationError(
-                f"unknown `ray_options` key(s) {unknown!r}; expected address, num_cpus, num_gpus, max_restarts."
-            )
+            raise ConfigurationError(f"unknown `ray_options` key(s) {unknown!r}; expected some of {', '.join(known)}.")
         parsed = cls(**options)
+        if parsed.runtime_env is not None and not isinstance(parsed.runtime_env, dict):
+            raise ConfigurationError(f"`ray_options['runtime_env']` must be a dict; got {parsed.runtime_env!r}.")
+        if not isinstance(parsed.continue_without_lost_actors, bool):
+            raise ConfigurationError(
+                f"`ray_options['continue_without_lost_actors']` must be True or False; got {parsed.continue_without_lost_actors!r}."
+            )
         for name in ("num_cpus", "num_gpus"):
             value = getattr(parsed, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -103,7 +119,7 @@ class SliceActor:
         horizon: int,
         info_keys: tuple[str, ...],
         core_name: str,
-        first_episode_numbers: list[int] | None,
+        incarnation: int,
         observation_check: str = "warn",
     ) -> None:
         self._observation_check = observation_check
@@ -112,7 +128,7 @@ class SliceActor:
         self._horizon = horizon
         self._info_keys = info_keys
         self._core_name = core_name
-        self._first_episode_numbers = first_episode_numbers
+        self._incarnation = incarnation
         # The envs are made by the first method call, not here: Ray reports an exception
         # raised in an actor's constructor only as the actor's death, while one raised in a
         # method reaches the caller as itself (a WorkerError naming the env and its factory).
@@ -155,7 +171,7 @@ class SliceActor:
             self._action_layout,
             self._info_keys,
             core,
-            first_episode_numbers=self._first_episode_numbers,
+            incarnation=self._incarnation,
             observation_check=self._observation_check,
         )
         self._group.reset_all()
@@ -189,8 +205,7 @@ class SliceActor:
             # Reported as the policy raised it; the runner breaks on any actor failure.
             raise failed.error from None
         return (
-            storage, result.episodes, result.has_values, result.has_log_probs, self._group.episodes_started,
-            self._warnings.take(),
+            storage, result.episodes, result.has_values, result.has_log_probs, self._warnings.take(),
         )
 
     def pid(self) -> int:
@@ -257,7 +272,6 @@ class RayRunner(RolloutRunner):
         self._spec = spec
         self._options = options
         self._step_timeout = step_timeout
-        self._closed = False
         self._uses_local_ray = False
         self._actors: list = []
         self._restarts_left = options.max_restarts
@@ -265,19 +279,18 @@ class RayRunner(RolloutRunner):
         self._forwarded: list = []
         # The actors' slices come back as new arrays and are copied into the batch's columns.
         self._memory = BatchMemory(spec.allocate_storage, reuse_buffers)
-        self.broken = None
         self._shipper = None if policy is None else PolicyShipper(policy, "backend='ray' ships the policy to every actor")
         # Checked here, before any actor starts, so that an unpicklable policy fails fast.
         initial_policy = None if self._shipper is None else self._shipper.snapshot()
         self._pickled_env_fns = pickle_env_fns(spec.env_fns, "a Ray actor")
         self._slices = split_envs(spec.num_envs, resolve_num_workers(num_workers, spec.num_envs))
-        # Episodes started so far per env, as the actors report after every rollout,
-        # so that a replacement actor's envs start fresh episodes at unused seeds.
-        self._episodes_started = np.ones(spec.num_envs, dtype=np.int64)
+        # How many times each slice's actor was replaced: a replacement's envs draw their
+        # episode seeds from that incarnation's stream, never handed out before.
+        self._incarnations = [0] * len(self._slices)
         self._uses_local_ray = _LocalRay.acquire(ray, options.address)
         self._actor_class = ray.remote(SliceActor)
         try:
-            self._actors = [self._create_actor(index, first_episode=None) for index in range(len(self._slices))]
+            self._actors = [self._create_actor(index) for index in range(len(self._slices))]
             spaces_references = [actor.spaces.remote() for actor in self._actors]
             self._wait_for_placement(spaces_references)
             env_spaces = [pair for part in self._get_all(spaces_references) for pair in part]
@@ -292,11 +305,15 @@ class RayRunner(RolloutRunner):
             self.close()
             raise
 
-    def _create_actor(self, index: int, first_episode: list[int] | None):
+    def _create_actor(self, index: int):
         start, stop = self._slices[index]
         options = {"num_cpus": self._options.num_cpus}
         if self._options.num_gpus:
             options["num_gpus"] = self._options.num_gpus
+        if self._options.runtime_env is not None:
+            options["runtime_env"] = self._options.runtime_env
+        if self._options.scheduling_strategy is not None:
+            options["scheduling_strategy"] = self._options.scheduling_strategy
         return self._actor_class.options(**options).remote(
             self._pickled_env_fns[start:stop],
             start,
@@ -304,7 +321,7 @@ class RayRunner(RolloutRunner):
             self._spec.horizon,
             self._spec.info_keys,
             self._spec.core_name,
-            first_episode,
+            self._incarnations[index],
             self._spec.observation_check,
         )
 
@@ -328,21 +345,34 @@ class RayRunner(RolloutRunner):
         start, stop = self._slices[index]
         return f"Ray actor {index} (envs {start}..{stop - 1})"
 
-    def _wait(self, references: list, timeout: float | None = None) -> tuple[list, list, BaseException | None]:
+    def _wait(
+        self, references: list, timeout: float | None = None, actor_indices: list[int] | None = None
+    ) -> tuple[list, list, BaseException | None]:
         """``ray.get`` each reference: ``(results, [(index, death)], first other error)``.
 
         Ray's wrappers are unwrapped: an env's ``WorkerError`` or the policy's own
         exception comes back as itself. References not ready within ``timeout``
-        seconds give a :class:`StepTimeoutError` (unless another error came first).
+        seconds give a :class:`StepTimeoutError` (unless another error came first);
+        ``actor_indices[k]`` is the actor of ``references[k]`` (default: ``k``).
         """
         ray = self._ray
         if timeout is not None:
             _, pending = ray.wait(references, num_returns=len(references), timeout=timeout)
             if pending:
-                timed_out = [index for index, reference in enumerate(references) if reference in pending]
-                finished = [reference for reference in references if reference not in pending]
-                _, _, failure = self._wait(finished)
-                return [], [], failure or self._timed_out(timed_out)
+                actor_of = actor_indices or list(range(len(references)))
+                late = [position for position, reference in enumerate(references) if reference in pending]
+                replaceable = len(late) <= self._restarts_left or self._options.continue_without_lost_actors
+                error = self._timed_out([actor_of[position] for position in late], replaceable)
+                on_time = [position for position in range(len(references)) if position not in late]
+                results_on_time, dead_on_time, failure = self._wait([references[position] for position in on_time])
+                if not replaceable:
+                    return [], [], failure or error
+                # The actors that overran count as lost (killed above); the others' rollouts stand.
+                results = [None] * len(references)
+                for position, result in zip(on_time, results_on_time):
+                    results[position] = result
+                dead = [(on_time[position], death) for position, death in dead_on_time]
+                return results, dead + [(position, error) for position in late], failure
         results, dead, failure = [], [], None
         for index, reference in enumerate(references):
             try:
@@ -356,7 +386,7 @@ class RayRunner(RolloutRunner):
             results.append(None)
         return results, dead, failure
 
-    def _timed_out(self, indices: list[int]) -> StepTimeoutError:
+    def _timed_out(self, indices: list[int], replaced: bool = False) -> StepTimeoutError:
         """The error for actors whose rollout overran; they are killed, since they may never return."""
         for index in indices:
             try:
@@ -368,7 +398,8 @@ class RayRunner(RolloutRunner):
         return StepTimeoutError(
             f"{names} did not finish a rollout of horizon={self._spec.horizon} within "
             f"horizon * step_timeout = {self._spec.horizon * self._step_timeout:g} s; its envs (or the policy) may "
-            "hang. The actors were killed and the collector is now unusable.",
+            "hang. The actors were killed"
+            + (" and are replaced (max_restarts)." if replaced else " and the collector is now unusable."),
             tuple(EnvFailure(env, "step", "StepTimeoutError", "timed out", "") for env in envs),
         )
 
@@ -388,23 +419,30 @@ class RayRunner(RolloutRunner):
             raise self._died_error(dead, "")
         return results
 
-    def collect(self) -> RolloutResult:
+    def _collect(self) -> RolloutResult:
         # Serialised once (an unserialisable policy raises here, before anything ran).
         snapshot = None if self._shipper is None else self._shipper.snapshot()
         policy = None if snapshot is None or snapshot.empty else self._ray.put(snapshot)
         timeout = None if self._step_timeout is None else self._spec.horizon * self._step_timeout
+        live = [index for index, actor in enumerate(self._actors) if actor is not None]
         try:
-            parts, dead, failure = self._wait([actor.collect.remote(policy) for actor in self._actors], timeout)
+            answers, dead, failure = self._wait(
+                [self._actors[index].collect.remote(policy) for index in live], timeout, live
+            )
+            parts = [None] * len(self._actors)
+            for index, answer in zip(live, answers):
+                parts[index] = answer
+            dead = [(live[position], death) for position, death in dead]
         except BaseException as interrupted:
             # Ctrl-C (or anything else) while the actors run: their rollouts finish
             # unseen, so the next batch would not follow this one.
-            self.broken = interrupted
+            self._break(interrupted)
             raise
         if failure is not None:
             # Actors run their rollouts independently: when one fails part-way (an env,
             # or the policy) the others have already stepped on, so the envs no longer
             # share a row to continue from. Any failure therefore breaks the collector.
-            self.broken = failure
+            self._break(failure)
             raise failure
         if dead:
             # A replacement that cannot start (its factory raises, no room on the cluster)
@@ -415,22 +453,33 @@ class RayRunner(RolloutRunner):
     def _restart(self, dead: list) -> None:
         if len(dead) > self._restarts_left:
             error = self._died_error(dead, f" and no restarts are left (max_restarts={self._options.max_restarts})")
-            self.broken = error
-            raise error
+            if not self._options.continue_without_lost_actors:
+                self._break(error)
+                raise error
+            # Asked to go on with fewer actors: the restarts left go to the first, the rest stay lost.
+            kept, dead = dead[: self._restarts_left], dead[self._restarts_left :]
+            for index, _ in dead:
+                logger.warning("%s; its envs stay lost in every later batch", error)
+                self._kill(index)
+                self._actors[index] = None
+            dead = kept
         for index, _ in dead:
             self._restarts_left -= 1
             start, stop = self._slices[index]
             logger.warning("%s died; restarting it with fresh episodes", self._describe(index))
-            try:
-                self._ray.kill(self._actors[index])
-            except Exception:
-                pass
-            self._actors[index] = self._create_actor(index, first_episode=self._episodes_started[start:stop].tolist())
+            self._kill(index)
+            self._incarnations[index] += 1
+            self._actors[index] = self._create_actor(index)
             policy = None if self._shipper is None else self._ray.put(self._shipper.resend())
             started = [self._start(self._actors[index], policy)]
             self._wait_for_placement(started)
             self._forwarded.extend(record for records in self._get_all(started) for record in records)
-            self._episodes_started[start:stop] += 1
+
+    def _kill(self, index: int) -> None:
+        try:
+            self._ray.kill(self._actors[index])
+        except Exception:
+            logger.debug("killing a Ray actor failed", exc_info=True)
 
     def _assemble(self, parts: list) -> RolloutResult:
         memory = self._memory
@@ -439,15 +488,13 @@ class RayRunner(RolloutRunner):
         for (start, stop), part in zip(self._slices, parts):
             if part is None:
                 lost.extend(range(start, stop))
-                memory.lose_columns(start, stop)
                 continue
-            slice_storage, slice_episodes, values, log_probs, episodes_started, records = part
+            slice_storage, slice_episodes, values, log_probs, records = part
             self._forwarded.extend(records)
             slice_storage.copy_to(storage.columns(start, stop))
             episodes.append(slice_episodes)
             fields.append((values, log_probs))
             field_slices.append((start, stop))
-            self._episodes_started[start:stop] = episodes_started
         try:
             # Every actor ran its whole rollout: the envs stand at the horizon, so a refused
             # batch is dropped and the next collect continues from there.
@@ -456,19 +503,26 @@ class RayRunner(RolloutRunner):
             memory.abandon(self._spec.horizon)
             raise
         merged = CompletedEpisodes.merge(episodes) if episodes else CompletedEpisodes.empty_buffers(0)
-        return RolloutResult(memory.finish(), merged, has_values, has_log_probs, np.asarray(lost, dtype=np.int64))
+        lost_from_rows = None
+        if lost:
+            # An actor runs its rollout unseen: a lost one loses the slice's whole rollout.
+            lost_from_rows = np.full(self._spec.num_envs, self._spec.horizon, dtype=np.int64)
+            lost_from_rows[lost] = -1
+        return RolloutResult(
+            memory.finish(lost_from_rows), merged, has_values, has_log_probs, np.asarray(lost, dtype=np.int64),
+            lost_from_rows=lost_from_rows,
+        )
 
     def take_warnings(self) -> list:
         forwarded, self._forwarded = self._forwarded, []
         return forwarded
 
-    def close(self) -> None:
+    def _close(self) -> None:
         """Kill the actors this collector created; leave a cluster it joined running."""
-        if self._closed:
-            return
-        self._closed = True
         ray = self._ray
         for actor in self._actors:
+            if actor is None:
+                continue
             try:
                 for failure in ray.get(actor.close.remote(), timeout=2.0):
                     logger.warning("an env raised while closing: %s", failure.describe())

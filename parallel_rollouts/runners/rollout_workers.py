@@ -17,6 +17,8 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
+import numpy as np
+
 from ..batch_memory import BatchMemory
 from ..errors import ActionError, PolicyTransferError
 from ..processes import worker_main as protocol
@@ -29,6 +31,22 @@ from .slice_merge import merged_output_fields
 
 __all__ = ["RolloutWorkersRunner"]
 
+#: What ``step_episode_seeds`` holds before a worker records a row (seeds are never negative).
+NOT_RECORDED = -2
+
+
+def _first_unsure_row(storage, start: int, stop: int) -> int:
+    """The first row of envs ``start:stop`` a lost rollout worker may not have written in full.
+
+    A worker records each row's episode seeds as the step ends, then resets the envs whose
+    episode ended (writing the next row's observation). With ``k`` rows recorded, rows before
+    ``k - 1`` and the observation of row ``k - 1`` are complete; row ``k - 1``'s own step may
+    have been cut in its resets. ``-1``: not even the first observation is sure.
+    """
+    recorded = storage.step_episode_seeds[:, start:stop] != NOT_RECORDED
+    rows = int(recorded.all(axis=1).argmin()) if not recorded.all() else storage.horizon
+    return rows - 1
+
 
 class RolloutWorkersRunner(RolloutRunner):
     """``backend="async", policy_placement="workers"``."""
@@ -37,10 +55,18 @@ class RolloutWorkersRunner(RolloutRunner):
         self.pool = pool
         self._memory = memory
         self._shipper = shipper
+        self._private_policy_rows = not memory.reuses_buffers
 
     @classmethod
     def build(
-        cls, spec: RolloutSpec, policy: Any, reuse_buffers: bool, num_workers=None, context=None, step_timeout=None
+        cls,
+        spec: RolloutSpec,
+        policy: Any,
+        reuse_buffers: bool,
+        num_workers=None,
+        context=None,
+        step_timeout=None,
+        max_restarts: int = 0,
     ) -> RolloutWorkersRunner:
         shipper = snapshot = None
         if policy is not None:
@@ -55,24 +81,36 @@ class RolloutWorkersRunner(RolloutRunner):
             context,
             step_timeout,
             policy=protocol.ShippedPolicy(snapshot, private_policy_rows=not reuse_buffers),
+            max_restarts=max_restarts,
         )
         return cls(pool, BatchMemory(spec.allocate_storage, reuse_buffers, pool.shared.storage), shipper)
 
-    def collect(self) -> RolloutResult:
+    def _collect(self) -> RolloutResult:
         memory, pool = self._memory, self.pool
         # Serialised before anything runs: a policy that became unpicklable is refused here.
         update = b""
         if self._shipper is not None:
             snapshot = self._shipper.snapshot()
             update = b"" if snapshot.empty else pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
-        memory.begin()
-        replies = self._guarded(pool.exchange, protocol.ROLLOUT, 0, None, pool.spec.horizon, update)
-        try:
-            pool.raise_failures(replies)
-        except BaseException as error:
-            # An env failed in some worker while the others ran on: broken.
-            self.broken = error
-            raise
+        storage = memory.begin()
+        # Rows a worker records mark where it got to, should it be lost part-way (a seed is never negative).
+        storage.step_episode_seeds.fill(NOT_RECORDED)
+        pool.take_wait_seconds()
+        self._guarded(pool.send, protocol.ROLLOUT, 0, None, update)
+        replies, losses = self._guarded(pool.receive_all, None, pool.spec.horizon)
+        # An env failed in some worker while the others ran on, or a worker was lost and
+        # cannot be replaced: broken. A replacement that cannot start: broken too.
+        self._guarded(pool.raise_failures, [reply for reply in replies if reply is not None])
+        self._guarded(pool.raise_losses, losses)
+        lost_from_rows = None
+        for worker, _ in losses:
+            self._guarded(pool.replace, worker, self._replacement_policy())
+            if lost_from_rows is None:
+                lost_from_rows = np.full(pool.spec.num_envs, pool.spec.horizon, dtype=np.int64)
+            lost_from_rows[worker.start : worker.stop] = _first_unsure_row(storage, worker.start, worker.stop)
+        replies = [reply for reply in replies if reply is not None]
+        lost_workers = {worker.index for worker, _ in losses}
+        survivors = [worker for worker in pool.workers if worker.index not in lost_workers]
         policy_failures = [pickle.loads(reply[1:]) for reply in replies if reply[:1] == protocol.POLICY_FAILED]
         if policy_failures:
             # Each worker dropped its rollout at its own row; every env continues from where
@@ -86,17 +124,28 @@ class RolloutWorkersRunner(RolloutRunner):
         try:
             has_values, has_log_probs = merged_output_fields(
                 [(result.has_values, result.has_log_probs) for result in results],
-                [(worker.start, worker.stop) for worker in pool.workers],
+                [(worker.start, worker.stop) for worker in survivors],
             )
         except ActionError:
             memory.abandon(pool.spec.horizon)
             raise
-        episodes = CompletedEpisodes.merge([result.episodes for result in results])
-        return RolloutResult(memory.finish(), episodes, has_values, has_log_probs)
+        episodes = CompletedEpisodes.merge([result.episodes for result in results] or [CompletedEpisodes.empty_buffers(0)])
+        lost = np.zeros(0, dtype=np.int64) if lost_from_rows is None else np.flatnonzero(lost_from_rows < pool.spec.horizon)
+        return RolloutResult(
+            memory.finish(lost_from_rows), episodes, has_values, has_log_probs, lost.astype(np.int64),
+            lost_from_rows=lost_from_rows, env_wait_seconds=pool.take_wait_seconds(),
+        )
+
+    def _replacement_policy(self) -> protocol.ShippedPolicy:
+        """The policy a replacement worker starts from: the state every other copy is at."""
+        snapshot = None
+        if self._shipper is not None:
+            snapshot = pickle.dumps(self._shipper.resend(), protocol=pickle.HIGHEST_PROTOCOL)
+        return protocol.ShippedPolicy(snapshot, private_policy_rows=self._private_policy_rows)
 
     def take_warnings(self) -> list:
         return self.pool.take_warnings()
 
-    def close(self) -> None:
+    def _close(self) -> None:
         self._memory.release()
         self.pool.close()

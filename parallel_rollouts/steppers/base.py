@@ -42,6 +42,20 @@ class EnvStepper(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None: ...
 
+    def lost_from_rows(self):
+        """``[N]`` int64: the first row of each env lost in this rollout (``horizon``: none lost),
+        or ``None`` when no row is (only a stepper that replaces workers loses rows)."""
+        return None
+
+    def replaced_env_indices(self):
+        """The envs whose worker was replaced during this rollout; ``None``: never any."""
+        return None
+
+    def take_wait_seconds(self):
+        """``[N]`` float64: seconds this process waited for each env's worker in this rollout;
+        ``None`` for envs stepped in this process."""
+        return None
+
     def take_warnings(self) -> list:
         """Warnings raised where the envs run since the last call, to raise in this process."""
         return []

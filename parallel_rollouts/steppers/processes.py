@@ -5,11 +5,17 @@ The policy runs batched in the main process, which writes actions into the share
 :mod:`parallel_rollouts.processes.worker_main`). The storage the workers write is the
 pool's shared segment; :class:`~parallel_rollouts.batch_memory.BatchMemory` copies it out
 (or hands it out, with ``reuse_buffers=True``).
+
+With ``max_restarts``, a worker that dies or overruns ``step_timeout`` at step ``t`` is
+replaced at once; its envs sit out the rest of the rollout (their rows from ``t`` on are
+lost, see :meth:`ProcessStepper.lost_from_rows`) and join the next one with fresh episodes.
 """
 
 from __future__ import annotations
 
 import pickle
+
+import numpy as np
 
 from ..processes import worker_main as protocol
 from ..processes.pool import WorkerPool
@@ -26,10 +32,15 @@ class ProcessStepper(EnvStepper):
     def __init__(self, pool: WorkerPool) -> None:
         self.pool = pool
         self.working_storage = pool.shared.storage
+        # Per rollout: the row each env's worker was lost at (horizon: not lost), and the
+        # row each worker's step in flight is for.
+        self._lost_from: np.ndarray | None = None
+        self._replaced: list[int] = []
+        self._rows_in_flight: dict[int, int] = {}
 
     @classmethod
-    def build(cls, spec: RolloutSpec, num_workers=None, context=None, step_timeout=None) -> ProcessStepper:
-        return cls(WorkerPool.start(spec, num_workers, context, step_timeout))
+    def build(cls, spec: RolloutSpec, num_workers=None, context=None, step_timeout=None, max_restarts=0) -> ProcessStepper:
+        return cls(WorkerPool.start(spec, num_workers, context, step_timeout, max_restarts=max_restarts))
 
     def take_warnings(self) -> list:
         return self.pool.take_warnings()
@@ -41,30 +52,82 @@ class ProcessStepper(EnvStepper):
     def begin(self, storage: RolloutStorage) -> None:
         if storage is not self.working_storage:
             raise RuntimeError("worker processes write only into their shared working storage.")
-        self.pool.request(protocol.BEGIN, 0)
+        self._lost_from = None
+        self._replaced = []
+        self.pool.take_wait_seconds()
+        # A worker found dead here (killed between rollouts) loses no row of this one: its
+        # replacement begins with the others, its envs at the start of fresh episodes.
+        pending = self.pool.workers
+        while pending:
+            self.pool.send(protocol.BEGIN, 0, pending)
+            replies, losses = self.pool.receive_all(pending)
+            self.pool.raise_failures([reply for reply in replies if reply is not None])
+            self.pool.raise_losses(losses)
+            for worker, _ in losses:
+                self.pool.replace(worker)
+                self._replaced.extend(range(worker.start, worker.stop))
+            pending = [worker for worker, _ in losses]
 
     def step(self, t: int) -> None:
-        self.pool.request(protocol.STEP, t)
+        self.step_begin(t, self.pool.workers)
+        self.step_end(self.pool.workers)
 
     def abandon(self, t: int) -> None:
-        self.pool.request(protocol.ABANDON, t)
+        self.pool.request(protocol.ABANDON, t, self._active(self.pool.workers))
 
     def finish(self) -> CompletedEpisodes:
-        payloads = self.pool.request(protocol.FINISH, 0)
+        payloads = self.pool.request(protocol.FINISH, 0, self._active(self.pool.workers))
         return CompletedEpisodes.merge([pickle.loads(payload) for payload in payloads])
+
+    def lost_from_rows(self) -> np.ndarray | None:
+        """``[N]``: the first row of each env lost in this rollout (horizon: none); ``None``: none lost."""
+        return self._lost_from
+
+    def replaced_env_indices(self) -> np.ndarray:
+        """The envs whose worker was replaced during this rollout (sorted)."""
+        lost = [] if self._lost_from is None else np.flatnonzero(self._lost_from < self.pool.spec.horizon).tolist()
+        return np.array(sorted(set(self._replaced) | set(lost)), dtype=np.int64)
+
+    def take_wait_seconds(self) -> np.ndarray:
+        return self.pool.take_wait_seconds()
 
     # -- stepping part of the workers while the main process works --------------------------
 
     def step_begin(self, t: int, workers: list) -> None:
         """Start step ``t`` of ``workers``' envs; :meth:`step_end` waits for it."""
-        self.pool.send(protocol.STEP, t, workers)
+        active = self._active(workers)
+        self.pool.send(protocol.STEP, t, active)
+        for worker in active:
+            self._rows_in_flight[worker.index] = t
 
     def step_end(self, workers: list) -> None:
-        self.pool.raise_failures(self.pool.receive(workers))
+        active = self._active(workers)
+        replies, losses = self.pool.receive_all(active)
+        self._take_replies(replies, losses)
 
     def abandon_part(self, t: int, workers: list) -> None:
-        self.pool.request(protocol.ABANDON, t, workers)
+        self.pool.request(protocol.ABANDON, t, self._active(workers))
 
     def close(self) -> None:
         self.working_storage = None
         self.pool.close()
+
+    # -- losses -----------------------------------------------------------------------------
+
+    def _active(self, workers: list) -> list:
+        """Those of ``workers`` still in this rollout (a replacement joins the next one)."""
+        lost = self._lost_from
+        if lost is None:
+            return workers
+        horizon = self.pool.spec.horizon
+        return [worker for worker in workers if lost[worker.start] == horizon]
+
+    def _take_replies(self, replies: list, losses: list) -> None:
+        """Raise what the envs raised; replace lost workers (or raise when that is not allowed)."""
+        self.pool.raise_failures([reply for reply in replies if reply is not None])
+        self.pool.raise_losses(losses)
+        for worker, _ in losses:
+            if self._lost_from is None:
+                self._lost_from = np.full(self.num_envs, self.pool.spec.horizon, dtype=np.int64)
+            self._lost_from[worker.start : worker.stop] = self._rows_in_flight.get(worker.index, 0)
+            self.pool.replace(worker)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 
 import numpy as np
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -256,6 +258,17 @@ def test_arguments_come_from_the_args_dataclass():
     args = train.parse_args(["--num-envs", "3", "--learning-rate", "0.01", "--plot", "--backend", "serial"])
     assert (args.num_envs, args.learning_rate, args.plot, args.backend) == (3, 0.01, True, "serial")
     assert train.parse_args([]) == train.Args()
+
+
+def test_plot_without_matplotlib_is_refused_before_training(monkeypatch, capsys):
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *rest: None if name == "matplotlib" else real_find_spec(name, *rest)
+    )
+    with pytest.raises(SystemExit):
+        train.parse_args(["--plot"])
+    assert 'pip install ".[examples]"' in capsys.readouterr().err
+    assert train.parse_args([]).plot is False  # without --plot, matplotlib is not needed
 
 
 def test_arguments_that_cannot_train_are_rejected(capsys):

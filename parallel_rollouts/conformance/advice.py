@@ -1,0 +1,220 @@
+"""What ``advise`` returns: each option's measured throughput, the recommendation and its near ties."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["NEAR_TIE", "Advice", "Option", "OptionResult"]
+
+#: An option faster than the recommended one in some round, and at least this fraction of its
+#: speed in the median round, is a near tie: the trials cannot tell the two apart.
+NEAR_TIE = 0.9
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way to collect: a backend, where the policy runs, how many workers, and the env source."""
+
+    name: str
+    backend: str
+    policy_placement: str
+    num_workers: int | None
+    env_fns: Any = field(repr=False, compare=False)
+    source: str = "env factories"
+    pipelined: bool = False
+
+    def collector_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {}
+        if self.backend == "async":
+            kwargs["num_workers"] = self.num_workers
+            kwargs["policy_placement"] = self.policy_placement
+            if self.pipelined:
+                kwargs["pipelined"] = True
+        return kwargs
+
+    @property
+    def label(self) -> str:
+        return self.name if self.source == "env factories" else f"{self.name}, {self.source}"
+
+    def as_arguments(self) -> str:
+        """The collector arguments that select this option."""
+        parts = [f'backend="{self.backend}"']
+        if self.backend == "async":
+            if self.policy_placement == "workers":
+                parts.append('policy_placement="workers"')
+            if self.pipelined:
+                parts.append("pipelined=True")
+            parts.append(f"num_workers={self.num_workers}")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class OptionResult:
+    """One option's measurements: valid transitions per second in each round, in round order."""
+
+    option: Option
+    rates: list[float]
+    startup_seconds: float
+    collects: int
+    error: str | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.error is None and bool(self.rates)
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.rates))
+
+
+@dataclass
+class Advice:
+    """The advisor's measurements and recommendation for one env, ``num_envs`` and horizon.
+
+    ``recommended`` is the measured option that was fastest relative to the
+    others round by round (:meth:`paired_score`);
+    ``ratios_to_recommended(result)`` gives another option's speed relative to it
+    in each round; ``near_ties`` lists the options within the noise of it: faster
+    in at least one round, and at least ``NEAR_TIE`` of its speed in the median
+    round. ``print(advice)`` prints the table.
+    """
+
+    target: str
+    num_envs: int
+    horizon: int
+    usable_cores: int
+    rounds: int
+    trial_seconds: float
+    policy: str
+    env_step_seconds: float
+    results: list[OptionResult]
+
+    @property
+    def measured(self) -> list[OptionResult]:
+        return [result for result in self.results if result.measured]
+
+    @property
+    def recommended(self) -> OptionResult | None:
+        """The option fastest relative to the others in the same rounds (see :meth:`paired_score`)."""
+        measured = self.measured
+        return max(measured, key=self.paired_score) if measured else None
+
+    def paired_score(self, result: OptionResult) -> float:
+        """Median over rounds of ``result``'s rate divided by the first measured option's rate in that round.
+
+        Options are compared within a round, where they ran seconds apart under the
+        same load, rather than by their medians across rounds, which load that
+        comes and goes between rounds can reorder.
+        """
+        reference = self.measured[0]
+        rounds = min(len(result.rates), len(reference.rates))
+        return float(np.median(np.asarray(result.rates[:rounds]) / np.asarray(reference.rates[:rounds])))
+
+    def ratios_to_recommended(self, result: OptionResult) -> np.ndarray:
+        best = self.recommended
+        rounds = min(len(result.rates), len(best.rates))
+        return np.asarray(result.rates[:rounds]) / np.asarray(best.rates[:rounds])
+
+    @property
+    def near_ties(self) -> list[OptionResult]:
+        best = self.recommended
+        return [
+            result
+            for result in self.measured
+            if result is not best
+            and self.ratios_to_recommended(result).max(initial=0.0) >= 1.0
+            and np.median(self.ratios_to_recommended(result)) >= NEAR_TIE
+        ]
+
+    def format(self) -> str:
+        step = self.env_step_seconds
+        step_text = f"{step * 1e6:.1f} us" if step < 1e-3 else f"{step * 1e3:.2f} ms"
+        lines = [
+            f"Backend advice for {self.target}: {self.num_envs} envs, horizon {self.horizon}, "
+            f"{self.usable_cores} usable core(s)",
+            f"  policy: {self.policy}",
+            f"  one env step here: {step_text} (mean)",
+            f"  measured: {self.rounds} interleaved round(s), about {self.trial_seconds:g} s per option per round; "
+            "valid transitions/s",
+            "",
+        ]
+        label_width = max(len(result.option.label) for result in self.results)
+        header = f"  {'option'.ljust(label_width)}  workers     median       min-max          per round vs best"
+        lines.append(header)
+        best = self.recommended
+        for result in self.results:
+            workers = "-" if result.option.num_workers is None else str(result.option.num_workers)
+            head = f"  {result.option.label.ljust(label_width)}  {workers:>7}"
+            if not result.measured:
+                lines.append(f"{head}  not measured: {result.error or 'no round finished'}")
+                continue
+            low, high = min(result.rates), max(result.rates)
+            if result is best:
+                versus = "recommended"
+            else:
+                ratios = self.ratios_to_recommended(result)
+                versus = f"{np.median(ratios):.2f}x [{ratios.min():.2f}, {ratios.max():.2f}]"
+            lines.append(f"{head}  {result.median:>9,.0f}  {low:>8,.0f}-{high:<8,.0f}  {versus}")
+        lines.append("")
+        if best is None:
+            lines.append("No option could be measured; see the errors above.")
+            return "\n".join(lines)
+        lines.append(f"Recommendation: {best.option.as_arguments()}  ({best.option.label})")
+        if best.option.source != "env factories":
+            lines.append(
+                "  source: the env's own vector implementation, gymnasium.make_vec(env_id, num_envs=..., "
+                "vectorization_mode='vector_entry_point'), passed as the collector's env (one per worker for async)"
+            )
+        ties = self.near_ties
+        if ties:
+            names = "; ".join(
+                f"{tie.option.label} ({tie.option.as_arguments()}) faster in "
+                f"{int((self.ratios_to_recommended(tie) >= 1.0).sum())} of {len(tie.rates)} rounds"
+                for tie in ties
+            )
+            lines.append(f"  near tie: {names}. Either is fine; run the thorough mode to separate them.")
+        else:
+            runner_up = max((r for r in self.measured if r is not best), key=lambda r: r.median, default=None)
+            if runner_up is not None:
+                ratios = self.ratios_to_recommended(runner_up)
+                wins = int((ratios >= 1.0).sum())
+                lines.append(
+                    f"  next best: {runner_up.option.label} ({runner_up.option.as_arguments()}) at "
+                    f"{np.median(ratios):.2f}x in the median round ({ratios.min():.2f}x-{ratios.max():.2f}x, "
+                    f"faster in {wins} of {len(ratios)} rounds)."
+                )
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.format()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (for JSON): settings, each option's rates, the recommendation."""
+        best = self.recommended
+        return {
+            "target": self.target,
+            "num_envs": self.num_envs,
+            "horizon": self.horizon,
+            "usable_cores": self.usable_cores,
+            "rounds": self.rounds,
+            "trial_seconds": self.trial_seconds,
+            "policy": self.policy,
+            "env_step_seconds": self.env_step_seconds,
+            "options": [
+                {
+                    "label": result.option.label,
+                    "arguments": result.option.as_arguments(),
+                    "rates": list(result.rates),
+                    "startup_seconds": result.startup_seconds,
+                    "collects": result.collects,
+                    "error": result.error,
+                }
+                for result in self.results
+            ],
+            "recommended": None if best is None else best.option.label,
+            "recommended_arguments": None if best is None else best.option.as_arguments(),
+            "near_ties": [tie.option.label for tie in self.near_ties],
+        }

@@ -1,0 +1,247 @@
+"""The backend advisor: short timed trials of each way to run ``num_envs`` envs, side by side.
+
+For the env and ``num_envs`` given (a training choice, never changed here), each
+option is a collector built once: ``sync``; ``async`` stepping per step with the
+policy in this process; ``async`` with rollout workers (the policy in the
+workers); with ``thorough=True`` also ``pipelined`` and other worker counts; and,
+when the env has a vector implementation (its spec's ``vector_entry_point``) or
+the factory returns a vector env, that vector env as the source. After warm-up
+collects, every round times each option for about ``trial_seconds`` (whole
+``collect()`` calls of the given horizon), the options in a rotated order, so
+load on the machine falls on all of them alike. Throughput counts valid
+transitions only (a next-step autoreset row is no transition).
+
+Options are compared within each round (the ratio of their rates in that
+round), where they ran seconds apart under the same load. The recommendation is
+the option with the best median ratio to the first option (``sync``); every
+other option's ratios to it are printed, and one that was faster in at least one
+round and within ``NEAR_TIE`` of it in the median round is reported as a near
+tie.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+from ..collector import ParallelRolloutCollector
+from ..errors import ConfigurationError
+from ..processes.slicing import usable_cores
+from .advice import Advice, Option, OptionResult
+from .target import EnvTarget, build_env, resolve_target
+
+__all__ = ["advise"]
+
+_QUICK = {"rounds": 5, "trial_seconds": 1.5, "warmup_collects": 1}
+_THOROUGH = {"rounds": 7, "trial_seconds": 4.0, "warmup_collects": 2}
+
+
+def advise(
+    env_fn_or_id: Any,
+    num_envs: int | None = None,
+    *,
+    policy: Callable[[Any], Any] | None = None,
+    horizon: int = 128,
+    thorough: bool = False,
+    rounds: int | None = None,
+    trial_seconds: float | None = None,
+    seed: int = 0,
+    env_kwargs: Mapping[str, Any] | None = None,
+    wrappers: Sequence[Callable] = (),
+    default_num_envs: int | None = None,
+) -> Advice:
+    """Time each way to collect from ``num_envs`` envs on this machine; recommend the fastest.
+
+    Parameters
+    ----------
+    env_fn_or_id:
+        As for :func:`check_env`. A factory returning a vector env is one source of
+        its own ``num_envs`` sub-envs (``num_envs`` may then be omitted).
+    num_envs:
+        How many envs your training runs (not changed by the advice).
+    policy:
+        Your batched policy, so that its cost counts (``None``: each env samples its
+        seeded action space). For rollout workers it must pickle.
+    horizon:
+        Steps per ``collect()``: rollout workers exchange once per collect, so it matters.
+    thorough:
+        Quick (about a minute: 5 rounds of about 1.5 s per option) by default; ``True``
+        runs 7 rounds of about 4 s and more options (pipelined, other worker counts).
+    rounds, trial_seconds:
+        Override the mode's number of rounds and seconds per option per round.
+    default_num_envs:
+        Used when ``num_envs`` is omitted for single envs (the command line passes 8).
+
+    Returns
+    -------
+    Advice
+        Every option's transitions/s per round, the recommendation and its near
+        ties; ``print(advice)`` prints the table.
+    """
+    settings = dict(_THOROUGH if thorough else _QUICK)
+    if rounds is not None:
+        settings["rounds"] = rounds
+    if trial_seconds is not None:
+        settings["trial_seconds"] = trial_seconds
+    if isinstance(settings["rounds"], bool) or not isinstance(settings["rounds"], int) or settings["rounds"] < 1:
+        raise ConfigurationError(f"`rounds` must be an int >= 1; got {settings['rounds']!r}.")
+    if not isinstance(settings["trial_seconds"], (int, float)) or settings["trial_seconds"] <= 0:
+        raise ConfigurationError(f"`trial_seconds` must be a positive number; got {settings['trial_seconds']!r}.")
+    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+        raise ConfigurationError(f"`horizon` must be an int >= 1; got {horizon!r}.")
+    target = resolve_target(env_fn_or_id, env_kwargs, wrappers)
+    step_seconds, vector_envs = _measure_step(target.factory)
+    if vector_envs is not None:
+        if num_envs is not None and num_envs != vector_envs:
+            raise ConfigurationError(
+                f"the factory returns a vector env of {vector_envs} sub-envs; `num_envs`={num_envs!r} cannot "
+                "change that: omit it, or pass a factory of single envs."
+            )
+        num_envs = vector_envs
+    elif num_envs is None:
+        num_envs = default_num_envs
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ConfigurationError(f"`num_envs` must be an int >= 1 (how many envs your training runs); got {num_envs!r}.")
+    cores = usable_cores()
+    options = _options(target, num_envs, cores, thorough, vector_envs is not None)
+    results = _run_trials(options, policy, horizon, seed, settings)
+    return Advice(
+        target=target.description,
+        num_envs=num_envs,
+        horizon=horizon,
+        usable_cores=cores,
+        rounds=settings["rounds"],
+        trial_seconds=float(settings["trial_seconds"]),
+        policy=_describe_policy(policy),
+        env_step_seconds=step_seconds,
+        results=results,
+    )
+
+
+def _describe_policy(policy: Any) -> str:
+    if policy is None:
+        return "none given: each env samples its seeded action space"
+    return getattr(policy, "__qualname__", type(policy).__name__)
+
+
+def _measure_step(factory: Callable, budget_seconds: float = 0.5, max_steps: int = 2000) -> tuple[float, int | None]:
+    """Mean wall time of one env step here (a vector env's whole step); and its num_envs if it is one."""
+    env, vector = build_env(factory)
+    try:
+        env.action_space.seed(0)
+        env.reset(seed=0)
+        durations = []
+        deadline = time.perf_counter() + budget_seconds
+        while len(durations) < max_steps and (len(durations) < 10 or time.perf_counter() < deadline):
+            action = env.action_space.sample()
+            start = time.perf_counter()
+            _, _, terminated, truncated, _ = env.step(action)
+            durations.append(time.perf_counter() - start)
+            if not vector and (terminated or truncated):
+                env.reset()
+        return float(np.mean(durations)), (int(env.num_envs) if vector else None)
+    finally:
+        env.close()
+
+
+def _options(target: EnvTarget, num_envs: int, cores: int, thorough: bool, vector: bool) -> list[Option]:
+    factory = target.factory
+    if vector:  # one vector env: it can run here or in one worker process
+        env_fns = [factory]
+        return [
+            Option("sync", "sync", "main", None, env_fns, "vector env"),
+            Option("async, per step", "async", "main", 1, env_fns, "vector env"),
+            Option("async, rollout workers", "async", "workers", 1, env_fns, "vector env"),
+        ]
+    env_fns = [factory] * num_envs
+    workers = min(cores, num_envs)
+    counts = [workers]
+    if thorough:
+        counts = sorted({count for count in (2, 4, 8, 16, 32, cores) if 2 <= count <= min(cores, num_envs)} | {workers})
+    options = [Option("sync", "sync", "main", None, env_fns, "env factories")]
+    for count in counts:
+        options.append(Option("async, per step", "async", "main", count, env_fns, "env factories"))
+        options.append(Option("async, rollout workers", "async", "workers", count, env_fns, "env factories"))
+        if thorough and count >= 2:
+            options.append(Option("async, pipelined", "async", "main", count, env_fns, "env factories", pipelined=True))
+    spec = target.spec
+    if spec is not None and spec.vector_entry_point is not None and not target.wrappers:
+        # The env's own vector implementation; per-env wrappers cannot apply to it.
+        make_vec = partial(gymnasium.make_vec, spec, vectorization_mode="vector_entry_point", **target.env_kwargs)
+        options.append(Option("sync", "sync", "main", None, [partial(make_vec, num_envs=num_envs)], "vector env"))
+        if num_envs % workers == 0 and workers >= 2:
+            per_worker = [partial(make_vec, num_envs=num_envs // workers)] * workers
+            options.append(Option("async, rollout workers", "async", "workers", workers, per_worker, "vector envs"))
+    return options
+
+
+@dataclass
+class _Trial:
+    option: Option
+    collector: ParallelRolloutCollector | None = None
+    startup_seconds: float = 0.0
+    error: str | None = None
+    rates: list[float] = field(default_factory=list)
+    collects: int = 0
+
+
+def _run_trials(options: list[Option], policy: Any, horizon: int, seed: int, settings: dict) -> list[OptionResult]:
+    trials = [_Trial(option) for option in options]
+    try:
+        for trial in trials:
+            _start(trial, policy, horizon, seed, settings["warmup_collects"])
+        live = [trial for trial in trials if trial.error is None]
+        for round_index in range(settings["rounds"]):
+            shift = round_index % max(len(live), 1)
+            for trial in live[shift:] + live[:shift]:
+                if trial.error is None:
+                    _time_one(trial, settings["trial_seconds"])
+    finally:
+        for trial in trials:
+            if trial.collector is not None:
+                trial.collector.close()
+    return [
+        OptionResult(trial.option, trial.rates, trial.startup_seconds, trial.collects, trial.error)
+        for trial in trials
+    ]
+
+
+def _start(trial: _Trial, policy: Any, horizon: int, seed: int, warmup_collects: int) -> None:
+    option = trial.option
+    start = time.perf_counter()
+    try:
+        trial.collector = ParallelRolloutCollector(
+            option.env_fns, policy, option.backend, horizon, seed, **option.collector_kwargs()
+        )
+        for _ in range(warmup_collects):
+            trial.collector.collect()
+    except Exception as error:  # an option that cannot run is reported, not fatal
+        trial.error = f"{type(error).__name__}: {error}"
+        if trial.collector is not None:
+            trial.collector.close()
+            trial.collector = None
+    trial.startup_seconds = time.perf_counter() - start
+
+
+def _time_one(trial: _Trial, seconds: float) -> None:
+    """Whole collects for about ``seconds``; append valid transitions per second."""
+    transitions = 0
+    start = time.perf_counter()
+    try:
+        while True:
+            batch = trial.collector.collect()
+            transitions += int(batch.valid.sum())
+            trial.collects += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds:
+                break
+    except Exception as error:
+        trial.error = f"{type(error).__name__} during a timed collect: {error}"
+        return
+    trial.rates.append(transitions / elapsed)

@@ -1,0 +1,116 @@
+"""The command line: ``parallel-rollouts check TARGET`` and ``parallel-rollouts advise TARGET``.
+
+Also ``python -m parallel_rollouts ...``. TARGET is a registered env id
+(``CartPole-v1``, ``ale_py:ALE/Pong-v5``) or ``module:factory`` naming a
+zero-argument function that returns an env (the current directory is searched
+first, as ``python -m`` does). Exit status: 0 when every check passed or only
+warned, 1 when a check failed, 2 for a target or an argument that is not valid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from ..errors import ConfigurationError
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="parallel-rollouts",
+        description="Check that an env meets what parallel collection relies on, and time the backends for it.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    target_help = "a registered env id (CartPole-v1, ale_py:ALE/Pong-v5) or module:factory"
+
+    check = commands.add_parser("check", help="run the conformance checks; exit 1 if one fails")
+    check.add_argument("target", help=target_help)
+    check.add_argument("--seed", type=int, default=0, help="reset seed of every run (default 0)")
+    check.add_argument("--max-steps", type=int, default=1000, help="steps per run at most (default 1000)")
+    check.add_argument("--episodes", type=int, default=2, help="episodes that end per run (default 2)")
+    check.add_argument("--spawn-timeout", type=float, default=120.0, help="seconds for the spawned process")
+    check.add_argument("--advise", action="store_true", help="then run the backend advisor")
+    _add_common(check)
+    _add_advice_options(check)
+
+    advise = commands.add_parser("advise", help="time sync, async and rollout workers; recommend one")
+    advise.add_argument("target", help=target_help)
+    _add_common(advise)
+    _add_advice_options(advise)
+    return parser
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env-kwargs", type=json.loads, default=None, metavar="JSON",
+                        help='gymnasium.make keyword arguments for an env id, e.g. \'{"max_episode_steps": 200}\'')
+    parser.add_argument("--json", metavar="PATH", help="also write the result as JSON to PATH")
+
+
+def _add_advice_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--num-envs", type=int, default=None,
+                        help="envs your training runs (default 8; a vector env's own count)")
+    parser.add_argument("--horizon", type=int, default=128, help="steps per collect() (default 128)")
+    parser.add_argument("--thorough", action="store_true",
+                        help="7 rounds of ~4 s per option and more options, instead of the ~1 minute quick mode")
+    parser.add_argument("--rounds", type=int, default=None, help="override the number of rounds")
+    parser.add_argument("--trial-seconds", type=float, default=None, help="override the seconds per trial")
+
+
+def _advise(arguments: argparse.Namespace) -> dict:
+    from .advisor import advise
+
+    advice = advise(
+        arguments.target,
+        arguments.num_envs,
+        horizon=arguments.horizon,
+        thorough=arguments.thorough,
+        rounds=arguments.rounds,
+        trial_seconds=arguments.trial_seconds,
+        env_kwargs=arguments.env_kwargs,
+        default_num_envs=8,
+    )
+    print(advice, flush=True)
+    return advice.to_dict()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = _parser().parse_args(argv)
+    # As `python -m` does, so that `module:factory` finds a module in the current directory.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    output: dict = {}
+    status = EXIT_OK
+    try:
+        if arguments.command == "check":
+            from .check import check_env
+
+            report = check_env(
+                arguments.target,
+                seed=arguments.seed,
+                max_steps=arguments.max_steps,
+                episodes=arguments.episodes,
+                spawn_timeout=arguments.spawn_timeout,
+                env_kwargs=arguments.env_kwargs,
+            )
+            print(report, flush=True)
+            output["check"] = report.to_dict()
+            status = EXIT_OK if report.ok else EXIT_FAILED
+            if arguments.advise:
+                print(flush=True)
+                output["advice"] = _advise(arguments)
+        else:
+            output["advice"] = _advise(arguments)
+    except ConfigurationError as error:
+        print(f"parallel-rollouts: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if arguments.json:
+        with open(arguments.json, "w", encoding="utf-8") as file:
+            json.dump(output, file, indent=2)
+    return status

@@ -1,0 +1,135 @@
+"""One worker process as the main process sees it: start it, read how it ended, stop it.
+
+:class:`WorkerHandle` holds the process, its request connection and the read end of its
+crash-report pipe (the worker's ``faulthandler`` writes there when it crashes, so that a
+segfault or an abort reports the Python stack it happened in). The pool
+(:mod:`parallel_rollouts.processes.pool`) owns the handles and frees them on every exit path.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+from ..errors import EnvFailure, WorkerDiedError
+from . import worker_main as protocol
+from .waiting import SpinThenBlock, spin_budget_seconds
+
+__all__ = [
+    "WorkerHandle",
+    "close_worker",
+    "died_error",
+    "exit_description",
+    "launch_worker",
+    "read_crash_report",
+    "stop_worker",
+]
+
+
+@dataclass
+class WorkerHandle:
+    index: int
+    start: int
+    stop: int
+    process: multiprocessing.process.BaseProcess
+    connection: Connection
+    alive: bool = True
+    waiter: SpinThenBlock | None = None
+    #: A request was sent and its reply not read yet (an interruption can leave it so).
+    awaiting_reply: bool = False
+    #: What the last request asked (named in the record of a death).
+    phase: str = "worker"
+    #: How many times this slice's worker was replaced (its envs' seed stream).
+    incarnation: int = 0
+    #: Seconds this process waited for this worker's replies since the last ``take_wait_seconds``.
+    wait_seconds: float = 0.0
+    #: The read end of a pipe the worker's ``faulthandler`` writes to when it crashes.
+    crash_report: Connection | None = None
+
+    def describe(self) -> str:
+        envs = f"env {self.start}" if self.stop - self.start == 1 else f"envs {self.start}..{self.stop - 1}"
+        return f"worker {self.index} (pid {self.process.pid}, {envs})"
+
+
+def close_worker(worker: WorkerHandle) -> None:
+    """Close a stopped worker's ends and release its process object."""
+    worker.connection.close()
+    if worker.crash_report is not None:
+        worker.crash_report.close()
+    worker.alive = False
+    if hasattr(worker.process, "close") and not worker.process.is_alive():
+        worker.process.close()
+
+
+def stop_worker(worker: WorkerHandle, timeout: float) -> None:
+    """Stop one worker that is dead or hung, at once, and close its ends (not its process
+    object: until a replacement takes its place, shutdown still joins it)."""
+    if worker.process.is_alive():
+        worker.process.kill()
+    worker.process.join(timeout)
+    worker.connection.close()
+    if worker.crash_report is not None:
+        worker.crash_report.close()
+    worker.alive = False
+
+
+def launch_worker(mp_context, index: int, start: int, stop: int, pickled: list[bytes]) -> WorkerHandle:
+    """Start one worker process for envs ``start:stop`` (it makes them and sends their spaces)."""
+    parent_end, child_end = mp_context.Pipe(duplex=True)
+    crash_report, crash_writer = mp_context.Pipe(duplex=False)
+    try:
+        process = mp_context.Process(
+            target=protocol.worker_main,
+            args=(child_end, start, pickled[start:stop], crash_writer),
+            name=f"parallel-rollouts-worker-{index}",
+            daemon=True,
+        )
+        process.start()
+    except BaseException:
+        for end in (parent_end, child_end, crash_report, crash_writer):
+            end.close()
+        raise
+    child_end.close()
+    crash_writer.close()
+    waiter = SpinThenBlock(parent_end, spin_budget_seconds())
+    return WorkerHandle(index, start, stop, process, parent_end, waiter=waiter, crash_report=crash_report)
+
+
+def read_crash_report(worker: WorkerHandle) -> str:
+    """What the dead worker's ``faulthandler`` wrote (a Python traceback of a crash), or ``""``."""
+    report = worker.crash_report
+    if report is None or report.closed:
+        return ""
+    chunks = []
+    try:
+        os.set_blocking(report.fileno(), False)
+        while True:
+            chunk = os.read(report.fileno(), 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except (BlockingIOError, OSError):
+        pass
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def exit_description(process) -> str:
+    code = process.exitcode
+    if code is None:
+        return "is unresponsive"
+    if code < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def died_error(worker: WorkerHandle, when: str, phase: str = "worker") -> WorkerDiedError:
+    """The error for a worker process that is gone, naming it, its envs and how it ended."""
+    how = exit_description(worker.process)
+    failures = tuple(EnvFailure(index, phase, "WorkerDiedError", how, "") for index in range(worker.start, worker.stop))
+    return WorkerDiedError(f"{worker.describe()} {how} {when}", failures)

@@ -1,0 +1,126 @@
+"""The backend advisor: it measures every option it lists, interleaved, and recommends a measured one.
+
+Tiny budgets: these tests check what was measured and how it is reported, never how fast.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pytest
+
+from parallel_rollouts import ConfigurationError, advise
+from parallel_rollouts.conformance.advice import NEAR_TIE, Advice, Option, OptionResult
+from tests import conformance_envs as envs
+from tests import vector_envs
+from tests.leaks import ResourceSnapshot
+
+TINY = {"rounds": 2, "trial_seconds": 0.02, "horizon": 8}
+
+
+def test_every_option_is_measured_in_every_round_and_the_best_median_is_recommended():
+    snapshot = ResourceSnapshot.take()
+    advice = advise(envs.WalkEnv, 4, **TINY)
+    snapshot.assert_nothing_leaked()
+    labels = [result.option.label for result in advice.results]
+    assert labels == ["sync", "async, per step", "async, rollout workers"]
+    for result in advice.results:
+        assert result.error is None, result.error
+        assert len(result.rates) == 2 and all(rate > 0 for rate in result.rates)
+        assert result.collects >= 2
+    best = advice.recommended
+    assert advice.paired_score(best) == max(advice.paired_score(result) for result in advice.results)
+    assert advice.env_step_seconds > 0 and advice.usable_cores >= 1
+    text = str(advice)
+    assert "Recommendation: " + best.option.as_arguments() in text
+    assert "2 interleaved round(s)" in text
+
+
+def test_an_env_with_a_vector_implementation_adds_the_vector_source():
+    advice = advise("CartPole-v1", 2, **TINY)
+    sources = {result.option.source for result in advice.results}
+    assert "vector env" in sources
+    vector = next(result for result in advice.results if result.option.source == "vector env")
+    assert vector.measured, vector.error
+
+
+def test_a_vector_env_factory_is_one_source_of_its_own_envs():
+    advice = advise(partial(vector_envs.sync_vector, "cartpole", 3, "same_step"), **TINY)
+    assert advice.num_envs == 3
+    assert all(result.measured for result in advice.results), [result.error for result in advice.results]
+    with pytest.raises(ConfigurationError, match="vector env of 3 sub-envs"):
+        advise(partial(vector_envs.sync_vector, "cartpole", 3, "same_step"), 5, **TINY)
+
+
+def test_an_option_that_cannot_run_is_reported_not_fatal():
+    unpicklable_policy = _LockedPolicy()
+    advice = advise(envs.WalkEnv, 2, policy=unpicklable_policy, **TINY)
+    workers = next(result for result in advice.results if result.option.policy_placement == "workers")
+    assert not workers.measured and "pickl" in workers.error.lower()
+    assert "not measured" in str(advice)
+    assert advice.recommended.option.policy_placement == "main"
+
+
+def test_thorough_mode_adds_pipelined():
+    advice = advise(envs.WalkEnv, 4, thorough=True, **TINY)
+    assert any(result.option.pipelined for result in advice.results)
+    assert advice.rounds == 2  # the explicit override wins over the mode's 7
+
+
+@pytest.mark.parametrize("bad", [{"rounds": 0}, {"trial_seconds": 0}, {"horizon": 0}])
+def test_bad_settings_name_the_argument(bad):
+    with pytest.raises(ConfigurationError, match=next(iter(bad))):
+        advise(envs.WalkEnv, 2, **{**TINY, **bad})
+
+
+def test_num_envs_is_required_for_single_envs():
+    with pytest.raises(ConfigurationError, match="num_envs"):
+        advise(envs.WalkEnv, **TINY)
+
+
+def _result(name: str, rates: list[float]) -> OptionResult:
+    return OptionResult(Option(name, "sync", "main", None, None), rates, 0.0, len(rates))
+
+
+def _advice(results: list[OptionResult]) -> Advice:
+    return Advice("env", 4, 8, 2, len(results[0].rates), 1.0, "none", 1e-5, results)
+
+
+def test_the_recommendation_compares_options_within_each_round():
+    # "b" has the higher median rate, but "a" was faster in three of the five rounds.
+    a = _result("a", [10.0, 10.0, 1.0, 0.1, 0.1])
+    b = _result("b", [9.0, 9.0, 0.5, 20.0, 20.0])
+    assert b.median > a.median
+    assert _advice([a, b]).recommended is a
+    assert _advice([b, a]).recommended is a  # whichever option is the reference
+
+
+def test_a_near_tie_is_one_faster_in_some_round_and_close_in_the_median_round():
+    best = _result("best", [100.0, 100.0, 100.0])
+    close = _result("close", [101.0, 95.0, 96.0])  # faster once, 0.96x in the median round
+    lucky = _result("lucky", [101.0, 50.0, 60.0])  # faster once, far slower in the median round
+    slower = _result("slower", [99.0, 97.0, 98.0])  # close, but never faster
+    advice = _advice([best, close, lucky, slower])
+    assert advice.recommended is best
+    assert advice.near_ties == [close]
+    assert np.median(advice.ratios_to_recommended(lucky)) < NEAR_TIE
+    assert "near tie: close" in str(advice)
+
+
+def test_without_a_near_tie_the_next_best_is_quoted_with_its_spread():
+    advice = _advice([_result("a", [10.0, 12.0]), _result("b", [20.0, 22.0])])
+    assert advice.recommended.option.name == "b" and advice.near_ties == []
+    assert "next best: a" in str(advice) and "faster in 0 of 2 rounds" in str(advice)
+
+
+class _LockedPolicy:
+    """A policy holding a lock: it runs here, but cannot be pickled into rollout workers."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+
+    def __call__(self, observations):
+        return np.zeros(len(observations), dtype=np.int64)
