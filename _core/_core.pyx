@@ -17,16 +17,28 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from parallel_rollouts._core_checks import (
-    check_counted,
-    check_done_columns,
-    check_observation_storage,
-    check_step_lists,
-    check_step_storage,
-    check_stepper_arguments,
-)
-from parallel_rollouts.env_returns import check_step_result, end_flag, info_number, reward_value
-from parallel_rollouts.conversion import convert_row
+# The slow paths live in the package's Python modules: the argument checks each
+# constructor runs once, and the general rules for values the typed fast paths do
+# not take (the conversion rule, the checks of what `step`/`reset` returned). The
+# package hands them in with `use_slow_paths` when it loads this extension, so that
+# the extension imports none of its modules.
+cdef object _slow = None
+
+
+def use_slow_paths(slow_paths):
+    """Hand in the Python slow paths (``parallel_rollouts.core`` does, on loading this module)."""
+    global _slow
+    _slow = slow_paths
+
+
+cdef object _paths():
+    if _slow is None:
+        raise RuntimeError(
+            "parallel_rollouts._core has no slow paths: import it through the package "
+            "(`import parallel_rollouts`), which hands them in."
+        )
+    return _slow
+
 
 cimport numpy as cnp
 
@@ -90,7 +102,7 @@ cdef class ObservationWriter:
     cdef Py_ssize_t num_final_rows
 
     def __init__(self, observations, final_observations):
-        check_observation_storage(observations, final_observations)
+        _paths().check_observation_storage(observations, final_observations)
         self.observations = observations
         self.row_shape = tuple(observations.shape[2:])
         self.row_dims = np.asarray(self.row_shape, dtype=np.int64).reshape(-1)
@@ -114,7 +126,7 @@ cdef class ObservationWriter:
             return True
         # Slow path: Python scalars, other dtypes, non-contiguous arrays, under the
         # one conversion rule (no value may change but by float rounding).
-        converted = convert_row(source, self.row_shape, self.dtype)
+        converted = _slow.convert_row(source, self.row_shape, self.dtype)
         if converted is None:
             return False
         self.observations[row, column] = converted
@@ -159,7 +171,7 @@ cdef class ObservationWriter:
         cdef const int64[:] columns
         if t < 0 or t >= self.num_final_rows:
             raise IndexError(f"time step {t} is outside [0, {self.num_final_rows}).")
-        check_done_columns(done_columns, 0)
+        _slow.check_done_columns(done_columns, 0)
         columns = done_columns
         if count < 0 or count > columns.shape[0]:
             raise ValueError(f"count {count} is outside [0, {columns.shape[0]}].")
@@ -219,7 +231,7 @@ cdef class StepRecorder:
         done_columns,
         Py_ssize_t env_offset,
     ):
-        check_step_storage(
+        _paths().check_step_storage(
             rewards, terminations, truncations, step_episode_seeds, running_returns, running_lengths,
             running_seeds, completed_returns, completed_lengths, completed_env_indices,
             completed_end_steps, completed_seeds, done_columns,
@@ -262,7 +274,7 @@ cdef class StepRecorder:
             or len(step_terminations) != self.num_envs
             or len(step_truncations) != self.num_envs
         ):
-            check_step_lists(
+            _slow.check_step_lists(
                 self.num_envs,
                 step_rewards=step_rewards,
                 step_terminations=step_terminations,
@@ -294,7 +306,7 @@ cdef class StepRecorder:
         if t < 0 or t >= self.rewards.shape[0]:
             raise IndexError(f"time step {t} is outside [0, {self.rewards.shape[0]}).")
         if not all_counted:
-            check_counted(counted, self.num_envs)
+            _slow.check_counted(counted, self.num_envs)
             counted_view = counted.view(np.uint8)
         if self._completed_count + self.num_envs > self.completed_returns.shape[0]:
             # Only near the end of the buffers can this step's episodes overflow them.
@@ -385,7 +397,7 @@ cdef class EnvStepper:
         for writer in writers:
             if not isinstance(writer, ObservationWriter):
                 raise TypeError(f"`writers` must hold ObservationWriter objects; got {type(writer).__name__}.")
-        check_stepper_arguments(
+        _paths().check_stepper_arguments(
             envs,
             [((<ObservationWriter>w).observation_bytes.shape[0], (<ObservationWriter>w).num_envs) for w in writers],
             (recorder.rewards.shape[0], recorder.num_envs),
@@ -408,6 +420,9 @@ cdef class EnvStepper:
         self.bad_observation = None
 
     def step(self, Py_ssize_t t, list actions not None):
+        return self._step(t, actions)
+
+    cdef Py_ssize_t _step(self, Py_ssize_t t, list actions) except -2:
         cdef Py_ssize_t column, leaf_index, n_keys = len(self.info_keys)
         cdef double reward_number, started
         cdef unsigned char flags
@@ -419,7 +434,8 @@ cdef class EnvStepper:
             raise IndexError(f"time step {t} is outside [0, {self.recorder.rewards.shape[0]}).")
         if len(actions) != self.num_envs:
             raise ValueError(f"`actions` has {len(actions)} entries; expected {self.num_envs}.")
-        self.failures = []
+        if self.failures:
+            self.failures = []
         self.bad_observation = None
         for column in range(self.num_envs):
             try:
@@ -430,21 +446,21 @@ cdef class EnvStepper:
                 else:
                     result = self.envs[column].step(actions[column])
                 if type(result) is not tuple or len(<tuple>result) != 5:
-                    result = check_step_result(result)
+                    result = _slow.check_step_result(result)
                 observation, reward, terminated, truncated, info = <tuple>result
                 if type(reward) is float:
                     reward_number = <double>reward
                 else:
-                    reward_number = reward_value(reward)
+                    reward_number = _slow.reward_value(reward)
                 if terminated is True:
                     flags = 1
                 elif terminated is False:
                     flags = 0
                 else:
-                    flags = 1 if end_flag(terminated, "terminated") else 0
+                    flags = 1 if _slow.end_flag(terminated, "terminated") else 0
                 if truncated is True:
                     flags |= 2
-                elif truncated is not False and end_flag(truncated, "truncated"):
+                elif truncated is not False and _slow.end_flag(truncated, "truncated"):
                     flags |= 2
             except Exception as error:
                 self.failures.append((column, "step", error, None, None))
@@ -456,7 +472,7 @@ cdef class EnvStepper:
                 try:
                     info_value = info[key]
                     if type(info_value) is not float:
-                        info_value = info_number(info_value, key)
+                        info_value = _slow.info_number(info_value, key)
                     (<cnp.ndarray>self.info_storage[leaf_index])[t, column] = info_value
                 except (KeyError, TypeError, ValueError) as error:
                     self.failures.append((column, "info", error, key, info))
@@ -616,3 +632,226 @@ cdef Py_ssize_t _dispatch_out_of_bounds(
     if type_number == cnp.NPY_DOUBLE:
         return _first_row_out_of_bounds[cython.double](<double*>data, rows, k, lo, hi)
     raise TypeError(f"unsupported dtype {flat.dtype} for a bounds check.")
+
+
+cdef class RowStepper:
+    """A group's whole step of one row, end of episode included (see the twin's docstring).
+
+    One call per row: split the actions, step every env, and for the envs whose
+    episode ended scatter the terminal observation, reset with the next episode
+    seed read from the seed table, write the reset observation; then check the
+    new rows' values. Python runs only inside the envs and on the rare paths the
+    ``hooks`` object handles (errors, warnings, the general conversion rule).
+    """
+
+    cdef EnvStepper stepper
+    cdef StepRecorder recorder
+    cdef object action_leaf
+    cdef bint action_rows_are_arrays
+    cdef object split_nested
+    cdef object seed_table
+    cdef const int64[:, ::1] seeds
+    cdef int64[::1] blocks
+    cdef int64[::1] episodes_started
+    cdef int64[:] running_seeds
+    cdef list checked
+    cdef object hooks
+    cdef Py_ssize_t num_envs
+    cdef double[::1] reset_seconds
+    cdef bint timed
+
+    def __init__(self, EnvStepper stepper not None, list action_leaves not None, split_nested, seed_table, running_seeds, list checked_leaves not None, hooks, reset_seconds=None):
+        cdef ObservationWriter writer
+        _paths().check_row_stepper_arguments(
+            (stepper.recorder.rewards.shape[0], stepper.recorder.num_envs), action_leaves, split_nested,
+            seed_table, running_seeds, checked_leaves,
+            [(<ObservationWriter>w).observations for w in stepper.writers], hooks, reset_seconds,
+        )
+        self.timed = reset_seconds is not None
+        if self.timed:
+            self.reset_seconds = reset_seconds
+        self.stepper = stepper
+        self.recorder = stepper.recorder
+        self.action_leaf = action_leaves[0]
+        self.action_rows_are_arrays = action_leaves[0].ndim > 2
+        self.split_nested = split_nested
+        self.seed_table = seed_table
+        self.seeds = seed_table.seeds
+        self.blocks = seed_table.blocks
+        self.episodes_started = seed_table.episodes_started
+        self.running_seeds = running_seeds
+        self.checked = []
+        for leaf_index, low, high in checked_leaves:
+            writer = <ObservationWriter>stepper.writers[leaf_index]
+            self.checked.append(_LeafBounds(writer, low, high))
+        self.hooks = hooks
+        self.num_envs = stepper.num_envs
+
+    cdef list _split(self, Py_ssize_t t):
+        if self.split_nested is not None:
+            return self.split_nested(t)
+        row = self.action_leaf[t]
+        if self.action_rows_are_arrays:
+            # A copy per step: an env may keep or change its action without touching the batch.
+            row = row.copy()
+        return list(row)
+
+    def step(self, Py_ssize_t t):
+        cdef Py_ssize_t n_done
+        cdef _LeafBounds bounds
+        if t < 0 or t >= self.recorder.rewards.shape[0]:
+            raise IndexError(f"time step {t} is outside [0, {self.recorder.rewards.shape[0]}).")
+        n_done = self.stepper._step(t, self._split(t))
+        if n_done < 0:
+            self.hooks.step_failed(t)
+            raise RuntimeError("`hooks.step_failed` returned; it must raise.")
+        if n_done:
+            self._end_episodes(t, n_done)
+        for bounds in self.checked:
+            if bounds.row_outside(t + 1):
+                self.hooks.rows_outside(t, n_done)
+                break
+        return n_done
+
+    cdef int _end_episodes(self, Py_ssize_t t, Py_ssize_t n_done) except -1:
+        cdef Py_ssize_t k, column, episode, block, offset
+        cdef int64 seed
+        cdef double started
+        cdef ObservationWriter writer
+        cdef _LeafBounds bounds
+        cdef const int64[:] done_columns = self.recorder.done_columns
+        cdef list failures = None
+        for writer in self.stepper.writers:
+            if writer.row_nbytes:
+                for k in range(n_done):
+                    column = done_columns[k]
+                    memcpy(&writer.final_bytes[t, column, 0], &writer.observation_bytes[t + 1, column, 0], writer.row_nbytes)
+        for bounds in self.checked:
+            if bounds.finals_outside(t, done_columns, n_done):
+                self.hooks.finals_outside(t, n_done)
+                break
+        for k in range(n_done):
+            column = done_columns[k]
+            episode = self.episodes_started[column]
+            block = episode // self.seeds.shape[1]
+            offset = episode - block * self.seeds.shape[1]
+            if self.blocks[column] != block:
+                self.seed_table.fill(column, block)
+            seed = self.seeds[column, offset]
+            try:
+                if self.timed:
+                    started = parallel_rollouts_clock()
+                    result = self.stepper.envs[column].reset(seed=seed)
+                    self.reset_seconds[column] += parallel_rollouts_clock() - started
+                else:
+                    result = self.stepper.envs[column].reset(seed=seed)
+                if type(result) is not tuple or len(<tuple>result) != 2:
+                    result = _slow.check_reset_result(result)
+                observation = (<tuple>result)[0]
+            except Exception as error:
+                if failures is None:
+                    failures = []
+                failures.append((column, error))
+                continue
+            self.episodes_started[column] = episode + 1
+            self.running_seeds[column] = seed
+            if not self._write_reset(t + 1, column, observation):
+                self.hooks.reset_unwritable(t, column, observation)
+        if failures:
+            self.hooks.reset_failed(t, failures)
+            raise RuntimeError("`hooks.reset_failed` returned; it must raise.")
+        return 0
+
+    cdef bint _write_reset(self, Py_ssize_t row, Py_ssize_t column, object observation) except -1:
+        cdef Py_ssize_t leaf_index
+        cdef list writers = self.stepper.writers
+        if self.stepper.flatten is None:
+            return (<ObservationWriter>writers[0])._copy_into(row, column, observation)
+        try:
+            values = self.stepper.flatten(observation)
+        except Exception:
+            return False
+        if len(values) != len(writers):
+            return False
+        for leaf_index in range(len(writers)):
+            if not (<ObservationWriter>writers[leaf_index])._copy_into(row, column, values[leaf_index]):
+                return False
+        return True
+
+
+cdef class _LeafBounds:
+    """The bounds of one observation leaf and the typed check of its rows in place."""
+
+    cdef ObservationWriter writer
+    cdef const double[::1] low
+    cdef const double[::1] high
+    cdef int type_number
+    cdef Py_ssize_t itemsize
+    cdef Py_ssize_t elements
+
+    def __init__(self, ObservationWriter writer not None, low, high):
+        self.writer = writer
+        self.low = low
+        self.high = high
+        self.type_number = (<cnp.dtype>writer.dtype).type_num
+        self.itemsize = (<cnp.dtype>writer.dtype).itemsize
+        self.elements = low.shape[0]
+        if self.type_number == cnp.NPY_BOOL:
+            self.type_number = cnp.NPY_UBYTE
+        if not _has_kernel(self.type_number):
+            # float16 and the like: no typed kernel; the caller checks such leaves the slow way.
+            self.type_number = -1
+
+    cdef bint row_outside(self, Py_ssize_t row) except -1:
+        """Whether any env's values in observations row ``row`` lie outside the bounds."""
+        cdef Py_ssize_t column
+        if self.elements == 0:
+            return False
+        if self.type_number < 0:
+            return find_out_of_bounds(self.writer.observations[row], np.asarray(self.low), np.asarray(self.high)) >= 0
+        for column in range(self.writer.num_envs):
+            if _pointer_outside(&self.writer.observation_bytes[row, column, 0], self.type_number, self.itemsize, self.elements, &self.low[0], &self.high[0]):
+                return True
+        return False
+
+    cdef bint finals_outside(self, Py_ssize_t t, const int64[:] columns, Py_ssize_t count) except -1:
+        """Whether any terminal observation ``final_observations[t, columns[:count]]`` lies outside."""
+        cdef Py_ssize_t k
+        if self.elements == 0:
+            return False
+        if self.type_number < 0:
+            # Until the resets overwrite it, row t + 1 holds what was just copied into the finals.
+            return find_out_of_bounds(
+                self.writer.observations[t + 1][np.asarray(columns[:count])], np.asarray(self.low), np.asarray(self.high)
+            ) >= 0
+        for k in range(count):
+            if _pointer_outside(&self.writer.final_bytes[t, columns[k], 0], self.type_number, self.itemsize, self.elements, &self.low[0], &self.high[0]):
+                return True
+        return False
+
+
+cdef bint _pointer_outside(
+    const unsigned char* data, int type_number, Py_ssize_t size, Py_ssize_t k, const double* lo, const double* hi
+) noexcept nogil:
+    """One row of ``k`` elements at ``data``: is any element outside ``[lo, hi]`` (NaN included)?"""
+    if type_number == cnp.NPY_UBYTE:
+        return _first_row_out_of_bounds[cython.uchar](<unsigned char*>data, 1, k, lo, hi) >= 0
+    if type_number == cnp.NPY_BYTE:
+        return _first_row_out_of_bounds[cython.schar](<signed char*>data, 1, k, lo, hi) >= 0
+    if type_number == cnp.NPY_SHORT:
+        return _first_row_out_of_bounds[cython.short](<short*>data, 1, k, lo, hi) >= 0
+    if type_number == cnp.NPY_USHORT:
+        return _first_row_out_of_bounds[cython.ushort](<unsigned short*>data, 1, k, lo, hi) >= 0
+    if type_number == cnp.NPY_FLOAT:
+        return _first_row_out_of_bounds[cython.float](<float*>data, 1, k, lo, hi) >= 0
+    if type_number == cnp.NPY_DOUBLE:
+        return _first_row_out_of_bounds[cython.double](<double*>data, 1, k, lo, hi) >= 0
+    if type_number in (cnp.NPY_INT, cnp.NPY_LONG, cnp.NPY_LONGLONG) and size == 4:
+        return _first_row_out_of_bounds[cython.int](<int*>data, 1, k, lo, hi) >= 0
+    if type_number in (cnp.NPY_UINT, cnp.NPY_ULONG, cnp.NPY_ULONGLONG) and size == 4:
+        return _first_row_out_of_bounds[cython.uint](<unsigned int*>data, 1, k, lo, hi) >= 0
+    if type_number in (cnp.NPY_INT, cnp.NPY_LONG, cnp.NPY_LONGLONG) and size == 8:
+        return _first_row_out_of_bounds[cython.longlong](<long long*>data, 1, k, lo, hi) >= 0
+    if type_number in (cnp.NPY_UINT, cnp.NPY_ULONG, cnp.NPY_ULONGLONG) and size == 8:
+        return _first_row_out_of_bounds[cython.ulonglong](<unsigned long long*>data, 1, k, lo, hi) >= 0
+    return False

@@ -12,11 +12,19 @@ summarized across rounds.
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from .contenders import COLLECTOR_CONTENDERS, REFERENCE_CONTENDER, Contender, make_contender, unavailable_reason
+from .contenders import (
+    COLLECTOR_CONTENDERS,
+    REFERENCE_CONTENDER,
+    REFERENCE_CONTENDERS,
+    Contender,
+    make_contender,
+    unavailable_reason,
+)
 from .envs import measure_step_cpu_seconds
 from .summary import summarize_ratios, summarize_throughputs
 from .workloads import Workload, get_workload
@@ -88,18 +96,23 @@ def _run_group(
             for contender in contenders:
                 contender.collect()
         seconds: dict[str, list[float]] = {contender.name: [] for contender in contenders}
+        cpu_seconds: dict[str, list[float]] = {contender.name: [] for contender in contenders}
         useful: dict[str, list[int]] = {contender.name: [] for contender in contenders}
         for round_index in range(settings.rounds):
             for contender in contenders:
+                # This process's CPU time: the whole cost of a single-process contender, and
+                # less sensitive than wall time to other load on a shared machine.
+                cpu_start = time.process_time()
                 start = time.perf_counter()
                 useful_transitions = contender.collect()
                 seconds[contender.name].append(time.perf_counter() - start)
+                cpu_seconds[contender.name].append(time.process_time() - cpu_start)
                 useful[contender.name].append(useful_transitions)
             progress(f"  round {round_index + 1}/{settings.rounds} done")
     finally:
         _close_all(contenders)
     processes = {contender.name: contender.processes for contender in contenders}
-    return _summarize_group(workload, num_envs, settings, seconds, useful, processes, skipped)
+    return _summarize_group(workload, num_envs, settings, seconds, cpu_seconds, useful, processes, skipped)
 
 
 def _close_all(contenders: list[Contender]) -> None:
@@ -116,6 +129,7 @@ def _summarize_group(
     num_envs: int,
     settings: ComparisonSettings,
     seconds: dict[str, list[float]],
+    cpu_seconds: dict[str, list[float]],
     useful: dict[str, list[int]],
     processes: dict[str, int],
     skipped: dict[str, str],
@@ -136,6 +150,20 @@ def _summarize_group(
         }
         if REFERENCE_CONTENDER in rates:
             entry["ratio_vs_reference"] = summarize_ratios(rates[name], rates[REFERENCE_CONTENDER])
+        entry["ratios"] = {
+            reference: summarize_ratios(rates[name], rates[reference])
+            for reference in REFERENCE_CONTENDERS
+            if reference in rates
+        }
+        if processes[name] == 1:
+            # Only a single-process contender's whole cost shows in this process's CPU time.
+            per_transition = [cpu / transitions for cpu in cpu_seconds[name]]
+            entry["cpu_seconds_per_transition"] = {
+                "median": statistics.median(per_transition),
+                "min": min(per_transition),
+                "max": max(per_transition),
+                "samples": per_transition,
+            }
         if name.startswith("async") and "sync" in rates:
             # What the worker processes buy (or cost) against stepping in this process.
             entry["ratio_vs_sync"] = summarize_ratios(rates[name], rates["sync"])

@@ -18,11 +18,21 @@ Contenders, by name (``processes`` in the report says how many processes each us
     ``sync`` with the pure-Python core.
 ``async/pipelined``, ``async/workers``
     ``async`` with ``pipelined=True`` / with ``policy_placement="workers"`` (rollout workers).
+``hand-loop``
+    The loop a CleanRL user writes by hand: preallocated ``obs``/``actions``/``rewards``/
+    ``dones`` arrays, a Python loop over a list of envs, and ``env.reset()`` without a seed
+    when an episode ends. No final observations, one ``dones`` flag for both ends, no
+    episode books. Each observation is copied twice (into the next-observation array, then
+    into ``obs``). One process.
+``hand-loop-reseeding``
+    The same loop resetting each finished env with the next of its per-episode seeds
+    (``reset(seed=...)``), as the collector does so that any episode can be replayed
+    alone: the like-for-like reference for what the collector records. One process.
 ``bare-loop``
-    No framework, the floor every ratio is taken against: a Python loop over a list of
-    envs writing into preallocated arrays, keeping final observations and resetting each
-    finished env at once with a seed from a precomputed list (the per-episode reseeding
-    the collector does too). One process.
+    A Python loop over a list of envs writing into preallocated arrays, keeping final
+    observations and separate termination/truncation flags, and resetting each finished
+    env at once with a seed from a precomputed list (the per-episode reseeding the
+    collector does too). One process.
 ``bare-loop/2proc``
     Two bare loops, each on half the envs, in two processes that never exchange anything
     during a collect: the ceiling of any runner that uses two worker processes on this
@@ -66,6 +76,7 @@ __all__ = [
     "HEADLINE_CONTENDERS",
     "PEER_CONTENDERS",
     "REFERENCE_CONTENDER",
+    "REFERENCE_CONTENDERS",
     "make_contender",
     "unavailable_reason",
 ]
@@ -81,11 +92,13 @@ COLLECTOR_CONTENDERS: dict[str, dict[str, Any]] = {
     "async/pipelined": {"backend": "async", "pipelined": True},
     "async/workers": {"backend": "async", "policy_placement": "workers"},
 }
-PEER_CONTENDERS = ("bare-loop", "bare-loop/2proc", "gym-sync", "gym-async", "envpool", "sb3-subproc")
-#: Every ratio in a comparison is taken against this contender.
+PEER_CONTENDERS = ("hand-loop", "hand-loop-reseeding", "bare-loop", "bare-loop/2proc", "gym-sync", "gym-async", "envpool", "sb3-subproc")
+#: ``ratio_vs_reference`` in a comparison is taken against this contender.
 REFERENCE_CONTENDER = "bare-loop"
+#: Every contender's ratio is also reported against each of these that ran (``ratios``).
+REFERENCE_CONTENDERS = ("hand-loop", "hand-loop-reseeding", "bare-loop")
 #: What the comparison runs by default.
-HEADLINE_CONTENDERS = ("bare-loop", "bare-loop/2proc", "sync", "sync/reuse", "async", "async/reuse",
+HEADLINE_CONTENDERS = ("hand-loop", "hand-loop-reseeding", "bare-loop", "bare-loop/2proc", "sync", "sync/reuse", "async", "async/reuse",
                        "async/pipelined", "async/workers", "gym-sync", "gym-async", "envpool", "sb3-subproc")
 
 # Episode seeds the bare loop draws up front per env; it cycles through them if a run
@@ -280,6 +293,61 @@ class StableBaselinesLoop:
         self.envs.close()
 
 
+class HandLoop:
+    """What a CleanRL user writes: step a list of envs in Python, reset on done, no final observations.
+
+    ``reseed``: reset every finished env with the next of its per-episode seeds (drawn up
+    front, like the bare loop's); otherwise with no seed, as CleanRL's loop does.
+    """
+
+    def __init__(self, workload: Workload, num_envs: int, horizon: int, seed: int, reseed: bool) -> None:
+        self.name = "hand-loop-reseeding" if reseed else "hand-loop"
+        self.processes = 1
+        self.policy = workload.policy
+        self.horizon = horizon
+        self.envs = [env_fn() for env_fn in workload.env_fns(num_envs)]
+        observation_space = self.envs[0].observation_space
+        self.observations = allocate_like(observation_space, (horizon, num_envs))
+        self.actions = allocate_like(self.envs[0].action_space, (horizon, num_envs))
+        self.rewards = np.zeros((horizon, num_envs), dtype=np.float32)
+        self.dones = np.zeros((horizon, num_envs), dtype=np.float32)
+        self.next_observation = allocate_like(observation_space, (num_envs,))
+        self._reseed = reseed
+        seeds = np.random.SeedSequence(seed).generate_state(num_envs * RAW_LOOP_SEEDS_PER_ENV, np.uint32)
+        self._episode_seeds = seeds.reshape(num_envs, RAW_LOOP_SEEDS_PER_ENV).tolist()
+        self._episodes_started = [0] * num_envs
+        for column, env in enumerate(self.envs):
+            observation, _ = env.reset(seed=self._next_seed(column))
+            store(self.next_observation, column, observation)
+
+    def _next_seed(self, column: int) -> int:
+        seeds = self._episode_seeds[column]
+        seed = seeds[self._episodes_started[column] % len(seeds)]
+        self._episodes_started[column] += 1
+        return seed
+
+    def collect(self) -> int:
+        observations, next_observation = self.observations, self.next_observation
+        rewards, dones, reseed = self.rewards, self.dones, self._reseed
+        for t in range(self.horizon):
+            store(observations, t, next_observation)
+            action = self.policy(next_observation)
+            self.actions[t] = action
+            for column, env in enumerate(self.envs):
+                observation, reward, terminated, truncated, _ = env.step(action[column])
+                done = terminated or truncated
+                if done:
+                    observation, _ = env.reset(seed=self._next_seed(column)) if reseed else env.reset()
+                store(next_observation, column, observation)
+                rewards[t, column] = reward
+                dones[t, column] = done
+        return self.horizon * len(self.envs)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
 class BareLoop:
     """No framework: step a list of envs in Python, write into preallocated arrays."""
 
@@ -403,6 +471,8 @@ def make_contender(
     reason = unavailable_reason(name, workload, num_envs)
     if reason is not None:
         raise ValueError(f"contender {name!r} cannot run here: {reason}.")
+    if name in ("hand-loop", "hand-loop-reseeding"):
+        return HandLoop(workload, num_envs, horizon, seed, reseed=name == "hand-loop-reseeding")
     if name == "bare-loop":
         return BareLoop(workload, num_envs, horizon, seed)
     if name == "bare-loop/2proc":

@@ -17,8 +17,11 @@ _HEADERS = (
     "best t/s",
     "spread",
     "useful median t/s",
-    "vs bare-loop (median [min, max])",
-    "vs async (median [min, max])",
+    "CPU us/transition",
+    "vs hand-loop",
+    "vs hand-loop-reseeding",
+    "vs bare-loop",
+    "vs async",
 )
 
 
@@ -26,6 +29,12 @@ def _ratio_cell(ratio: dict | None) -> str:
     if ratio is None:
         return "-"
     return f"{ratio['median']:.2f}x [{ratio['min']:.2f}, {ratio['max']:.2f}]"
+
+
+def _cpu_cell(cpu: dict | None) -> str:
+    if cpu is None:
+        return "-"
+    return f"{cpu['median'] * 1e6:.2f}"
 
 
 def _rows(group: dict) -> list[tuple[str, ...]]:
@@ -41,7 +50,10 @@ def _rows(group: dict) -> list[tuple[str, ...]]:
                 f"{rates['best']:,.0f}",
                 f"{rates['spread']:.2f}x",
                 f"{entry['useful_transitions_per_s']['median']:,.0f}",
-                _ratio_cell(entry.get("ratio_vs_reference")),
+                _cpu_cell(entry.get("cpu_seconds_per_transition")),
+                _ratio_cell(entry.get("ratios", {}).get("hand-loop")),
+                _ratio_cell(entry.get("ratios", {}).get("hand-loop-reseeding")),
+                _ratio_cell(entry.get("ratios", {}).get("bare-loop", entry.get("ratio_vs_reference"))),
                 _ratio_cell(entry.get("ratio_vs_async")),
             )
         )
@@ -61,9 +73,11 @@ def _notes(group: dict) -> list[str]:
         "t/s = transitions per second, horizon x num_envs per collect for every contender; "
         "best = fastest round; spread = fastest / slowest round; processes = processes the "
         "contender runs in, this one included.",
-        "Ratios are per-round (both contenders timed in the same round), then the median, min "
-        f"and max over rounds, against {group['reference']} (and each async mode against the "
-        "default async).",
+        "Ratios (median [min, max]) are per-round (both contenders timed in the same round), then "
+        "the median, min and max over rounds, against each reference loop that ran (and each "
+        "async mode against the default async).",
+        "CPU us/transition: this process's CPU time per transition, single-process contenders only "
+        "(drifts less than wall time on a shared machine).",
         "Gymnasium's vector envs and EnvPool autoreset in the next step: the step after an episode "
         "ends is a reset row whose action is ignored, one of every episode_length + 1 steps "
         f"(~{group['autoreset_row_share']:.1%} at {group['episode_length']} steps); "
@@ -93,6 +107,9 @@ def comparison_markdown(result: dict) -> str:
     lines += [f"- {key}: {value}" for key, value in result["machine"].items()]
     lines += ["", "## Settings", ""]
     lines += [f"- {key}: {value}" for key, value in result["settings"].items()]
+    if "load_average" in result:
+        load = result["load_average"]
+        lines += [f"- load average (1, 5, 15 min) before: {load['before']}, after: {load['after']}"]
     lines += targets_markdown(result)
     for group in result["groups"]:
         lines += ["", f"## {group['env']}, {group['num_envs']} envs", "", _group_title(group), ""]
@@ -147,10 +164,14 @@ def plot_throughput(result: dict, path: Path) -> None:
 
 #: The speed targets the comparison reports: (label, workload, num_envs, contender, reference, at least).
 TARGETS = (
-    ("sync with default settings vs a bare loop, CartPole", "cartpole", 16, "sync", "bare-loop", 0.95),
-    ("sync with default settings vs a bare loop, 84x84x4 frames", "image", 16, "sync", "bare-loop", 0.90),
-    ("rollout workers (2) vs a bare loop, CartPole", "cartpole", 16, "async/workers", "bare-loop", 1.50),
-    ("rollout workers (2) vs a bare loop, ~0.5 ms env", "half_ms", 16, "async/workers", "bare-loop", 1.60),
+    ("sync vs the reseeding hand loop, CartPole", "cartpole", 16, "sync", "hand-loop-reseeding", 1.05),
+    ("sync vs the reseeding hand loop, 84x84x4 frames", "image", 16, "sync", "hand-loop-reseeding", 1.05),
+    ("sync vs the reseeding hand loop, ~0.5 ms env", "half_ms", 16, "sync", "hand-loop-reseeding", 1.0),
+    ("sync vs the hand loop, CartPole", "cartpole", 16, "sync", "hand-loop", 0.95),
+    ("sync vs the hand loop, 84x84x4 frames", "image", 16, "sync", "hand-loop", 1.0),
+    ("rollout workers (2) vs the hand loop, CartPole", "cartpole", 16, "async/workers", "hand-loop", 1.55),
+    ("rollout workers (2) vs the hand loop, 84x84x4 frames", "image", 16, "async/workers", "hand-loop", 1.0),
+    ("rollout workers (2) vs the hand loop, ~0.5 ms env", "half_ms", 16, "async/workers", "hand-loop", 1.5),
     ("pipelined vs default async, policy costing one env step per row", "costly_policy", 16, "async/pipelined", "async", 1.40),
 )
 
@@ -159,6 +180,7 @@ TARGETS = (
 #: contender, reference). Two bare loops in two processes are the ceiling of any runner
 #: with two worker processes; a runner's ratio to them is the share of it that it reaches.
 CEILINGS = (
+    ("two independent bare loops vs the hand loop, CartPole", "cartpole", 16, "bare-loop/2proc", "hand-loop"),
     ("two independent bare loops vs one (the two-process ceiling), CartPole", "cartpole", 16, "bare-loop/2proc", "bare-loop"),
     ("rollout workers (2) vs that ceiling, CartPole", "cartpole", 16, "async/workers", "bare-loop/2proc"),
     ("two independent bare loops vs one, ~0.5 ms env", "half_ms", 16, "bare-loop/2proc", "bare-loop"),

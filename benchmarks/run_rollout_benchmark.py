@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import sys
 import time
 from pathlib import Path
@@ -178,7 +179,11 @@ def run_compare(args: argparse.Namespace, machine: dict) -> dict:
         num_workers=args.num_workers,
         warmup_collects=args.warmup,
     )
+    load_before = os.getloadavg()
     result = {"machine": machine, **run_comparison(settings, progress=lambda line: print(line, flush=True))}
+    # Other programs' load while this ran (1, 5, 15-minute averages): with more runnable processes
+    # than cores, multi-process contenders get less than their share and wall-time ratios move.
+    result["load_average"] = {"before": load_before, "after": os.getloadavg()}
     for group in result["groups"]:
         print("\n" + format_group_table(group), flush=True)
     result["targets"] = target_rows(result)

@@ -16,6 +16,7 @@ __all__ = [
     "check_counted",
     "check_done_columns",
     "check_observation_storage",
+    "check_row_stepper_arguments",
     "check_step_lists",
     "check_step_storage",
     "check_stepper_arguments",
@@ -179,3 +180,70 @@ def check_stepper_arguments(
         seconds = _require_array(step_seconds, "step_seconds", np.float64, 1)
         if seconds.shape != (num_envs,) or not seconds.flags.c_contiguous:
             raise ValueError(f"`step_seconds` must be a contiguous [{num_envs}] float64 array; got shape {seconds.shape!r}.")
+
+
+ROW_STEPPER_HOOKS = ("step_failed", "rows_outside", "finals_outside", "reset_unwritable", "reset_failed")
+
+
+def check_row_stepper_arguments(
+    step_shape: tuple[int, int],
+    action_leaves: Any,
+    split_nested: Any,
+    seed_table: Any,
+    running_seeds: Any,
+    checked_leaves: Any,
+    observation_leaves: list[np.ndarray],
+    hooks: Any,
+    reset_seconds: Any = None,
+) -> None:
+    """What ``RowStepper`` needs, checked once: every later step trusts it."""
+    horizon, num_envs = step_shape
+    if reset_seconds is not None:
+        seconds = _require_array(reset_seconds, "reset_seconds", np.float64, 1)
+        if seconds.shape != (num_envs,) or not seconds.flags.c_contiguous:
+            raise ValueError(f"`reset_seconds` must be a contiguous [{num_envs}] float64 array; got shape {seconds.shape!r}.")
+    if type(action_leaves) is not list or not action_leaves:
+        raise TypeError(f"`action_leaves` must be a non-empty list of arrays; got {action_leaves!r}.")
+    for index, leaf in enumerate(action_leaves):
+        if type(leaf) is not np.ndarray or leaf.ndim < 2 or leaf.shape[0] < horizon or leaf.shape[1] != num_envs:
+            raise ValueError(
+                f"`action_leaves[{index}]` must be an array [>= {horizon} rows, {num_envs} envs, ...]; got "
+                f"{getattr(leaf, 'shape', type(leaf).__name__)!r}."
+            )
+    if split_nested is None:
+        if len(action_leaves) != 1:
+            raise ValueError(f"{len(action_leaves)} action leaves need `split_nested`; got None.")
+    elif not callable(split_nested):
+        raise TypeError(f"`split_nested` must be None or callable; got {type(split_nested).__name__}.")
+    seeds = getattr(seed_table, "seeds", None)
+    _require_array(seeds, "seed_table.seeds", np.int64, 2)
+    if seeds.shape[0] != num_envs or seeds.shape[1] < 1 or not seeds.flags.c_contiguous:
+        raise ValueError(f"`seed_table.seeds` must be a C-contiguous [{num_envs}, block] array; got {seeds.shape!r}.")
+    for field in ("blocks", "episodes_started"):
+        array = _require_array(getattr(seed_table, field, None), f"seed_table.{field}", np.int64, 1)
+        if array.shape != (num_envs,):
+            raise ValueError(f"`seed_table.{field}` must have shape ({num_envs},); got {array.shape!r}.")
+    if not callable(getattr(seed_table, "fill", None)):
+        raise TypeError("`seed_table` must have a `fill(column, block)` method.")
+    if _require_array(running_seeds, "running_seeds", np.int64, 1).shape != (num_envs,):
+        raise ValueError(f"`running_seeds` must have shape ({num_envs},); got {running_seeds.shape!r}.")
+    if type(checked_leaves) is not list:
+        raise TypeError(f"`checked_leaves` must be a list; got {type(checked_leaves).__name__}.")
+    for entry in checked_leaves:
+        if type(entry) is not tuple or len(entry) != 3 or not isinstance(entry[0], int):
+            raise TypeError(f"`checked_leaves` entries must be (leaf_index, low, high); got {entry!r}.")
+        leaf_index, low, high = entry
+        if not 0 <= leaf_index < len(observation_leaves):
+            raise IndexError(f"checked leaf {leaf_index} is outside [0, {len(observation_leaves)}).")
+        elements = int(np.prod(observation_leaves[leaf_index].shape[2:]))
+        for field, bounds in (("low", low), ("high", high)):
+            if _require_array(bounds, field, np.float64, 1, writeable=False).shape != (elements,) or not bounds.flags.c_contiguous:
+                raise ValueError(
+                    f"`{field}` of checked leaf {leaf_index} must be C-contiguous float64 of {elements} elements; "
+                    f"got shape {bounds.shape!r}."
+                )
+        if observation_leaves[leaf_index].dtype.kind not in "biuf":
+            raise TypeError(f"checked leaf {leaf_index} has dtype {observation_leaves[leaf_index].dtype}; no bounds check for it.")
+    missing = [name for name in ROW_STEPPER_HOOKS if not callable(getattr(hooks, name, None))]
+    if missing:
+        raise TypeError(f"`hooks` lacks the methods {missing!r}.")

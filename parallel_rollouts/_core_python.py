@@ -4,7 +4,7 @@ Both modules expose the same names with the same signatures and semantics, and
 the test suite runs every case through both. This file is the readable
 specification; the Cython module is the fast one.
 
-Three pieces of per-step work live here:
+The per-step work of a group of envs lives here:
 
 * :class:`ObservationWriter` moves env observations into one leaf of the
   preallocated ``[rows, env, ...]`` observation storage and scatters the rows of
@@ -14,6 +14,13 @@ Three pieces of per-step work live here:
 * :class:`StepRecorder` writes one step of rewards and end flags and keeps the
   episode books: running return and length per env, the seed of the episode each
   row belongs to, and a record for every episode that ends.
+* :class:`EnvStepper` steps every env of a group once and records the step.
+* :class:`RowStepper` is a group's whole step of one row: it splits the actions,
+  runs the :class:`EnvStepper`, scatters the terminal observations of the envs
+  whose episode ended, resets them with their next episode seeds, and checks
+  the new rows against the space's bounds. What only Python can do (building
+  an error, warning about a value) it hands to the ``hooks`` object it was
+  built with.
 
 Storage handed to either class may be a column slice (``array[:, lo:hi]``) of a
 larger ``[rows, num_envs, ...]`` array, which is how one worker writes its own
@@ -30,14 +37,15 @@ from ._core_checks import (
     check_counted,
     check_done_columns,
     check_observation_storage,
+    check_row_stepper_arguments,
     check_step_lists,
     check_step_storage,
     check_stepper_arguments,
 )
 from .conversion import convert_row
-from .env_returns import check_step_result, end_flag, info_number, reward_value
+from .env_returns import check_reset_result, check_step_result, end_flag, info_number, reward_value
 
-__all__ = ["EnvStepper", "ObservationWriter", "StepRecorder", "find_out_of_bounds"]
+__all__ = ["EnvStepper", "ObservationWriter", "RowStepper", "StepRecorder", "find_out_of_bounds"]
 
 
 class ObservationWriter:
@@ -413,6 +421,140 @@ class EnvStepper:
             if not writer._copy_into(row, column, value):
                 self.bad_observation = (column, leaf_index, value)
                 return
+
+
+class RowStepper:
+    """A group's whole step of one row, end of episode included.
+
+    Parameters
+    ----------
+    stepper:
+        The rollout's :class:`EnvStepper`.
+    action_leaves:
+        The rollout's action storage, one ``[horizon, num_envs, *leaf]`` array
+        per leaf of the action space.
+    split_nested:
+        ``None`` for a single-leaf action space (each env gets row ``t`` of the
+        leaf, a NumPy scalar or a view of a copy made for this step), else
+        ``split_nested(t)`` returning the list of per-env actions.
+    seed_table:
+        The group's :class:`~parallel_rollouts.seeding.EpisodeSeedTable`: arrays
+        ``seeds``, ``blocks``, ``episodes_started`` and a method
+        ``fill(column, block)``.
+    running_seeds:
+        The recorder's ``running_seeds``; a reset sets its env's entry.
+    checked_leaves:
+        ``(leaf_index, low, high)`` for each observation leaf whose values are
+        checked (flat float64 bounds); empty when ``observation_check="off"``.
+    hooks:
+        The Python side of the group, called only on rare paths:
+        ``step_failed(t)`` (must raise: see the stepper's ``failures`` and
+        ``bad_observation``), ``rows_outside(t, n_done)`` and
+        ``finals_outside(t, n_done)`` (a value of row ``t + 1`` / of a terminal
+        observation lies outside the bounds: raise or warn),
+        ``reset_unwritable(t, column, observation)`` (a reset observation the fast
+        path cannot store: store it by the general rule or raise) and
+        ``reset_failed(t, failures)`` (must raise; ``failures`` holds
+        ``(column, exception)`` for each env whose ``reset`` failed).
+    reset_seconds:
+        ``None``, or a contiguous ``[num_envs]`` float64 array: each reset of an
+        env whose episode ended adds the seconds its ``reset`` call took.
+
+    :meth:`step` does, in order: split the actions; step every env (the
+    :class:`EnvStepper`); for the envs whose episode ended, copy row ``t + 1``
+    into ``final_observations[t]``, check those terminal observations, and reset
+    each env with its next episode seed, writing the reset observation over row
+    ``t + 1`` (every env is reset even after one fails); then check row ``t + 1``.
+    It returns how many episodes ended.
+    """
+
+    def __init__(
+        self, stepper: EnvStepper, action_leaves: list, split_nested, seed_table, running_seeds: np.ndarray,
+        checked_leaves: list, hooks, reset_seconds=None,
+    ) -> None:
+        if not isinstance(stepper, EnvStepper):
+            raise TypeError(f"Argument 'stepper' has incorrect type (expected EnvStepper, got {type(stepper).__name__})")
+        check_row_stepper_arguments(
+            stepper._recorder._rewards.shape, action_leaves, split_nested, seed_table, running_seeds,
+            checked_leaves, [writer._observations for writer in stepper._writers], hooks, reset_seconds,
+        )
+        self._reset_seconds = reset_seconds
+        self._stepper = stepper
+        self._action_leaves = action_leaves
+        self._split_nested = split_nested
+        self._seed_table = seed_table
+        self._running_seeds = running_seeds
+        self._checked_leaves = checked_leaves
+        self._hooks = hooks
+        self._num_envs = len(stepper._envs)
+
+    def _split(self, t: int) -> list:
+        if self._split_nested is not None:
+            return self._split_nested(t)
+        row = self._action_leaves[0][t]
+        return list(row.copy() if row.ndim > 1 else row)
+
+    def step(self, t: int) -> int:
+        """Step row ``t`` (see the class docstring); return how many episodes ended."""
+        stepper = self._stepper
+        n_done = stepper.step(t, self._split(t))
+        if n_done < 0:
+            self._hooks.step_failed(t)
+            raise RuntimeError("`hooks.step_failed` returned; it must raise.")
+        if n_done:
+            self._end_episodes(t, n_done)
+        for leaf_index, low, high in self._checked_leaves:
+            if find_out_of_bounds(stepper._writers[leaf_index]._observations[t + 1], low, high) >= 0:
+                self._hooks.rows_outside(t, n_done)
+                break
+        return n_done
+
+    def _end_episodes(self, t: int, n_done: int) -> None:
+        stepper = self._stepper
+        done_columns = stepper._recorder._done_columns
+        ended = done_columns[:n_done]
+        for writer in stepper._writers:
+            writer.scatter_final(t, done_columns, n_done)
+        for leaf_index, low, high in self._checked_leaves:
+            if find_out_of_bounds(stepper._writers[leaf_index]._final_observations[t, ended], low, high) >= 0:
+                self._hooks.finals_outside(t, n_done)
+                break
+        table = self._seed_table
+        failures = []
+        for column in ended.tolist():
+            episode = int(table.episodes_started[column])
+            block, offset = divmod(episode, table.seeds.shape[1])
+            if table.blocks[column] != block:
+                table.fill(column, block)
+            seed = int(table.seeds[column, offset])
+            try:
+                started = perf_counter()
+                result = stepper._envs[column].reset(seed=seed)
+                if self._reset_seconds is not None:
+                    self._reset_seconds[column] += perf_counter() - started
+                observation, _ = check_reset_result(result)
+            except Exception as error:
+                failures.append((column, error))
+                continue
+            table.episodes_started[column] = episode + 1
+            self._running_seeds[column] = seed
+            if not self._write_reset(t + 1, column, observation):
+                self._hooks.reset_unwritable(t, column, observation)
+        if failures:
+            self._hooks.reset_failed(t, failures)
+            raise RuntimeError("`hooks.reset_failed` returned; it must raise.")
+
+    def _write_reset(self, row: int, column: int, observation) -> bool:
+        writers = self._stepper._writers
+        if self._stepper._flatten is None:
+            return writers[0]._copy_into(row, column, observation)
+        try:
+            values = self._stepper._flatten(observation)
+        except Exception:
+            return False
+        if len(values) != len(writers):
+            return False
+        return all(writer._copy_into(row, column, value) for writer, value in zip(writers, values))
 
 
 def find_out_of_bounds(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> int:

@@ -93,7 +93,7 @@ class ActionBatchChecker:
         self._core = core
         self._source = source
         # What each leaf's check needs, worked out once rather than per step.
-        self._leaf_checks = []
+        self._leaf_checks: list = []
         for leaf_index, leaf in enumerate(layout.leaves):
             low, high = layout.bounds(leaf_index)
             passes_float_bounds = isinstance(leaf.space, spaces.Box) and leaf.dtype.kind == "f"
@@ -102,9 +102,25 @@ class ActionBatchChecker:
                 low, high = np.full_like(low, -np.inf), np.full_like(high, np.inf)
             where = f" at {leaf.name}" if layout.is_nested else ""
             self._leaf_checks.append((leaf, where, (num_envs,) + leaf.shape, (low, high)))
+        # The common case, checked without the general path: one leaf, and the policy
+        # returns a NumPy array of the right shape with a dtype the leaf takes as it is.
+        self._single_leaf = None
+        if not layout.is_nested:
+            leaf, _, expected_shape, (low, high) = self._leaf_checks[0]
+            kinds = "iub" if leaf.dtype.kind in "iub" else "iubf"
+            self._single_leaf = (expected_shape, kinds, low, high)
 
     def check(self, actions: Any) -> list[np.ndarray]:
         """One array per leaf of shape ``[num_envs] + leaf shape``, or :class:`ActionError` naming the culprit."""
+        single = self._single_leaf
+        if single is not None and type(actions) is np.ndarray:
+            expected_shape, kinds, low, high = single
+            if actions.shape == expected_shape and actions.dtype.kind in kinds:
+                if self._core.find_out_of_bounds(actions, low, high) < 0:
+                    return [actions]
+        return self._check_general(actions)
+
+    def _check_general(self, actions: Any) -> list[np.ndarray]:
         source = self._source
         try:
             leaf_values = self._layout.flatten(actions)

@@ -149,6 +149,8 @@ class BatchMemory:
         keeps them keeps the batch's data, on every backend.
         """
         if self._target is None:
+            if start == 0 and stop is None:
+                return [leaf[t] for leaf in self._written.observations]
             return [leaf[t, start:stop] for leaf in self._written.observations]
         stop = self._written.rewards.shape[1] if stop is None else stop
         rows = []

@@ -40,7 +40,7 @@ from .conversion import explain_rejected_row
 from .env_returns import check_reset_result
 from .errors import CollectorClosedError, EnvFailure, ObservationError, SpaceError, WorkerError
 from .observation_checks import ObservationChecker
-from .seeding import EpisodeSeeds
+from .seeding import EpisodeSeedTable
 from .spaces import SpaceLayout, check_env_spaces
 from .storage import CompletedEpisodes, RolloutStorage
 
@@ -174,8 +174,7 @@ class EnvGroup:
         self._running_lengths = np.zeros(n, dtype=np.int64)
         self._running_seeds = np.zeros(n, dtype=np.int64)
         # Episode numbers index the seed streams (a replacement's stream is its incarnation's).
-        self._episodes_started = [0] * n
-        self._episode_seeds = [EpisodeSeeds(root_seed, env_offset + column, incarnation) for column in range(n)]
+        self._seed_table = EpisodeSeedTable(root_seed, env_offset, [0] * n, incarnation)
         self._done_columns = np.zeros(n, dtype=np.int64)
         # The observation each env is at between rollouts, kept privately so that a
         # caller editing a returned batch cannot change where the next one starts.
@@ -184,6 +183,7 @@ class EnvGroup:
         self._writers: list = []
         self._recorder = None
         self._stepper = None
+        self._row_stepper = None
         self._completed: CompletedEpisodes | None = None
         # The storage row the envs stand at during a rollout; None while a step is
         # under way (an interruption there leaves the envs in an unknown state).
@@ -193,13 +193,13 @@ class EnvGroup:
 
     def _reset_env(self, column: int) -> Any:
         """Reset one env with its next episode seed and return the observation."""
-        seed = self._episode_seeds[column].seed_of(self._episodes_started[column])
+        seed = self._seed_table.next_seed(column)
         started = perf_counter()
         result = self.envs[column].reset(seed=seed)
         if self._storage is not None:  # within a rollout: its timing counts the reset
             self._storage.env_reset_seconds[0, column] += perf_counter() - started
         observation, _info = check_reset_result(result)
-        self._episodes_started[column] += 1
+        self._seed_table.advance(column)
         self._running_seeds[column] = seed
         return observation
 
@@ -256,6 +256,16 @@ class EnvGroup:
             [storage.infos[key] for key in self._info_keys],
             storage.env_step_seconds[0],
         )
+        self._row_stepper = self._core.RowStepper(
+            self._stepper,
+            list(storage.actions),
+            None if not self._action_layout.is_nested else self._split_actions,
+            self._seed_table,
+            self._running_seeds,
+            self._checker.checked_leaves(),
+            _StepHooks(self),
+            storage.env_reset_seconds[0],
+        )
         self._writers, self._recorder = writers, recorder
         self._row = 0
         self._storage = storage
@@ -265,12 +275,7 @@ class EnvGroup:
         if self._row != t:
             self._refuse_step(t)
         self._row = None
-        n_done = self._stepper.step(t, self._split_actions(t))
-        if n_done < 0:
-            self._raise_step_failures(t)
-        if n_done:
-            self._end_episodes(t, n_done)
-        self._checker.check([leaf[t + 1] for leaf in self._storage.observations], None, self._describe_row(t, n_done))
+        self._row_stepper.step(t)
         self._row = t + 1
 
     def _raise_step_failures(self, t: int) -> None:
@@ -299,28 +304,6 @@ class EnvGroup:
 
         return describe
 
-    def _end_episodes(self, t: int, n_done: int) -> None:
-        done_columns = self._done_columns
-        for writer in self._writers:
-            writer.scatter_final(t, done_columns, n_done)
-        ended = done_columns[:n_done]
-        self._checker.check(
-            [leaf[t, ended] for leaf in self._storage.final_observations],
-            ended,
-            lambda column: f"a terminal observation at step t={t} (final_observations row t={t})",
-        )
-        failures = []
-        describe = lambda column: f"an observation from the reset after its episode ended at step t={t} (observations row t={t + 1})"  # noqa: E731
-        for column in ended.tolist():
-            try:
-                observation = self._reset_env(column)
-            except Exception as error:
-                failures.append((describe_failure(self.env_offset + column, "autoreset", error), error))
-                continue
-            self._write_observation(self._writers, t + 1, column, observation, describe)
-        if failures:
-            _raise_failures(failures)
-
     def finish(self) -> CompletedEpisodes:
         """End the rollout: remember where each env is, return the episodes."""
         storage = self._storage
@@ -330,7 +313,8 @@ class EnvGroup:
         for leaf_storage, current in zip(storage.observations, self._current_observations):
             current[0] = leaf_storage[horizon]
         completed = self._completed.head(self._recorder.completed_count)
-        self._storage, self._writers, self._recorder, self._completed, self._stepper = None, [], None, None, None
+        self._storage, self._writers, self._recorder, self._completed = None, [], None, None
+        self._stepper = self._row_stepper = None
         return completed
 
     def abandon(self, t: int) -> None:
@@ -350,7 +334,8 @@ class EnvGroup:
             self._refuse_step(t)
         for leaf_storage, current in zip(storage.observations, self._current_observations):
             current[0] = leaf_storage[self._row]
-        self._storage, self._writers, self._recorder, self._completed, self._stepper = None, [], None, None, None
+        self._storage, self._writers, self._recorder, self._completed = None, [], None, None
+        self._stepper = self._row_stepper = None
 
     def _refuse_step(self, t: int) -> None:
         if self._row is None:
@@ -368,17 +353,15 @@ class EnvGroup:
     # -- helpers ---------------------------------------------------------------------------
 
     def _split_actions(self, t: int) -> list:
-        """One action per env from row ``t`` of each action leaf.
+        """One action per env from row ``t`` of each leaf of a nested (Dict/Tuple) action space.
 
         Envs receive what Gymnasium's vector envs hand them: NumPy scalars for
         scalar leaves (Discrete), arrays otherwise. Array actions are views of a
         copy made for this step alone, so an env may keep its action (as
-        ``StickyAction`` does) or change it without touching the batch.
+        ``StickyAction`` does) or change it without touching the batch. (A
+        single-leaf space is split the same way by the core's ``RowStepper``.)
         """
         leaves = self._storage.actions
-        if not self._action_layout.is_nested:
-            row = leaves[0][t]
-            return list(row.copy() if row.ndim > 1 else row)
         per_leaf = [list(row.copy() if row.ndim > 1 else row) for row in (leaf[t] for leaf in leaves)]
         unflatten = self._action_layout.unflatten
         return [unflatten([values[column] for values in per_leaf]) for column in range(self.num_envs)]
@@ -401,6 +384,40 @@ class EnvGroup:
 
     def _raise_write_error(self, column: int, leaf_index: int, value: Any, describe) -> None:
         raise unstorable_observation(self._observation_layout, leaf_index, self.env_offset + column, value, describe(column))
+
+
+class _StepHooks:
+    """What the core's ``RowStepper`` hands back to Python: errors, warnings, the general rule."""
+
+    def __init__(self, group: EnvGroup) -> None:
+        self._group = group
+
+    def step_failed(self, t: int) -> None:
+        self._group._raise_step_failures(t)
+
+    def rows_outside(self, t: int, n_done: int) -> None:
+        group = self._group
+        group._checker.check([leaf[t + 1] for leaf in group._storage.observations], None, group._describe_row(t, n_done))
+
+    def finals_outside(self, t: int, n_done: int) -> None:
+        group = self._group
+        ended = group._done_columns[:n_done]
+        group._checker.check(
+            [leaf[t, ended] for leaf in group._storage.final_observations],
+            ended,
+            lambda column: f"a terminal observation at step t={t} (final_observations row t={t})",
+        )
+
+    def reset_unwritable(self, t: int, column: int, observation: Any) -> None:
+        self._group._write_observation(self._group._writers, t + 1, column, observation, _reset_row(t))
+
+    def reset_failed(self, t: int, failures: list[tuple[int, BaseException]]) -> None:
+        offset = self._group.env_offset
+        _raise_failures([(describe_failure(offset + column, "autoreset", error), error) for column, error in failures])
+
+
+def _reset_row(t: int):
+    return lambda column: f"an observation from the reset after its episode ended at step t={t} (observations row t={t + 1})"
 
 
 def unstorable_observation(layout: SpaceLayout, leaf_index: int, env_index: int, value: Any, what: str) -> ObservationError:

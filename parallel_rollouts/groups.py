@@ -161,6 +161,10 @@ class GroupChain:
             group.begin(storage.columns(start, stop))
 
     def step(self, t: int) -> None:
+        if len(self._groups) == 1:
+            # One group (sync): its error is the step's error, as merged_failure would say.
+            self._groups[0][2].step(t)
+            return
         # Every group steps even after one fails, so that all failures of one
         # step are reported together, as one WorkerError.
         errors: list[WorkerError] = []

@@ -59,6 +59,10 @@ class ObservationChecker:
         ]
         self._warned: set[tuple[int, int]] = set()
 
+    def checked_leaves(self) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """``(leaf_index, low, high)`` of every leaf whose values are checked (none when off)."""
+        return [(index, low, high) for index, (low, high) in self._checked_leaves]
+
     def check(self, leaves: list[np.ndarray], columns: np.ndarray | None, describe) -> None:
         """Check rows ``leaves[i][k]`` (``[rows, *leaf]`` per leaf) of the envs ``columns[k]``.
 

@@ -58,6 +58,11 @@ class PolicyOutputWriter:
         else:
             actions, values, log_probs = output, None, None
         leaf_actions = self._actions.check(actions)
+        # A policy that returns actions alone, as it did on the first step: nothing else to check.
+        if values is None and log_probs is None and self.has_values is False and self.has_log_probs is False:
+            for leaf_storage, leaf_action in zip(storage.actions, leaf_actions):
+                leaf_storage[t] = leaf_action
+            return
         values = self._check_per_env(values, "values", "has_values")
         log_probs = self._check_per_env(log_probs, "log_probs", "has_log_probs")
         for leaf_storage, leaf_action in zip(storage.actions, leaf_actions):

@@ -16,7 +16,7 @@ __all__ = ["RolloutLoop"]
 
 def _read_only(array: np.ndarray) -> np.ndarray:
     view = array.view()
-    view.flags.writeable = False
+    view.setflags(write=False)  # cheaper than going through `view.flags`, once per leaf and row
     return view
 
 

@@ -40,6 +40,7 @@ import numpy as np
 from .errors import ConfigurationError
 
 __all__ = [
+    "EpisodeSeedTable",
     "EpisodeSeeds",
     "action_sampler_seed",
     "draw_root_seed",
@@ -101,6 +102,43 @@ class EpisodeSeeds:
             self._block = _episode_seed_block(self._root_seed, self._env_index, block, self._incarnation)
             self._block_index = block
         return self._block[offset]
+
+
+class EpisodeSeedTable:
+    """The next episode seeds of a run of envs, as arrays both cores read without calling back.
+
+    The envs' seeds come from the stream of their ``incarnation`` (how many times their worker
+    was replaced), as :class:`EpisodeSeeds` does. ``seeds[c]`` holds the block of :data:`EPISODE_SEED_BLOCK` seeds that env ``c``
+    (global index ``first_env + c``) is in, ``blocks[c]`` which block that is (-1: none
+    yet), and ``episodes_started[c]`` how many episodes env ``c`` has started: its next
+    reset uses episode number ``episodes_started[c]``. The compiled step reads the seed
+    from the table and calls :meth:`fill` only when an env crosses into a new block.
+    """
+
+    def __init__(self, root_seed: int, first_env: int, episodes_started, incarnation: int = 0) -> None:
+        self._root_seed = root_seed
+        self._first_env = first_env
+        self._incarnation = incarnation
+        self.episodes_started = np.array(episodes_started, dtype=np.int64).reshape(-1)
+        num_envs = self.episodes_started.shape[0]
+        self.seeds = np.zeros((num_envs, EPISODE_SEED_BLOCK), dtype=np.int64)
+        self.blocks = np.full(num_envs, -1, dtype=np.int64)
+
+    def fill(self, column: int, block: int) -> None:
+        """Load block ``block`` of env ``column``'s episode seeds into ``seeds[column]``."""
+        self.seeds[column] = _episode_seed_block(self._root_seed, self._first_env + column, block, self._incarnation)
+        self.blocks[column] = block
+
+    def next_seed(self, column: int) -> int:
+        """The seed of env ``column``'s next episode (:meth:`advance` once it has started)."""
+        block, offset = divmod(int(self.episodes_started[column]), EPISODE_SEED_BLOCK)
+        if self.blocks[column] != block:
+            self.fill(column, block)
+        return int(self.seeds[column, offset])
+
+    def advance(self, column: int) -> None:
+        """Env ``column`` started the episode :meth:`next_seed` named."""
+        self.episodes_started[column] += 1
 
 
 def action_sampler_seed(root_seed: int, env_index: int) -> int:

@@ -484,6 +484,10 @@ class VectorEnvGroup:
         bools, or the integers 0 and 1. Anything else (strings, a flag of 0.25)
         is refused, naming the sub-env.
         """
+        if type(values) is np.ndarray and values.shape == row.shape and _takes_as_is(values.dtype, row.dtype):
+            # The common case: an array whose every value the row's dtype holds unchanged.
+            row[...] = values
+            return row
         refused = store_rows(row, values)
         if refused < 0:
             return row
@@ -515,6 +519,13 @@ class VectorEnvGroup:
         Every leaf is checked before any is written, so a refused value leaves the
         targets as they were.
         """
+        if all(
+            values.shape == target.shape and values.dtype == target.dtype for target, values in zip(targets, leaves)
+        ):
+            # The common case: arrays of the storage's own dtype, stored as they are.
+            for target, values in zip(targets, leaves):
+                target[...] = values
+            return
         layout = self._observation_layout
         for leaf_index, (target, values) in enumerate(zip(targets, leaves)):
             if convert_row(values, target.shape, target.dtype) is None:
@@ -630,3 +641,9 @@ def _as_array(values: Any) -> np.ndarray | None:
         return np.asarray(values)
     except (TypeError, ValueError):
         return None
+
+
+def _takes_as_is(source: np.dtype, target: np.dtype) -> bool:
+    """Whether every value of ``source`` is stored unchanged as ``target`` (so no value needs a look):
+    a safe cast, or float into float (rounding only, as the conversion rule allows)."""
+    return source == target or np.can_cast(source, target, casting="safe") or (source.kind == target.kind == "f")

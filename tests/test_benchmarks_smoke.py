@@ -21,6 +21,7 @@ from benchmarks import (
     run_rollout_benchmark,
     soak,
     step_overhead,
+    step_profile,
     straggler_plot,
     vector_envs,
 )
@@ -97,6 +98,13 @@ def test_compare_mode_reports_every_contender_against_the_reference(tmp_path):
     for mode in ("async/reuse", "async/pipelined", "async/workers"):
         assert group["contenders"][mode]["ratio_vs_async"]["median"] > 0
     assert group["contenders"]["bare-loop"]["useful_fraction"] == 1.0
+    # Every contender is set against each hand-written reference loop; single-process ones
+    # also report their CPU time per transition.
+    for name, entry in group["contenders"].items():
+        assert set(entry["ratios"]) == {"hand-loop", "hand-loop-reseeding", "bare-loop"}
+        assert all(ratio["median"] > 0 for ratio in entry["ratios"].values())
+        assert ("cpu_seconds_per_transition" in entry) == (entry["processes"] == 1), name
+    assert group["contenders"]["hand-loop"]["cpu_seconds_per_transition"]["median"] > 0
     assert 0 < group["contenders"]["gym-sync"]["useful_fraction"] <= 1.0
     assert group["contenders"]["gym-async"]["processes"] == 3
     assert "| contender |" in (out / "comparison.md").read_text(encoding="utf-8")
@@ -106,7 +114,7 @@ def test_compare_mode_reports_every_contender_against_the_reference(tmp_path):
 @pytest.mark.parametrize("name", ["half_ms", "image", "dict_obs", "vr_edge_cheap", "costly_policy"])
 def test_compare_mode_runs_each_workload_through_the_in_process_contenders(name, tmp_path):
     path = tmp_path / "compare.json"
-    contenders = "sync,sync/python,gym-sync,bare-loop"
+    contenders = "sync,sync/python,gym-sync,bare-loop,hand-loop,hand-loop-reseeding"
     run_rollout_benchmark.main(
         ["--compare", "--quick", "--envs", name, "--contenders", contenders, "--horizon", "4",
          "--out", str(tmp_path), "--json", str(path)]
@@ -164,18 +172,20 @@ def test_targets_are_per_round_ratios_judged_against_their_threshold():
             name: {"transitions_per_s": {"samples": samples}} for name, samples in rates.items()}}
 
     result = {"groups": [
-        group("cartpole", {"sync": [90.0, 100.0, 50.0], "bare-loop": [100.0, 100.0, 100.0], "async/workers": [200.0, 100.0, 160.0]}),
+        group("cartpole", {"sync": [90.0, 100.0, 50.0], "hand-loop": [100.0, 100.0, 100.0], "async/workers": [200.0, 100.0, 160.0]}),
         group("costly_policy", {"async": [10.0, 10.0, 10.0], "async/pipelined": [15.0, 13.0, 14.0]}),
     ]}
     rows = {row["label"]: row for row in report.target_rows(result)}
-    sync_row = rows["sync with default settings vs a bare loop, CartPole"]
+    sync_row = rows["sync vs the hand loop, CartPole"]
     assert (sync_row["median"], sync_row["min"], sync_row["max"], sync_row["met"]) == (0.9, 0.5, 1.0, False)
-    workers_row = rows["rollout workers (2) vs a bare loop, CartPole"]
+    # A reference that did not run gives no row.
+    assert "sync vs the reseeding hand loop, CartPole" not in rows
+    workers_row = rows["rollout workers (2) vs the hand loop, CartPole"]
     assert (workers_row["median"], workers_row["met"]) == (1.6, True)
     assert rows["pipelined vs default async, policy costing one env step per row"]["met"] is True
     # Workloads that were not run report no target.
     assert not any("frames" in label or "0.5 ms" in label for label in rows)
-    assert "| rollout workers (2) vs a bare loop, CartPole" in "\n".join(report.targets_markdown(result))
+    assert "| rollout workers (2) vs the hand loop, CartPole" in "\n".join(report.targets_markdown(result))
 
 
 def test_vector_env_benchmark_reports_its_groups_and_the_targets_they_carry(tmp_path):
@@ -243,3 +253,18 @@ def test_advisor_check_runs_the_advisor_and_the_separate_benchmark(tmp_path):
     labels = {option["label"] for option in entry["advice"]["options"]}
     assert {benchmarked["label"] for benchmarked in entry["benchmark"]} == labels
     assert all(len(benchmarked["rates"]) == 2 and benchmarked["min"] > 0 for benchmarked in entry["benchmark"])
+
+
+def test_step_profile_splits_a_transition_and_times_the_null_env(tmp_path):
+    path = tmp_path / "profile.json"
+    step_profile.main(
+        ["--num-envs", "2", "--horizon", "4", "--rounds", "1", "--profile-collects", "1", "--top", "5",
+         "--null-env-counts", "1,2", "--output", str(path)]
+    )
+    document = _load(path)
+    parts = document["parts"]["us_per_transition"]
+    assert {"hand-loop", "hand-loop-reseeding", "sync", "env.step", "policy", "reset()", "reset(seed)"} <= parts.keys()
+    assert all(value >= 0 for value in parts.values())
+    assert set(document["parts"]["overhead_us_per_transition"]) == {"hand-loop", "hand-loop-reseeding", "sync"}
+    assert 0 < len(document["sync_profile"]) <= 5
+    assert set(document["null_env"]) == {"1", "2"}

@@ -1,6 +1,8 @@
 """The compiled core and its pure-Python twin: same names, same results, bit for bit."""
 
 import inspect
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ from hypothesis.extra import numpy as hnp
 
 from parallel_rollouts import _core as compiled
 from parallel_rollouts import _core_python as python_core
+from parallel_rollouts.seeding import EpisodeSeedTable, episode_seed
 
 DTYPES = [
     np.uint8, np.int8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64,
@@ -644,3 +647,287 @@ def test_both_cores_add_each_envs_step_seconds_and_refuse_a_wrong_timing_array()
         for bad in (np.zeros(2), np.zeros(3, np.float32), np.zeros((1, 3)), np.zeros(6)[::2]):
             with pytest.raises((TypeError, ValueError)):
                 core.EnvStepper(envs, [writer], recorder, None, (), [], bad)
+
+
+# -- RowStepper ------------------------------------------------------------------------------
+
+
+class _EpisodeEnv(_ScriptedEnv):
+    """A scripted env that can also be reset: ``resets[k]`` is the k-th reset's result or an exception."""
+
+    def __init__(self, script, resets):
+        super().__init__(script)
+        self.resets = list(resets)
+        self.reset_seeds = []
+
+    def reset(self, *, seed=None):
+        self.reset_seeds.append(seed)
+        outcome = self.resets.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+
+class _HookLog:
+    """Records every hook call; the two that must raise do, the checks only note (as 'warn' does)."""
+
+    def __init__(self, unwritable_raises=False):
+        self.calls = []
+        self._unwritable_raises = unwritable_raises
+
+    def step_failed(self, t):
+        self.calls.append(("step_failed", t))
+        raise RuntimeError(f"step {t} failed")
+
+    def rows_outside(self, t, n_done):
+        self.calls.append(("rows_outside", t, n_done))
+
+    def finals_outside(self, t, n_done):
+        self.calls.append(("finals_outside", t, n_done))
+
+    def reset_unwritable(self, t, column, observation):
+        self.calls.append(("reset_unwritable", t, column, repr(observation)))
+        if self._unwritable_raises:
+            raise ValueError(f"cannot store the reset observation of column {column}")
+
+    def reset_failed(self, t, failures):
+        self.calls.append(("reset_failed", t, [(column, type(error).__name__) for column, error in failures]))
+        raise RuntimeError(f"resets failed at step {t}")
+
+
+class _CountingSeedTable(EpisodeSeedTable):
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.fills = []
+
+    def fill(self, column, block):
+        self.fills.append((column, block))
+        super().fill(column, block)
+
+
+def _dict_flatten(observation):
+    return [observation["pos"], observation["mode"]]
+
+
+def _row_setup(core, scripts, resets, horizon, nested=False, bounds=(-1.0, 1.0), first_episode=0, hooks=None):
+    """A RowStepper over scripted envs; observations are a float32 (2,) leaf, plus an int64 one when nested."""
+    n = len(scripts)
+    recorder, state = _recorder_state(core, horizon, n, 0)
+    leaves = [(np.float32, (2,))] + ([(np.int64, ())] if nested else [])
+    observations = [np.zeros((horizon + 1, n) + shape, dtype) for dtype, shape in leaves]
+    finals = [np.zeros((horizon, n) + shape, dtype) for dtype, shape in leaves]
+    writers = [core.ObservationWriter(o, f) for o, f in zip(observations, finals)]
+    envs = [_EpisodeEnv(script, reset) for script, reset in zip(scripts, resets)]
+    stepper = core.EnvStepper(envs, writers, recorder, _dict_flatten if nested else None, (), [])
+    actions = [np.arange(horizon * n, dtype=np.int64).reshape(horizon, n)]
+    split = None
+    if nested:
+        actions.append(np.tile(np.eye(2, dtype=np.float32), (horizon, (n + 1) // 2, 1))[:, :n])
+        split = lambda t: [{"move": actions[0][t, c], "push": actions[1][t, c].copy()} for c in range(n)]  # noqa: E731
+    table = _CountingSeedTable(7, 3, [first_episode] * n)
+    checked = [] if bounds is None else [(0, np.full(2, bounds[0]), np.full(2, bounds[1]))]
+    hooks = hooks if hooks is not None else _HookLog()
+    row_stepper = core.RowStepper(stepper, actions, split, table, state["running_seeds"], checked, hooks)
+    return row_stepper, envs, observations, finals, state, table, hooks
+
+
+def _row_outcome(envs, observations, finals, state, table, hooks):
+    return {
+        "observations": [o.copy() for o in observations],
+        "finals": [f.copy() for f in finals],
+        "state": {key: value.copy() for key, value in state.items() if key != "done_columns"},
+        "episodes_started": table.episodes_started.copy(),
+        "fills": list(table.fills),
+        "reset_seeds": [env.reset_seeds for env in envs],
+        "actions": [[(type(a).__name__, repr(a)) for a in env.actions] for env in envs],
+        "hooks": list(hooks.calls),
+    }
+
+
+def _assert_same_outcome(first, second):
+    for key in ("fills", "reset_seeds", "actions", "hooks"):
+        assert first[key] == second[key], key
+    for key in ("observations", "finals"):
+        for a, b in zip(first[key], second[key]):
+            np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(first["episodes_started"], second["episodes_started"])
+    for key in first["state"]:
+        assert np.array_equal(first["state"][key], second["state"][key], equal_nan=True), key
+
+
+# What an env may return as an observation, and a reset observation: exact rows, rows to convert
+# (float64, a list, ints), values outside [-1, 1] and NaN (the bounds check sees them).
+_OBSERVATIONS = st.sampled_from([
+    np.array([0.5, -0.5], np.float32), np.array([0.25, 0.75]), [0.5, 1.0], np.array([1, 0], np.int64),
+    np.array([3.0, 0.0], np.float32), np.array([np.nan, 0.0], np.float32),
+])
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), num_envs=st.integers(1, 4), horizon=st.integers(1, 5), nested=st.booleans(), checked=st.booleans())
+def test_row_stepper_matches_between_cores(data, num_envs, horizon, nested, checked):
+    def observation():
+        value = data.draw(_OBSERVATIONS)
+        return {"pos": value, "mode": data.draw(st.sampled_from([0, np.int64(2), np.array(1)]))} if nested else value
+
+    scripts = [
+        [(observation(), data.draw(st.sampled_from([1.0, np.float32(0.5), 2])), data.draw(st.booleans()),
+          data.draw(st.sampled_from([False, np.bool_(True)])), {}) for _ in range(horizon)]
+        for _ in range(num_envs)
+    ]
+    resets = [[(observation(), {}) for _ in range(horizon)] for _ in range(num_envs)]
+    first_episode = data.draw(st.sampled_from([0, 254, 255]))  # near a block of 256 seeds: a refill
+    outcomes = []
+    for core in CORES:
+        row_stepper, envs, observations, finals, state, table, hooks = _row_setup(
+            core, [list(s) for s in scripts], [list(r) for r in resets], horizon, nested,
+            (-1.0, 1.0) if checked else None, first_episode,
+        )
+        counts = [row_stepper.step(t) for t in range(horizon)]
+        outcomes.append((counts, _row_outcome(envs, observations, finals, state, table, hooks)))
+    (counts0, outcome0), (counts1, outcome1) = outcomes
+    assert counts0 == counts1
+    _assert_same_outcome(outcome0, outcome1)
+    # Every ended episode was reset once, with the seed the seed table names for it.
+    for column, seeds in enumerate(outcome0["reset_seeds"]):
+        expected = [episode_seed(7, 3 + column, first_episode + k) for k in range(len(seeds))]
+        assert seeds == expected
+    ended = outcome0["state"]["terminations"] | outcome0["state"]["truncations"]
+    assert [len(seeds) for seeds in outcome0["reset_seeds"]] == ended.sum(axis=0).tolist()
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_row_stepper_scatters_the_terminal_observation_and_writes_the_reset_one(core):
+    end = (np.array([0.5, 0.5], np.float32), 1.0, True, False, {})
+    go_on = (np.array([0.25, 0.25], np.float32), 1.0, False, False, {})
+    reset_observation = (np.array([-0.5, -0.5], np.float32), {})
+    row_stepper, envs, (observations,), (finals,), state, table, hooks = _row_setup(
+        core, [[go_on], [end]], [[], [reset_observation]], horizon=1
+    )
+    assert row_stepper.step(0) == 1
+    np.testing.assert_array_equal(finals[0, 1], [0.5, 0.5])
+    np.testing.assert_array_equal(observations[1], [[0.25, 0.25], [-0.5, -0.5]])
+    assert envs[1].reset_seeds == [episode_seed(7, 4, 0)]
+    assert table.episodes_started.tolist() == [0, 1] and state["running_seeds"][1] == episode_seed(7, 4, 0)
+    assert state["completed_seeds"][0] == 10  # the episode that ended ran under the old seed
+    assert isinstance(envs[0].actions[0], np.int64) and hooks.calls == []
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_row_stepper_hands_each_env_a_private_copy_of_an_array_action(core):
+    go_on = (np.zeros(2, np.float32), 1.0, False, False, {})
+    recorder, _ = _recorder_state(core, 1, 2, 0)
+    writer = core.ObservationWriter(np.zeros((2, 2, 2), np.float32), np.zeros((1, 2, 2), np.float32))
+    envs = [_EpisodeEnv([go_on], []), _EpisodeEnv([go_on], [])]
+    stepper = core.EnvStepper(envs, [writer], recorder, None, (), [])
+    actions = np.arange(6, dtype=np.float32).reshape(1, 2, 3)
+    row_stepper = core.RowStepper(stepper, [actions], None, EpisodeSeedTable(0, 0, [0, 0]), np.zeros(2, np.int64), [], _HookLog())
+    row_stepper.step(0)
+    received = envs[1].actions[0]
+    np.testing.assert_array_equal(received, [3.0, 4.0, 5.0])
+    received[0] = 99.0
+    assert actions[0, 1, 0] == 3.0, "an env changing its action must not touch the batch"
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_row_stepper_calls_the_check_hooks_for_values_outside_the_bounds(core):
+    outside_end = (np.array([3.0, 0.0], np.float32), 1.0, True, False, {})
+    nan_row = (np.array([np.nan, 0.0], np.float32), 1.0, False, False, {})
+    inside = (np.zeros(2, np.float32), {})
+    row_stepper, *_, hooks = _row_setup(core, [[outside_end], [nan_row]], [[inside], []], horizon=1)
+    assert row_stepper.step(0) == 1
+    # The terminal observation first (it is outside), then row t + 1 (the NaN of env 1).
+    assert hooks.calls == [("finals_outside", 0, 1), ("rows_outside", 0, 1)]
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_row_stepper_resets_every_ended_env_before_reporting_the_failed_resets(core):
+    end = (np.zeros(2, np.float32), 1.0, False, True, {})
+    row_stepper, envs, observations, _, state, table, hooks = _row_setup(
+        core, [[end], [end], [end]], [[KeyError("gone")], [(np.ones(2, np.float32) / 2, {})], [ValueError("bad")]], horizon=1
+    )
+    with pytest.raises(RuntimeError, match="resets failed at step 0"):
+        row_stepper.step(0)
+    assert hooks.calls == [("reset_failed", 0, [(0, "KeyError"), (2, "ValueError")])]
+    assert all(len(env.reset_seeds) == 1 for env in envs)
+    # Only the env whose reset succeeded moved on to its next episode.
+    assert table.episodes_started.tolist() == [0, 1, 0]
+    np.testing.assert_array_equal(observations[0][1, 1], [0.5, 0.5])
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_row_stepper_hands_failed_steps_and_unwritable_resets_to_the_hooks(core):
+    failing = [ValueError("boom")]
+    good = (np.zeros(2, np.float32), 1.0, False, False, {})
+    row_stepper, envs, _, _, state, _, hooks = _row_setup(core, [[good], failing], [[], []], horizon=1)
+    with pytest.raises(RuntimeError, match="step 0 failed"):
+        row_stepper.step(0)
+    assert hooks.calls == [("step_failed", 0)] and np.isnan(state["rewards"]).all()
+
+    end = (np.zeros(2, np.float32), 1.0, True, False, {})
+    unwritable = (np.zeros(3, np.float32), {})
+    row_stepper, envs, *_, hooks = _row_setup(
+        core, [[end]], [[unwritable]], horizon=1, hooks=_HookLog(unwritable_raises=True)
+    )
+    with pytest.raises(ValueError, match="column 0"):
+        row_stepper.step(0)
+    assert hooks.calls == [("reset_unwritable", 0, 0, repr(unwritable[0]))]
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_row_stepper_refuses_parts_that_disagree(core):
+    good = (np.zeros(2, np.float32), 1.0, False, False, {})
+    row_stepper, envs, observations, finals, state, table, hooks = _row_setup(core, [[good], [good]], [[], []], horizon=2)
+    stepper = core.EnvStepper(
+        envs, [core.ObservationWriter(observations[0], finals[0])], core.StepRecorder(*_recorder_state(core, 2, 2, 0)[1].values(), 0), None, (), []
+    )
+    actions = [np.zeros((2, 2), np.int64)]
+    running = np.zeros(2, np.int64)
+    bounds = (0, np.zeros(2), np.ones(2))
+    for arguments, error in (
+        ((actions, None, table, running, [bounds], object()), TypeError),  # hooks without methods
+        (([np.zeros((1, 2), np.int64)], None, table, running, [], hooks), ValueError),  # too few rows
+        (([np.zeros((2, 3), np.int64)], None, table, running, [], hooks), ValueError),  # wrong env count
+        ((actions + actions, None, table, running, [], hooks), ValueError),  # two leaves, no split
+        ((actions, None, EpisodeSeedTable(0, 0, [0, 0, 0]), running, [], hooks), ValueError),
+        ((actions, None, table, np.zeros(3, np.int64), [], hooks), ValueError),
+        ((actions, None, table, running, [(1, np.zeros(2), np.ones(2))], hooks), IndexError),
+        ((actions, None, table, running, [(0, np.zeros(3), np.ones(3))], hooks), ValueError),
+        ((actions, None, table, running, [(0, np.zeros(2, np.float32), np.ones(2))], hooks), ValueError),
+    ):
+        with pytest.raises(error):
+            core.RowStepper(stepper, *arguments)
+
+
+def test_the_compiled_core_imports_no_module_of_the_package():
+    # Its slow paths are handed in by parallel_rollouts.core (use_slow_paths), never imported.
+    source = (Path(__file__).resolve().parents[1] / "_core" / "_core.pyx").read_text(encoding="utf-8")
+    assert not re.search(r"^\s*(from|import|cimport)\s+parallel_rollouts", source, re.MULTILINE)
+    assert "use_slow_paths" in dir(compiled)
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_row_stepper_adds_each_reset_s_seconds_and_refuses_a_wrong_timing_array(core):
+    import time
+
+    class _SlowResetEnv(_EpisodeEnv):
+        def reset(self, *, seed=None):
+            time.sleep(0.05)
+            return super().reset(seed=seed)
+
+    end = (np.zeros(2, np.float32), 1.0, True, False, {})
+    go_on = (np.zeros(2, np.float32), 1.0, False, False, {})
+    recorder, state = _recorder_state(core, 1, 2, 0)
+    writer = core.ObservationWriter(np.zeros((2, 2, 2), np.float32), np.zeros((1, 2, 2), np.float32))
+    envs = [_SlowResetEnv([go_on], []), _SlowResetEnv([end], [(np.zeros(2, np.float32), {})])]
+    stepper = core.EnvStepper(envs, [writer], recorder, None, (), [])
+    actions = [np.zeros((1, 2), np.int64)]
+    table = EpisodeSeedTable(0, 0, [0, 0])
+    seconds = np.full(2, 10.0)  # added to, never reset: the caller starts it at zero
+    row_stepper = core.RowStepper(stepper, actions, None, table, state["running_seeds"], [], _HookLog(), seconds)
+    assert row_stepper.step(0) == 1
+    # Only the env whose episode ended was reset, and its reset's time was added.
+    assert seconds[0] == 10.0 and seconds[1] >= 10.0 + 0.05
+    for bad in (np.zeros(3), np.zeros(2, np.float32), np.zeros(4)[::2]):
+        with pytest.raises((TypeError, ValueError)):
+            core.RowStepper(stepper, actions, None, table, state["running_seeds"], [], _HookLog(), bad)
