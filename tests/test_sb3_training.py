@@ -10,9 +10,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 from stable_baselines3 import PPO
-from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
 
+from benchmarks.sb3_training import LearningCurve
 from parallel_rollouts.sb3 import ParallelVecEnv
 from tests.sb3_envs import replaying
 
@@ -24,23 +24,9 @@ def cartpole() -> gym.Env:
     return gym.make("CartPole-v1")
 
 
-class EpisodeLog(BaseCallback):
-    """The learning curve: every finished episode's return and length, in the order they end."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.episodes: list[tuple[float, int]] = []
-
-    def _on_step(self) -> bool:
-        for info in self.locals["infos"]:
-            if "episode" in info:
-                self.episodes.append((info["episode"]["r"], info["episode"]["l"]))
-        return True
-
-
 def train(venv) -> tuple[list, dict]:
     model = PPO("MlpPolicy", VecMonitor(venv), n_steps=64, batch_size=64, n_epochs=2, seed=0, device="cpu")
-    log = EpisodeLog()
+    log = LearningCurve()
     model.learn(total_timesteps=STEPS, callback=log)
     return log.episodes, {name: value.clone() for name, value in model.policy.state_dict().items()}
 
