@@ -34,11 +34,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["count_instructions", "main"]
+__all__ = ["collected_instructions", "count_instructions", "main"]
 
 CONTENDERS = ("hand-loop", "hand-loop-reseeding", "sync", "sync/python-core")
 WORKLOADS = ("cartpole", "image", "null")
 _COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+def collected_instructions(valgrind_stderr: str) -> int | None:
+    """The instruction total callgrind prints at exit (``Collected : N``), else ``None``."""
+    match = _COLLECTED.search(valgrind_stderr)
+    return int(match.group(1)) if match else None
 
 
 def _make_collect(workload_name: str, contender: str, num_envs: int, horizon: int, seed: int):
@@ -113,10 +119,10 @@ def count_instructions(
                 workload, contender, str(num_envs), str(horizon), str(seed), str(warmup), str(count),
             ]
             result = subprocess.run(command, capture_output=True, text=True, env=environment, cwd=here)
-            match = _COLLECTED.search(result.stderr)
-            if result.returncode != 0 or match is None:
+            total = collected_instructions(result.stderr) if result.returncode == 0 else None
+            if total is None:
                 raise RuntimeError(f"{contender} on {workload} failed under valgrind:\n{result.stderr[-3000:]}")
-            totals.append(int(match.group(1)))
+            totals.append(total)
     transitions = (large - small) * num_envs * horizon
     return {
         "workload": workload,

@@ -17,6 +17,7 @@ from gymnasium.utils.env_checker import check_env
 from benchmarks import (
     core_microbench,
     env_timing_overhead,
+    instruction_counts,
     report,
     run_rollout_benchmark,
     soak,
@@ -268,3 +269,27 @@ def test_step_profile_splits_a_transition_and_times_the_null_env(tmp_path):
     assert set(document["parts"]["overhead_us_per_transition"]) == {"hand-loop", "hand-loop-reseeding", "sync"}
     assert 0 < len(document["sync_profile"]) <= 5
     assert set(document["null_env"]) == {"1", "2"}
+
+
+@pytest.mark.parametrize("contender", instruction_counts.CONTENDERS)
+def test_instruction_counts_child_collects_each_contender_on_each_workload(contender):
+    # The valgrind runs themselves take minutes; this covers what runs under them.
+    for workload in instruction_counts.WORKLOADS:
+        collect = instruction_counts._make_collect(workload, contender, num_envs=2, horizon=4, seed=0)
+        assert collect() == 8
+
+
+def test_instruction_counts_reads_callgrind_total_and_ratios_against_both_hand_loops():
+    stderr = "==12== Events    : Ir\n==12== Collected : 1234567\n==12==\n==12== I   refs:      1,234,567\n"
+    assert instruction_counts.collected_instructions(stderr) == 1234567
+    assert instruction_counts.collected_instructions("valgrind: command not found") is None
+    rows = [
+        {"workload": "cartpole", "contender": "hand-loop", "instructions_per_transition": 100.0},
+        {"workload": "cartpole", "contender": "hand-loop-reseeding", "instructions_per_transition": 110.0},
+        {"workload": "cartpole", "contender": "sync", "instructions_per_transition": 80.0},
+    ]
+    ratios = {(r["contender"], r["reference"]): r["reference_over_contender"] for r in instruction_counts._ratios(rows)}
+    assert ratios[("sync", "hand-loop")] == pytest.approx(1.25)
+    assert ratios[("sync", "hand-loop-reseeding")] == pytest.approx(1.375)
+    assert ratios[("hand-loop", "hand-loop-reseeding")] == pytest.approx(1.1)
+    assert ("hand-loop", "hand-loop") not in ratios
