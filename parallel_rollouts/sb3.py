@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -259,7 +259,7 @@ class ParallelVecEnv(VecEnv):
                 )
             value = np.array(converted, dtype=leaf.dtype)
             leaves.append(value[()] if value.ndim == 0 else value)  # a Discrete leaf as a NumPy scalar, as envs give it
-        return layout.unflatten(leaves)
+        return _in_env_key_order(layout.unflatten(leaves), observation)
 
     def _as_sb3_observations(self, observations: Any) -> VecEnvObs:
         """Dict observations as the ``OrderedDict`` SB3's vec envs return; others unchanged."""
@@ -337,6 +337,21 @@ class ParallelVecEnv(VecEnv):
 
     def __repr__(self) -> str:
         return f"ParallelVecEnv(backend={self.backend!r}, num_envs={self.num_envs})"
+
+
+def _in_env_key_order(rebuilt: Any, original: Any) -> Any:
+    """``rebuilt`` (nested in the space's key order) with every dict's keys in the order the env gave them.
+
+    A ``Dict`` space sorts its keys, while an env (MiniGrid behind ``FilterObservation``, say) may
+    return them in another order; ``DummyVecEnv`` hands out the env's own dict, so its order is kept.
+    """
+    if isinstance(rebuilt, dict) and isinstance(original, Mapping):
+        keys = [key for key in original if key in rebuilt]
+        mapping_type = OrderedDict if isinstance(original, OrderedDict) else dict
+        return mapping_type((key, _in_env_key_order(rebuilt[key], original[key])) for key in keys)
+    if isinstance(rebuilt, tuple) and isinstance(original, Sequence) and len(original) == len(rebuilt):
+        return tuple(_in_env_key_order(part, given) for part, given in zip(rebuilt, original))
+    return rebuilt
 
 
 def _same_options(first: dict, second: dict) -> bool:

@@ -90,6 +90,19 @@ def info_env(kind: str, render_mode: str | None = None) -> InfoEnv:
     return InfoEnv(kind, render_mode)
 
 
+def reversed_keys_env() -> gym.Env:
+    """The ``"dict"`` :class:`InfoEnv` returning its observations' keys in reverse of the space's sorted order.
+
+    As MiniGrid behind ``FilterObservation`` does: a ``Dict`` space sorts its keys, the env need not.
+    """
+    env = InfoEnv("dict")
+    return gym.wrappers.TransformObservation(env, _reverse_keys, env.observation_space)
+
+
+def _reverse_keys(observation: dict) -> dict:
+    return {key: observation[key] for key in reversed(list(observation))}
+
+
 def failing_cartpole(fail_at: int) -> gym.Env:
     return FailingStepEnv(gym.make("CartPole-v1"), fail_at)
 

@@ -29,7 +29,7 @@ from parallel_rollouts import ActionError, ObservationError, VectorEnvClosedErro
 from parallel_rollouts.sb3 import ParallelVecEnv
 from parallel_rollouts.seeding import episode_seed
 from tests.leaks import run_script
-from tests.sb3_envs import SPACES, FloatFramesEnv, failing_cartpole, info_env, replaying
+from tests.sb3_envs import SPACES, FloatFramesEnv, failing_cartpole, info_env, replaying, reversed_keys_env
 
 BACKENDS = ["sync", "async"]
 NUM_ENVS = 3
@@ -100,6 +100,22 @@ def test_steps_like_dummy_vec_env_on_every_space_with_options_and_reseeding(stac
             ends["truncated" if infos[index]["TimeLimit.truncated"] else "terminated"] += 1
     assert ends["terminated"] > 0 and ends["truncated"] > 0, ends  # both kinds of end were compared
     assert all(len(seeds) > 3 for seeds in ours.episode_seeds())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_terminal_observation_keeps_the_key_order_the_env_gave(stack, backend):
+    ours, control = open_pair(stack, reversed_keys_env, backend)
+    ours.reset(), control.reset()
+    rng = np.random.default_rng(3)
+    ended = 0
+    for t in range(14):
+        _, _, dones, infos = step_both(ours, control, sampled_actions(ours.action_space, NUM_ENVS, rng), f"step {t}")
+        for index in np.flatnonzero(dones):
+            ended += 1
+            mine, theirs = infos[index]["terminal_observation"], control.buf_infos[index]["terminal_observation"]
+            # Dict equality ignores order: compare the key lists, the env's reverse of the space's sorted keys.
+            assert list(mine) == list(theirs) == ["position", "pixels", "mode"], (t, index, list(mine))
+    assert ended > 0
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
