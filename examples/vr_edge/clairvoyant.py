@@ -97,8 +97,9 @@ def play_clairvoyant(
     if not knows_future and horizon != 1:
         raise ValueError(f"A reference told only the present looks one step ahead; got `horizon`={horizon!r}.")
     env_kwargs = dict(env_kwargs or {})
-    model, stream_model = JointRewardModel(), StreamModel()
     envs = [SyntheticVREdgeEnv(**env_kwargs) for _ in seeds]
+    # Told the truth, the reference also knows what a switch costs in keyframe bits.
+    model, stream_model = JointRewardModel(keyframe_extra_frames=envs[0].keyframe_extra_frames), StreamModel()
     observations = np.stack([env.reset(seed=int(seed))[0] for env, seed in zip(envs, seeds)])
     layout = envs[0].observation_layout
     totals = [_EpisodeTotals(env.num_users) for env in envs]

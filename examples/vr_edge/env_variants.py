@@ -6,7 +6,10 @@ For each variant of `SyntheticVREdgeEnv` in `VARIANTS` (today's env, late and no
 reports, a keyframe per level switch, both), the same test-trace seeds are played by the best
 causal controllers with their tuned parameters (`CAUSAL_CONTROLLERS`; tuned on today's env and
 *not* re-tuned for a variant), by a reference told the true present (`knows_future=False` in
-`examples.vr_edge.clairvoyant`) and by the clairvoyant reference told the next step. Reported per
+`examples.vr_edge.clairvoyant`) and by the clairvoyant reference told the next step. The joint
+controllers' and the references' reward model charges a switch the env's keyframe
+(`JointRewardModel(keyframe_extra_frames=...)`), a published property of the variant; the
+deadline rule has no model to tell. Reported per
 variant: every return with a 95% interval, the best causal controller (highest mean), and paired
 differences: clairvoyant minus best causal (the gap), present-knowing reference minus best causal
 (what a better reading of the observation could win) and clairvoyant minus present-knowing (what
@@ -30,6 +33,7 @@ from examples.vr_edge.baselines import load_tuned, tuned_baselines
 from examples.vr_edge.clairvoyant import play_clairvoyant
 from examples.vr_edge.episodes import play_episodes
 from examples.vr_edge.evaluate import _difference_cell, _interval
+from examples.vr_edge.joint_model import JointRewardModel
 from examples.vr_edge.synthetic_env import SyntheticVREdgeEnv
 
 __all__ = ["CAUSAL_CONTROLLERS", "VARIANTS", "measure_variants"]
@@ -61,8 +65,13 @@ DEFAULT_EPISODES = 100
 
 def measure_variant(env_kwargs: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
     """Every causal controller and both references on `seeds` of the variant; returns and gaps."""
-    layout = SyntheticVREdgeEnv(**env_kwargs).observation_layout
-    controllers = tuned_baselines(layout)
+    env = SyntheticVREdgeEnv(**env_kwargs)
+    controllers = tuned_baselines(env.observation_layout)
+    for controller in controllers.values():
+        # The keyframe's size is published with the env, like the reward's weights: the joint
+        # controllers' reward model charges it, as the references' does.
+        if hasattr(controller, "reward_model"):
+            controller.reward_model = JointRewardModel(keyframe_extra_frames=env.keyframe_extra_frames)
     started = time.perf_counter()
     returns = {}
     for name in CAUSAL_CONTROLLERS:
@@ -97,7 +106,8 @@ def measure_variants(names: list[str], episodes: int, first_seed: int) -> dict[s
         "first_seed": first_seed,
         "traces": "test",
         "causal_controllers": list(CAUSAL_CONTROLLERS),
-        "causal_tuning": "tuned on today's env (tuned_baselines.json), not re-tuned for any variant",
+        "causal_tuning": "tuned on today's env (tuned_baselines.json), not re-tuned for any variant; "
+        "the joint controllers' reward model is told the variant's keyframe size",
         "tuned_parameters": {name: load_tuned()[name] for name in CAUSAL_CONTROLLERS},
         "variants": results,
     }

@@ -14,10 +14,12 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from examples.vr_edge.baselines import tuned_baselines
-from examples.vr_edge.clairvoyant import play_clairvoyant, present_conditions
+from examples.vr_edge.clairvoyant import play_clairvoyant, present_conditions, true_conditions
+from examples.vr_edge.controller import DecodedObservation
 from examples.vr_edge.env_variants import CAUSAL_CONTROLLERS, CLAIRVOYANT, measure_variant
 from examples.vr_edge.episodes import play_episodes
-from examples.vr_edge.synthetic_env import OBSERVED_RATIO_CLIP, THROUGHPUT_HISTORY_LEN, SyntheticVREdgeEnv
+from examples.vr_edge.joint_model import JointRewardModel
+from examples.vr_edge.synthetic_env import OBSERVED_RATIO_CLIP, THROUGHPUT_HISTORY_LEN, StreamModel, SyntheticVREdgeEnv
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "vr-edge-results.json"
 CLIENT_FEATURES = (
@@ -207,3 +209,20 @@ def test_measuring_a_variant_reports_the_gap_of_the_same_episodes():
     assert all(returns[best].mean() >= returns[name].mean() for name in CAUSAL_CONTROLLERS)
     gap = measured["gap_clairvoyant_minus_best_causal"]
     assert gap["mean"] == pytest.approx((returns[CLAIRVOYANT] - returns[best]).mean())
+
+
+def test_the_reward_model_charges_a_keyframe_only_to_candidates_that_switch():
+    env = SyntheticVREdgeEnv(traces="test", keyframe_extra_frames=4.0)
+    env.reset(seed=2)
+    for _ in range(3):
+        observation = env.step(np.ones(8, dtype=np.int64))[0]
+    decoded = DecodedObservation(env.observation_layout, observation[None], StreamModel())
+    conditions = true_conditions(env, 1)
+    eligible = decoded.active & decoded.measured
+    hold = np.where(eligible, decoded.last_level, 0)
+    raised = np.where(eligible, decoded.last_level + 1, 0)
+    candidates = np.stack([hold, raised], axis=1)
+    blind = JointRewardModel().objective(decoded, conditions, candidates)
+    charged = JointRewardModel(keyframe_extra_frames=4.0).objective(decoded, conditions, candidates)
+    assert charged[0, 0] == blind[0, 0]
+    assert charged[0, 1] < blind[0, 1]
