@@ -113,6 +113,23 @@ def measure_variants(names: list[str], episodes: int, first_seed: int) -> dict[s
     }
 
 
+def add_changes_from_today(result: dict[str, Any], today: str = "today (all off)") -> None:
+    """Add each variant's paired change from `today` (same seeds, same traces): of the gap, of the
+    best causal controller's return and of the clairvoyant's (nothing if `today` was not measured)."""
+    if today not in result["variants"]:
+        return
+    base = {name: np.array(values) for name, values in result["variants"][today]["per_episode_returns"].items()}
+    base_gap = base[CLAIRVOYANT] - base[result["variants"][today]["best_causal"]]
+    for measured in result["variants"].values():
+        returns = {name: np.array(values) for name, values in measured["per_episode_returns"].items()}
+        best = measured["best_causal"]
+        measured["change_from_today"] = {
+            "gap": _interval(returns[CLAIRVOYANT] - returns[best] - base_gap),
+            "best_causal": _interval(returns[best] - base[best]),
+            "clairvoyant": _interval(returns[CLAIRVOYANT] - base[CLAIRVOYANT]),
+        }
+
+
 def markdown_table(result: dict[str, Any]) -> str:
     """One row per variant: each controller's return, the references', and the paired gaps."""
     names = [*CAUSAL_CONTROLLERS, PRESENT, CLAIRVOYANT]
@@ -143,6 +160,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.episodes < 2:
         parser.error(f"--episodes must be >= 2 (a confidence interval needs two); got {args.episodes}.")
     result = measure_variants(args.variants, args.episodes, args.first_seed)
+    add_changes_from_today(result)
     print(markdown_table(result))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")

@@ -16,7 +16,7 @@ from gymnasium.utils.env_checker import check_env
 from examples.vr_edge.baselines import tuned_baselines
 from examples.vr_edge.clairvoyant import play_clairvoyant, present_conditions, true_conditions
 from examples.vr_edge.controller import DecodedObservation
-from examples.vr_edge.env_variants import CAUSAL_CONTROLLERS, CLAIRVOYANT, measure_variant
+from examples.vr_edge.env_variants import CAUSAL_CONTROLLERS, CLAIRVOYANT, add_changes_from_today, measure_variant
 from examples.vr_edge.episodes import play_episodes
 from examples.vr_edge.joint_model import JointRewardModel
 from examples.vr_edge.synthetic_env import OBSERVED_RATIO_CLIP, THROUGHPUT_HISTORY_LEN, StreamModel, SyntheticVREdgeEnv
@@ -202,13 +202,21 @@ def test_the_reference_told_the_present_reads_the_step_just_played():
         play_clairvoyant([0], {"episode_length": 3}, horizon=2, knows_future=False)
 
 
-def test_measuring_a_variant_reports_the_gap_of_the_same_episodes():
-    measured = measure_variant({"traces": "test", "episode_length": 12, "keyframe_extra_frames": 4.0}, [0, 1, 2])
-    returns = {name: np.array(values) for name, values in measured["per_episode_returns"].items()}
-    best = measured["best_causal"]
-    assert all(returns[best].mean() >= returns[name].mean() for name in CAUSAL_CONTROLLERS)
-    gap = measured["gap_clairvoyant_minus_best_causal"]
-    assert gap["mean"] == pytest.approx((returns[CLAIRVOYANT] - returns[best]).mean())
+def test_measuring_variants_reports_the_gaps_of_the_same_episodes_and_their_change():
+    short = {"traces": "test", "episode_length": 12}
+    today = measure_variant(short, [0, 1, 2])
+    keyframe = measure_variant({**short, "keyframe_extra_frames": 4.0}, [0, 1, 2])
+    gaps = []
+    for measured in (today, keyframe):
+        returns = {name: np.array(values) for name, values in measured["per_episode_returns"].items()}
+        best = measured["best_causal"]
+        assert all(returns[best].mean() >= returns[name].mean() for name in CAUSAL_CONTROLLERS)
+        gaps.append((returns[CLAIRVOYANT] - returns[best]).mean())
+        assert measured["gap_clairvoyant_minus_best_causal"]["mean"] == pytest.approx(gaps[-1])
+    result = {"variants": {"today (all off)": today, "keyframe": keyframe}}
+    add_changes_from_today(result)
+    assert result["variants"]["keyframe"]["change_from_today"]["gap"]["mean"] == pytest.approx(gaps[1] - gaps[0])
+    assert result["variants"]["today (all off)"]["change_from_today"]["gap"]["mean"] == 0.0
 
 
 def test_the_reward_model_charges_a_keyframe_only_to_candidates_that_switch():
