@@ -104,10 +104,22 @@ def estimate_conditions(decoded: DecodedObservation, window: int) -> tuple[np.nd
 
 
 class JointRewardModel:
-    """Expected per-step reward of joint choices of levels, with the env's published weights."""
+    """Expected per-step reward of joint choices of levels, with the env's published weights.
 
-    def __init__(self, late_penalty: float = 0.5, drop_penalty: float = 2.0, switch_penalty: float = 0.5) -> None:
+    `keyframe_extra_frames` is the env's option of that name: a user that switches level queues
+    that many mean frames of its new level ahead of the first step's frames (0, the default env,
+    leaves the model as it was).
+    """
+
+    def __init__(
+        self,
+        late_penalty: float = 0.5,
+        drop_penalty: float = 2.0,
+        switch_penalty: float = 0.5,
+        keyframe_extra_frames: float = 0.0,
+    ) -> None:
         self.late_penalty, self.drop_penalty, self.switch_penalty = late_penalty, drop_penalty, switch_penalty
+        self.keyframe_extra_frames = keyframe_extra_frames
 
     def loads(
         self, decoded: DecodedObservation, conditions: Conditions, levels: np.ndarray
@@ -117,16 +129,24 @@ class JointRewardModel:
         bitrate = _gather(decoded.bitrate, levels)
         nominal = _gather(decoded.nominal_render, levels)
         rate = conditions.rate_mbps[:, :, None, :]
-        air = (present * bitrate / rate).sum(axis=-1) + self._backlog_air(conditions).sum(axis=-1)
+        air = (present * bitrate / rate).sum(axis=-1) + self._backlog_air(decoded, conditions, levels).sum(axis=-1)
         gpu = (present * decoded.frame_rate[:, None, :] * nominal).sum(axis=-1) * 1e-3
         return air, gpu / conditions.gpu_capacity[:, :, None]
 
-    @staticmethod
-    def _backlog_air(conditions: Conditions) -> np.ndarray:
-        """`[horizon, batch, 1, users]` airtime the queued video takes (first step only)."""
-        backlog_air = np.zeros(conditions.rate_mbps.shape)
-        backlog_air[0] = conditions.backlog_mbit / (STEP_DURATION_S * conditions.rate_mbps[0])
-        return backlog_air[:, :, None, :]
+    def _backlog_air(self, decoded: DecodedObservation, conditions: Conditions, levels: np.ndarray) -> np.ndarray:
+        """`[horizon, batch, 1 or candidates, users]` airtime the queued video takes (first step
+        only), with the keyframes of the users that `levels` switch if the env charges them."""
+        if not self.keyframe_extra_frames:
+            backlog_air = np.zeros(conditions.rate_mbps.shape)
+            backlog_air[0] = conditions.backlog_mbit / (STEP_DURATION_S * conditions.rate_mbps[0])
+            return backlog_air[:, :, None, :]
+        eligible = (decoded.active & decoded.measured)[:, None, :]
+        switching = eligible & (levels != decoded.last_level[:, None, :])
+        keyframe_mbit = self.keyframe_extra_frames * _gather(decoded.bitrate, levels) / decoded.frame_rate[:, None, :]
+        backlog = conditions.backlog_mbit[:, None, :] + switching * keyframe_mbit
+        backlog_air = np.zeros((conditions.rate_mbps.shape[0], *backlog.shape))
+        backlog_air[0] = backlog / (STEP_DURATION_S * conditions.rate_mbps[0][:, None, :])
+        return backlog_air
 
     def user_values(
         self,
@@ -153,7 +173,7 @@ class JointRewardModel:
         # The queue drains first; frames are sent evenly through the step, so a frame waits
         # for what is left of it: on average Q^2 / (2 x step) for a queue shorter than a step.
         step_ms = STEP_DURATION_S * 1e3
-        queue_ms = 1e3 * self._backlog_air(conditions) * STEP_DURATION_S / free_air
+        queue_ms = 1e3 * self._backlog_air(decoded, conditions, levels) * STEP_DURATION_S / free_air
         wait_ms = np.where(queue_ms < step_ms, queue_ms**2 / (2.0 * step_ms), queue_ms - step_ms / 2.0)
         fixed = PIPELINE_OVERHEAD_MS + nominal * stretch + wait_ms
         transmit = 1e3 * bitrate / frame_rate / (rate * free_air)

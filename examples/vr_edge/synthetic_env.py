@@ -47,6 +47,7 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
+from examples.vr_edge.client_reports import ReportDelayLine
 from examples.vr_edge.traces import TRACE_SPLITS, CellTrace, GpuTrace, jittered_regime
 
 __all__ = [
@@ -106,6 +107,11 @@ _THROUGHPUT = FEATURES.index(f"throughput_{THROUGHPUT_HISTORY_LEN}")
 _THROUGHPUT_LATEST = FEATURES.index("throughput_1")
 _MEAN_LATENCY = FEATURES.index("mean_latency")
 _FROZEN_SHARE = FEATURES.index("frozen_share")
+# What the headset measures and reports back (delayed by `report_delay_steps`); the level sent,
+# the render time and the send queue are known at the server when they happen.
+_CLIENT_REPORT = np.array(
+    [FEATURES.index(name) for name in ("throughput_1", "mean_latency", "max_latency", "late_rate", "drop_rate", "frozen_share")]
+)
 _MEASUREMENT_SCALE = np.array(
     [1.0 / MOTION_TO_PHOTON_BUDGET_MS, 1.0 / MOTION_TO_PHOTON_BUDGET_MS, 1.0, 1.0, 1.0 / RENDER_SCALE_MS,
      1.0 / MOTION_TO_PHOTON_BUDGET_MS]
@@ -256,6 +262,22 @@ class SyntheticVREdgeEnv(gymnasium.Env):
     early in a step also delays the rest of that step. It also lets benchmarks make a step as cheap or as costly as they
     need; docs/vr-edge.md gives measured costs.
 
+    Variants closer to what an edge operator faces (all off by default, which is the env every
+    result in docs/vr-edge-results.md was measured on; docs/vr-edge.md says what each stands for):
+
+    - `report_delay_steps=k`: the headset's feedback (its throughput sample, mean and worst
+      latency, late and dropped rates, frozen share) reaches the observation `k` steps after it
+      was measured; the level sent, the render time and the send queue, which the server knows
+      itself, stay current. A user that just joined reads zeros until its first report arrives.
+    - `report_noise=s`: each throughput sample is reported times a log-normal factor of log-std
+      `s` and mean 1 (a rate estimated from one interval's packets). The noise comes from its
+      own generator (the episode's jumped far ahead, which draws nothing from it), so a seed
+      plays the same traces, channels and frames with the noise on or off.
+    - `keyframe_extra_frames=f`: a user that changes level costs its encoder a keyframe, `f`
+      mean frames' worth of extra bits at the new level, queued at the sender ahead of that
+      step's frames (they take air from everyone and delay the user's frames). A user's first
+      step pays none.
+
     Seeding: all randomness comes from `self.np_random`. `reset(seed=...)` seeds it as
     Gymnasium does; the constructor's `seed` is used by the first `reset` that is given none.
     """
@@ -274,6 +296,9 @@ class SyntheticVREdgeEnv(gymnasium.Env):
         drop_penalty: float = 2.0,
         switch_penalty: float = 0.5,
         max_cumulative_stall_s: float = 3.0,
+        report_delay_steps: int = 0,
+        report_noise: float = 0.0,
+        keyframe_extra_frames: float = 0.0,
     ) -> None:
         self.num_users = _check_int("num_users", num_users, 1)
         self.episode_length = _check_int("episode_length", episode_length, 1)
@@ -290,6 +315,9 @@ class SyntheticVREdgeEnv(gymnasium.Env):
         self.max_cumulative_stall_s = _check_non_negative("max_cumulative_stall_s", max_cumulative_stall_s)
         if self.max_cumulative_stall_s == 0:
             raise ValueError("`max_cumulative_stall_s` must be > 0, got 0.")
+        self.report_delay_steps = _check_int("report_delay_steps", report_delay_steps, 0)
+        self.report_noise = _check_non_negative("report_noise", report_noise)
+        self.keyframe_extra_frames = _check_non_negative("keyframe_extra_frames", keyframe_extra_frames)
 
         self.observation_layout = ObservationLayout(num_users=self.num_users)
         layout = self.observation_layout
@@ -342,6 +370,8 @@ class SyntheticVREdgeEnv(gymnasium.Env):
         self._was_frozen[slots] = False
         features = self._features
         features[slots] = 0.0
+        if self._reports_in_flight is not None:
+            self._reports_in_flight.forget(slots)
         features[slots, 0] = 1.0
         features[slots, 1] = frame_rate * (1.0 / 90.0)
         features[slots, 2] = resolution * (1.0 / 1.5)
@@ -399,8 +429,15 @@ class SyntheticVREdgeEnv(gymnasium.Env):
         # Each slot's observed features in observation units (scaled, not yet clipped); the
         # observation is this block masked by presence, so one step writes it only once.
         self._features = np.zeros((n, self.observation_layout.per_user_features))
+        self._reports_in_flight = (
+            ReportDelayLine(self.report_delay_steps, n, _CLIENT_REPORT.size) if self.report_delay_steps else None
+        )
         self._draw_users(np.ones(n, dtype=bool))
         self._set_present(rng.random(n) < INITIAL_ACTIVE_PROBABILITY)
+        # The report noise has its own stream, a copy of the episode's generator jumped 2^127
+        # draws ahead (which draws nothing from it), so a seed plays the same traces, channels
+        # and frames with the noise on or off.
+        self._report_rng = np.random.Generator(rng.bit_generator.jumped()) if self.report_noise else None
         self._steps_taken = 0
         self._episode_active = True
         return self._observation(), {"regime": self._regime.name}
@@ -444,6 +481,11 @@ class SyntheticVREdgeEnv(gymnasium.Env):
         self._true_capacities = (phy_mbps, gpu_capacity)
         inverse_phy = 1.0 / phy_mbps
         airtime = present * bitrate * inverse_phy
+        switched = self._has_previous_level & (levels != self._last_levels)
+        if self.keyframe_extra_frames:
+            # A new level restarts the encoder's stream with an intra frame, which references no
+            # earlier frame and so is several times a mean frame: its extra bits go out first.
+            self._backlog_mbit = self._backlog_mbit + switched * (self.keyframe_extra_frames * frame_mbit)
 
         # The cell, once per substep. Each user's sender queue is served first: bits left over
         # from earlier intervals (frames the air could not carry) hold the air and delay the
@@ -487,7 +529,6 @@ class SyntheticVREdgeEnv(gymnasium.Env):
         on_time_rate = present - dropped_rate - late_rate
 
         displayed_quality = quality * (on_time_rate + LATE_FRAME_CREDIT * late_rate)
-        switched = self._has_previous_level & (levels != self._last_levels)
         quality_change = np.abs(quality - self._last_quality) * switched
 
         stall_s = dropped_rate * STEP_DURATION_S
@@ -516,6 +557,8 @@ class SyntheticVREdgeEnv(gymnasium.Env):
         # A headset knows how long its screen has been frozen this session: the share of the
         # failure budget used tells how close the session is to failing.
         features[:, _FROZEN_SHARE] = self._cumulative_stall_s * (1.0 / self.max_cumulative_stall_s)
+        if self.report_noise or self._reports_in_flight is not None:
+            self._report()
 
         scale = 1.0 / count if count else 0.0
         ones = self._ones
@@ -551,6 +594,19 @@ class SyntheticVREdgeEnv(gymnasium.Env):
         return self._observation(), reward, terminated, truncated, info
 
     # --- internals ---------------------------------------------------------------------------
+
+    def _report(self) -> None:
+        """Replace this step's client measurements in the features by what the server has received."""
+        features = self._features
+        measured = features[:, _CLIENT_REPORT]
+        if self.report_noise:
+            spread = self.report_noise
+            measured[:, 0] *= np.exp(spread * self._report_rng.standard_normal(self.num_users) - 0.5 * spread * spread)
+        if self._reports_in_flight is not None:
+            measured = self._reports_in_flight.deliver(measured)
+        # The throughput history was shifted before this step's sample was written, so it holds
+        # the samples received, oldest first.
+        features[:, _CLIENT_REPORT] = measured
 
     def _churn(self, uniforms: np.ndarray) -> None:
         # Leaving is rarer than joining, so one comparison finds every slot that may change.
