@@ -32,7 +32,7 @@ from parallel_rollouts.sb3 import ParallelVecEnv
 from parallel_rollouts.seeding import episode_seed
 from tests.envs import SpaceEnv
 from tests.leaks import run_script
-from tests.sb3_envs import SPACES, FloatFramesEnv, failing_cartpole, info_env, replaying
+from tests.sb3_envs import SPACES, FloatFramesEnv, SeedOnlyResetEnv, failing_cartpole, info_env, replaying
 
 BACKENDS = ["sync", "async"]
 NUM_ENVS = 3
@@ -249,6 +249,20 @@ def test_dict_and_tuple_actions_given_one_per_env_step_like_dummy_vec_env(stack,
     with pytest.raises(ActionError, match=r"needs integers \(env 2 got 1.5\)"):
         ours.step(fractional)
     step_both(ours, control, [action_space.sample() for _ in range(NUM_ENVS)], "step after the refused batches")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_env_whose_reset_takes_no_options_steps_like_dummy_vec_env(stack, backend):
+    observation_space, action_space = SPACES["box"]
+    ours, control = open_pair(stack, partial(SeedOnlyResetEnv, observation_space, action_space), backend)
+    assert_same(ours.reset(), control.reset(), "reset")
+    rng = np.random.default_rng(4)
+    episodes_ended = 0
+    for t in range(20):
+        _, _, dones, _ = step_both(ours, control, sampled_actions(action_space, NUM_ENVS, rng), f"step {t}")
+        episodes_ended += int(dones.sum())
+    assert episodes_ended > 0  # the autoresets reached the env too
+    assert_same(ours.reset(), control.reset(), "second reset")
 
 
 def test_an_unknown_start_method_is_refused_as_subproc_vec_env_refuses_it(no_leaks):
