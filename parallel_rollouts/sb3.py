@@ -43,6 +43,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 
 from .conversion import convert_row, explain_rejected_row
 from .errors import ConfigurationError, ObservationError, SpaceError
+from .sb3_actions import batch_per_env_actions
 from .sb3_env_side import NOT_ASKED, RAISED, RESTART_STREAM, make_seeded_episode_env
 from .seeding import EpisodeSeeds, draw_root_seed, episode_seed, validate_seed
 from .spaces import SpaceLayout
@@ -97,6 +98,7 @@ class ParallelVecEnv(VecEnv):
             vector_env = self._vector_env
             self.backend = backend
             self._observation_layout = SpaceLayout(vector_env.single_observation_space, "observation")
+            self._action_layout = SpaceLayout(vector_env.single_action_space, "action")
             self._dict_observations = isinstance(vector_env.single_observation_space, gym.spaces.Dict)
             # The env's own info dicts reach this process unpickled only on "sync": copy them there,
             # as DummyVecEnv hands out deep copies.
@@ -205,8 +207,9 @@ class ParallelVecEnv(VecEnv):
         vector_env = self._require_open()
         if self._actions is None:
             raise RuntimeError("`step_wait()` needs actions: call `step_async(actions)` (or `step(actions)`) first.")
-        observations, rewards, terminations, truncations, parts = vector_env._step_unmerged(self._actions)
-        self._actions = None
+        actions, self._actions = self._actions, None
+        actions = batch_per_env_actions(self._action_layout, actions, self.num_envs)
+        observations, rewards, terminations, truncations, parts = vector_env._step_unmerged(actions)
         dones = terminations | truncations
         time_limits = (truncations & ~terminations).tolist()
         if not any(parts):  # no env reported anything (nor ended): the common step

@@ -66,7 +66,9 @@ class SeededEpisodeEnv(gym.Wrapper):
         if seed is None:
             seed = self._seed_stream.seed_of(self._next_episode)
             self._next_episode += 1
-        return self.env.reset(seed=seed, options=options or None)
+        if not options:  # as DummyVecEnv: `options` only when there are some, for envs whose reset takes none
+            return self.env.reset(seed=seed)
+        return self.env.reset(seed=seed, options=options)
 
     def answer_sb3_request(self, kind: str, name: Any, args: tuple, kwargs: dict, indices: Sequence[int]) -> tuple:
         """``(NOT_ASKED, None)``, ``(RETURNED, value)`` or ``(RAISED, exception)`` for one per-env request."""

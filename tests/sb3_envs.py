@@ -136,6 +136,13 @@ class FloatFramesEnv(gym.Env):
         return np.array([1.5, 2.5]), 0.0, False, False, {}
 
 
+class SeedOnlyResetEnv(SpaceEnv):
+    """A :class:`~tests.envs.SpaceEnv` whose ``reset`` takes no ``options``, as some envs in SB3's own tests."""
+
+    def reset(self, seed=None):
+        return super().reset(seed=seed)
+
+
 class ReplayRecordedSeeds(gym.Wrapper):
     """The control's env: every reset takes the next seed the adapter recorded for this env.
 
@@ -162,6 +169,8 @@ class ReplayRecordedSeeds(gym.Wrapper):
         assert self._episodes < len(self._seeds), "the control reset an episode the adapter did not begin"
         seed = self._seeds[self._episodes]
         self._episodes += 1
+        if not options:  # as DummyVecEnv: `options` only when there are some
+            return self.env.reset(seed=seed)
         return self.env.reset(seed=seed, options=options)
 
 

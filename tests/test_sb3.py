@@ -16,9 +16,11 @@ from functools import partial
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium import spaces
 from gymnasium.utils.env_checker import data_equivalence
 from stable_baselines3.common.vec_env import (
     DummyVecEnv,
+    SubprocVecEnv,
     VecFrameStack,
     VecMonitor,
     VecNormalize,
@@ -28,11 +30,16 @@ from stable_baselines3.common.vec_env import (
 from parallel_rollouts import ActionError, ObservationError, VectorEnvClosedError, WorkerError
 from parallel_rollouts.sb3 import ParallelVecEnv
 from parallel_rollouts.seeding import episode_seed
+from tests.envs import SpaceEnv
 from tests.leaks import run_script
-from tests.sb3_envs import SPACES, FloatFramesEnv, failing_cartpole, info_env, replaying, reversed_keys_env
+from tests.sb3_envs import SPACES, FloatFramesEnv, SeedOnlyResetEnv, failing_cartpole, info_env, replaying, reversed_keys_env
 
 BACKENDS = ["sync", "async"]
 NUM_ENVS = 3
+COMPOSITE_ACTION_SPACES = {
+    "dict": spaces.Dict({"move": spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32), "mode": spaces.Discrete(3)}),
+    "tuple": spaces.Tuple((spaces.Discrete(2), spaces.MultiDiscrete([2, 3]), spaces.Box(-1.0, 1.0, shape=(1,)))),
+}
 
 
 def cartpole() -> gym.Env:
@@ -233,6 +240,52 @@ def test_actions_are_checked_and_a_refused_batch_steps_nothing(stack, backend):
     step_both(ours, control, np.array([1, 0, 2]), "step after the refused batches")
     with pytest.raises(RuntimeError, match="step_async"):
         ours.step_wait()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", sorted(COMPOSITE_ACTION_SPACES))
+def test_dict_and_tuple_actions_given_one_per_env_step_like_dummy_vec_env(stack, kind, backend):
+    action_space = COMPOSITE_ACTION_SPACES[kind]
+    env_fn = partial(SpaceEnv, spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32), action_space)
+    ours, control = open_pair(stack, env_fn, backend)
+    assert_same(ours.reset(), control.reset(), "reset")
+    action_space.seed(3)
+    for t in range(12):
+        # SB3's form, as its own tests write it: actions[i] is env i's action.
+        step_both(ours, control, [action_space.sample() for _ in range(NUM_ENVS)], f"step {t}")
+    incomplete = [action_space.sample() for _ in range(NUM_ENVS)]
+    incomplete[1] = {"mode": 1} if kind == "dict" else incomplete[1][:2]
+    with pytest.raises(ActionError, match="action of env 1 does not match"):
+        ours.step(incomplete)
+    fractional = [action_space.sample() for _ in range(NUM_ENVS)]
+    if kind == "dict":
+        fractional[2] = {"move": fractional[2]["move"], "mode": 1.5}
+    else:
+        fractional[2] = (1.5, *fractional[2][1:])
+    with pytest.raises(ActionError, match=r"needs integers \(env 2 got 1.5\)"):
+        ours.step(fractional)
+    step_both(ours, control, [action_space.sample() for _ in range(NUM_ENVS)], "step after the refused batches")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_env_whose_reset_takes_no_options_steps_like_dummy_vec_env(stack, backend):
+    observation_space, action_space = SPACES["box"]
+    ours, control = open_pair(stack, partial(SeedOnlyResetEnv, observation_space, action_space), backend)
+    assert_same(ours.reset(), control.reset(), "reset")
+    rng = np.random.default_rng(4)
+    episodes_ended = 0
+    for t in range(20):
+        _, _, dones, _ = step_both(ours, control, sampled_actions(action_space, NUM_ENVS, rng), f"step {t}")
+        episodes_ended += int(dones.sum())
+    assert episodes_ended > 0  # the autoresets reached the env too
+    assert_same(ours.reset(), control.reset(), "second reset")
+
+
+def test_an_unknown_start_method_is_refused_as_subproc_vec_env_refuses_it(no_leaks):
+    with pytest.raises(ValueError, match="cannot find context for 'illegal_method'"):
+        SubprocVecEnv([cartpole], start_method="illegal_method")
+    with pytest.raises(ValueError, match="cannot find context for 'illegal_method'"):
+        ParallelVecEnv([cartpole], "async", context="illegal_method")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

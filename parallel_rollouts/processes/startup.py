@@ -87,7 +87,7 @@ def resolve_context(context):
         except ValueError as error:
             raise ConfigurationError(
                 f"`context` must be a multiprocessing start method {multiprocessing.get_all_start_methods()!r} "
-                f"or a context; got {context!r}."
+                f"or a context; got {context!r} (multiprocessing: {error})."
             ) from error
     if hasattr(context, "Process") and hasattr(context, "Pipe"):
         return context
