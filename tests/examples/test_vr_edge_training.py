@@ -16,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from examples.vr_edge import evaluate, train  # noqa: E402
+from examples.vr_edge import episodes, evaluate, train  # noqa: E402
 from examples.vr_edge.advantages import compute_gae  # noqa: E402
 from examples.vr_edge.agent import ActorCritic, CollectorPolicy, load_agent  # noqa: E402
 from examples.vr_edge.baselines import BASELINES  # noqa: E402
@@ -348,6 +348,48 @@ def test_training_envs_play_jittered_train_traces_and_evaluations_the_test_trace
     train.main([*argv, "--trace-jitter", "0.4"])
     assert {kwargs["traces"] for kwargs in built} == {"train"}
     assert {kwargs["trace_jitter"] for kwargs in built} == {0.4}
+
+
+_VARIANT_FLAGS = ["--report-delay-steps", "2", "--report-noise", "0.1", "--keyframe-extra-frames", "1.5"]
+_VARIANT = {"report_delay_steps": 2, "report_noise": 0.1, "keyframe_extra_frames": 1.5}
+
+
+def test_env_variant_options_reach_training_evaluation_and_the_checkpoint(tmp_path, monkeypatch):
+    built = []
+
+    class RecordingEnv(SyntheticVREdgeEnv):
+        def __init__(self, **kwargs):
+            built.append(kwargs)
+            super().__init__(**kwargs)
+
+    # Training builds its envs in train.py, the held-out evaluation in episodes.py.
+    monkeypatch.setattr(train, "SyntheticVREdgeEnv", RecordingEnv)
+    monkeypatch.setattr(episodes, "SyntheticVREdgeEnv", RecordingEnv)
+    summary = train.main([*_tiny_run_argv("serial", tmp_path), *_VARIANT_FLAGS])
+    assert {kwargs["traces"] for kwargs in built} == {"train", "test"}
+    for kwargs in built:
+        assert {name: kwargs.get(name) for name in _VARIANT} == _VARIANT, kwargs
+    _, checkpoint = load_agent(summary["policy_path"])
+    assert checkpoint["env_kwargs"] == {"num_users": 2, "episode_length": 6, "simulation_substeps": 1, **_VARIANT}
+    # `evaluate` rebuilds the env the policy was trained on from its checkpoint.
+    monkeypatch.undo()
+    result = evaluate.main(["--policy", summary["policy_path"], "--episodes", "2", "--baselines", "constant level"])
+    assert {name: result["env_kwargs"][name] for name in _VARIANT} == _VARIANT
+
+
+def test_a_run_on_todays_env_records_no_variant_options():
+    # Earlier checkpoints and evaluations describe today's env without these keys; new ones must too.
+    assert train.variant_env_kwargs(train.parse_args([])) == {}
+    assert train.variant_env_kwargs(train.parse_args(["--report-noise", "0.15"])) == {"report_noise": 0.15}
+
+
+def test_negative_env_variant_options_are_rejected(capsys):
+    with pytest.raises(SystemExit):
+        train.parse_args(["--report-delay-steps", "-1"])
+    assert "--report-delay-steps must be >= 0; got -1." in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train.parse_args(["--keyframe-extra-frames", "-0.5"])
+    assert "--keyframe-extra-frames must be >= 0; got -0.5." in capsys.readouterr().err
 
 
 def test_training_prints_a_summary_with_the_final_evaluation_and_every_path(tmp_path, capsys):
