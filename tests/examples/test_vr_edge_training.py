@@ -477,3 +477,20 @@ def test_controllers_played_in_separate_runs_and_the_clairvoyant_reference_come_
     # Episodes of other seeds cannot stand in.
     with pytest.raises(ValueError, match="differs in 'first_seed'"):
         evaluate.main([*common, "--first-seed", "5", "--baselines-from", str(parts[0])])
+
+
+def test_the_recorded_delayed_variant_run_follows_from_its_per_episode_returns():
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    recorded = json.loads((docs / "vr-edge-ppo-delayed-reports.json").read_text())
+    variants = json.loads((docs / "vr-edge-env-variants.json").read_text())["variants"]
+    for section, variant in (("delayed variant", "late noisy reports"), ("today's env", "today (all off)")):
+        returns = recorded["per_episode_returns"][section]
+        # The controllers played the env-variants measurement's episodes, return for return.
+        for name in ("predictive lookahead", "joint lookahead", "deadline rule", "clairvoyant (1 step ahead)"):
+            assert returns[name] == variants[variant]["per_episode_returns"][name], (section, name)
+        ppo = np.array(returns["PPO (seed 1)"])
+        for name, difference in recorded[section]["ppo_minus"].items():
+            assert difference == evaluate._interval(ppo - np.array(returns[name])), (section, name)
+    assert recorded["training"]["delayed variant"]["env_kwargs"] == {
+        "num_users": 8, "episode_length": 200, "simulation_substeps": 1, "report_delay_steps": 1, "report_noise": 0.15,
+    }
