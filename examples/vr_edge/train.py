@@ -17,6 +17,11 @@ It writes to `--output-dir`:
 - `learning_curve.png` with `--plot`: the deterministic policy's return on held-out seeds of
   the test traces (every `--eval-every` updates) with the tuned baselines as horizontal lines.
 
+`--report-delay-steps`, `--report-noise` and `--keyframe-extra-frames` train on a variant of the
+env (late and noisy client reports, a keyframe per level switch; off by default). Training, the
+periodic evaluation and the baselines at the end all play that variant, and the checkpoint's
+`env_kwargs` record it, so `evaluate.py` plays the policy on the env it was trained on.
+
 Training sees only the train traces, each episode's regime jittered by `--trace-jitter`
 (`examples.vr_edge.traces.jittered_regime`). The run ends by printing a summary: the final held-out
 evaluation next to the baselines' scores on the same seeds, and every path it wrote.
@@ -36,6 +41,7 @@ import argparse
 import dataclasses
 import functools
 import importlib.util
+import inspect
 import json
 import math
 import multiprocessing
@@ -59,6 +65,11 @@ from parallel_rollouts.collector import BACKENDS
 INFO_KEYS = ("quality", "late_penalty", "drop_penalty", "switch_penalty", "late_rate", "drop_rate", "stall_time")
 CORES = ("auto", "compiled", "python")
 PLACEMENTS = ("main", "workers")
+# The env's variant options (late and noisy client reports, a keyframe per level switch): a run
+# trains and is evaluated on the variant it names, and its checkpoint records it.
+VARIANT_OPTIONS = ("report_delay_steps", "report_noise", "keyframe_extra_frames")
+# The env owns these defaults; the flags repeat none of them.
+_ENV_DEFAULTS = {name: inspect.signature(SyntheticVREdgeEnv).parameters[name].default for name in VARIANT_OPTIONS}
 
 
 def option(default: Any, description: str, choices: tuple[str, ...] | None = None) -> Any:
@@ -88,6 +99,15 @@ class Args:
     num_users: int = option(8, "user slots sharing the edge GPU and the cell")
     episode_length: int = option(200, "steps after which an episode is truncated")
     simulation_substeps: int = option(1, "frame-sampling rounds simulated per environment step")
+    report_delay_steps: int = option(
+        _ENV_DEFAULTS["report_delay_steps"], "env variant: steps a client's report takes to reach the server (0: none)"
+    )
+    report_noise: float = option(
+        _ENV_DEFAULTS["report_noise"], "env variant: log-normal std of the noise on each reported rate (0: exact)"
+    )
+    keyframe_extra_frames: float = option(
+        _ENV_DEFAULTS["keyframe_extra_frames"], "env variant: extra mean frames a level switch's keyframe costs (0: none)"
+    )
     trace_jitter: float = option(
         TRAINING_TRACE_JITTER, "training only: scale each trace parameter by a per-episode factor in [1/(1+j), 1+j]"
     )
@@ -150,6 +170,9 @@ def _argument_problem(args: Args) -> str | None:
     ):
         if getattr(args, name) < 1:
             return f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)!r}."
+    for name in VARIANT_OPTIONS:
+        if not getattr(args, name) >= 0:
+            return f"--{name.replace('_', '-')} must be >= 0; got {getattr(args, name)!r}."
     if not args.trace_jitter >= 0:
         return f"--trace-jitter must be >= 0; got {args.trace_jitter!r}."
     if args.policy_placement == "workers" and args.backend != "async":
@@ -188,6 +211,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "num_users": args.num_users,
         "episode_length": args.episode_length,
         "simulation_substeps": args.simulation_substeps,
+        **variant_env_kwargs(args),
     }
     # Training sees the train traces; every evaluation uses the held-out test traces.
     env_fn = functools.partial(SyntheticVREdgeEnv, traces="train", trace_jitter=args.trace_jitter, **env_kwargs)
@@ -353,6 +377,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     print(format_summary(summary), flush=True)
     return summary
+
+
+def variant_env_kwargs(args: Args) -> dict[str, Any]:
+    """The variant options that differ from the env's defaults.
+
+    Only those: a run on today's env keeps the checkpoint `env_kwargs` it always had, so earlier
+    checkpoints and evaluations still describe the same env as new ones.
+    """
+    return {name: getattr(args, name) for name in VARIANT_OPTIONS if getattr(args, name) != _ENV_DEFAULTS[name]}
 
 
 def _mean_or_nan(values: np.ndarray) -> float:

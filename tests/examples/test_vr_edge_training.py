@@ -16,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from examples.vr_edge import evaluate, train  # noqa: E402
+from examples.vr_edge import episodes, evaluate, train  # noqa: E402
 from examples.vr_edge.advantages import compute_gae  # noqa: E402
 from examples.vr_edge.agent import ActorCritic, CollectorPolicy, load_agent  # noqa: E402
 from examples.vr_edge.baselines import BASELINES  # noqa: E402
@@ -350,6 +350,48 @@ def test_training_envs_play_jittered_train_traces_and_evaluations_the_test_trace
     assert {kwargs["trace_jitter"] for kwargs in built} == {0.4}
 
 
+_VARIANT_FLAGS = ["--report-delay-steps", "2", "--report-noise", "0.1", "--keyframe-extra-frames", "1.5"]
+_VARIANT = {"report_delay_steps": 2, "report_noise": 0.1, "keyframe_extra_frames": 1.5}
+
+
+def test_env_variant_options_reach_training_evaluation_and_the_checkpoint(tmp_path, monkeypatch):
+    built = []
+
+    class RecordingEnv(SyntheticVREdgeEnv):
+        def __init__(self, **kwargs):
+            built.append(kwargs)
+            super().__init__(**kwargs)
+
+    # Training builds its envs in train.py, the held-out evaluation in episodes.py.
+    monkeypatch.setattr(train, "SyntheticVREdgeEnv", RecordingEnv)
+    monkeypatch.setattr(episodes, "SyntheticVREdgeEnv", RecordingEnv)
+    summary = train.main([*_tiny_run_argv("serial", tmp_path), *_VARIANT_FLAGS])
+    assert {kwargs["traces"] for kwargs in built} == {"train", "test"}
+    for kwargs in built:
+        assert {name: kwargs.get(name) for name in _VARIANT} == _VARIANT, kwargs
+    _, checkpoint = load_agent(summary["policy_path"])
+    assert checkpoint["env_kwargs"] == {"num_users": 2, "episode_length": 6, "simulation_substeps": 1, **_VARIANT}
+    # `evaluate` rebuilds the env the policy was trained on from its checkpoint.
+    monkeypatch.undo()
+    result = evaluate.main(["--policy", summary["policy_path"], "--episodes", "2", "--baselines", "constant level"])
+    assert {name: result["env_kwargs"][name] for name in _VARIANT} == _VARIANT
+
+
+def test_a_run_on_todays_env_records_no_variant_options():
+    # Earlier checkpoints and evaluations describe today's env without these keys; new ones must too.
+    assert train.variant_env_kwargs(train.parse_args([])) == {}
+    assert train.variant_env_kwargs(train.parse_args(["--report-noise", "0.15"])) == {"report_noise": 0.15}
+
+
+def test_negative_env_variant_options_are_rejected(capsys):
+    with pytest.raises(SystemExit):
+        train.parse_args(["--report-delay-steps", "-1"])
+    assert "--report-delay-steps must be >= 0; got -1." in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train.parse_args(["--keyframe-extra-frames", "-0.5"])
+    assert "--keyframe-extra-frames must be >= 0; got -0.5." in capsys.readouterr().err
+
+
 def test_training_prints_a_summary_with_the_final_evaluation_and_every_path(tmp_path, capsys):
     summary = train.main(_tiny_run_argv("serial", tmp_path))
     out = capsys.readouterr().out
@@ -435,3 +477,20 @@ def test_controllers_played_in_separate_runs_and_the_clairvoyant_reference_come_
     # Episodes of other seeds cannot stand in.
     with pytest.raises(ValueError, match="differs in 'first_seed'"):
         evaluate.main([*common, "--first-seed", "5", "--baselines-from", str(parts[0])])
+
+
+def test_the_recorded_delayed_variant_run_follows_from_its_per_episode_returns():
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    recorded = json.loads((docs / "vr-edge-ppo-delayed-reports.json").read_text())
+    variants = json.loads((docs / "vr-edge-env-variants.json").read_text())["variants"]
+    for section, variant in (("delayed variant", "late noisy reports"), ("today's env", "today (all off)")):
+        returns = recorded["per_episode_returns"][section]
+        # The controllers played the env-variants measurement's episodes, return for return.
+        for name in ("predictive lookahead", "joint lookahead", "deadline rule", "clairvoyant (1 step ahead)"):
+            assert returns[name] == variants[variant]["per_episode_returns"][name], (section, name)
+        ppo = np.array(returns["PPO (seed 1)"])
+        for name, difference in recorded[section]["ppo_minus"].items():
+            assert difference == evaluate._interval(ppo - np.array(returns[name])), (section, name)
+    assert recorded["training"]["delayed variant"]["env_kwargs"] == {
+        "num_users": 8, "episode_length": 200, "simulation_substeps": 1, "report_delay_steps": 1, "report_noise": 0.15,
+    }
