@@ -130,10 +130,8 @@ def test_substeps_are_deterministic_and_change_results():
     assert returns[1] != returns[4]
 
 
-def test_an_env_pickled_mid_episode_continues_identically():
-    env = SyntheticVREdgeEnv(num_users=3, seed=4)
-    env.reset()
-    actions = _random_actions(3, 30, seed=0)
+def assert_pickled_mid_episode_continues_identically(env, actions) -> None:
+    """Step ``env`` (already reset) five times, pickle it, and step both with the rest of ``actions``."""
     for action in actions[:5]:
         env.step(action)
     clone = pickle.loads(pickle.dumps(env))
@@ -141,6 +139,12 @@ def test_an_env_pickled_mid_episode_continues_identically():
         original, cloned = env.step(action), clone.step(action)
         np.testing.assert_array_equal(original[0], cloned[0])
         assert original[1:4] == cloned[1:4]
+
+
+def test_an_env_pickled_mid_episode_continues_identically():
+    env = SyntheticVREdgeEnv(num_users=3, seed=4)
+    env.reset()
+    assert_pickled_mid_episode_continues_identically(env, _random_actions(3, 30, seed=0))
 
 
 # --- traces, users, episodes -------------------------------------------------------------------

@@ -5,7 +5,6 @@ exact with every option on."""
 from __future__ import annotations
 
 import json
-import pickle
 import warnings
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from examples.vr_edge.env_variants import CAUSAL_CONTROLLERS, CLAIRVOYANT, add_c
 from examples.vr_edge.episodes import play_episodes
 from examples.vr_edge.joint_model import JointRewardModel
 from examples.vr_edge.synthetic_env import OBSERVED_RATIO_CLIP, THROUGHPUT_HISTORY_LEN, StreamModel, SyntheticVREdgeEnv
+from tests.examples.test_vr_edge_env import assert_pickled_mid_episode_continues_identically
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "vr-edge-results.json"
 CLIENT_FEATURES = (
@@ -150,14 +150,7 @@ def test_seeding_stays_exact_with_every_option_on():
 def test_an_env_with_every_option_pickled_mid_episode_continues_identically():
     env = SyntheticVREdgeEnv(traces="test", **EVERY_OPTION)
     env.reset(seed=4)
-    actions = np.random.default_rng(2).integers(0, 3, size=(30, 8))
-    for action in actions[:5]:
-        env.step(action)
-    clone = pickle.loads(pickle.dumps(env))
-    for action in actions[5:]:
-        original, cloned = env.step(action), clone.step(action)
-        np.testing.assert_array_equal(original[0], cloned[0])
-        assert original[1:4] == cloned[1:4]
+    assert_pickled_mid_episode_continues_identically(env, np.random.default_rng(2).integers(0, 3, size=(30, 8)))
 
 
 def test_check_env_passes_with_every_option_on():

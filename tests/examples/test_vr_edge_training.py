@@ -335,7 +335,8 @@ def test_arguments_that_cannot_train_are_rejected(capsys):
 # --- the summary and the command line ---------------------------------------------------------
 
 
-def test_training_envs_play_jittered_train_traces_and_evaluations_the_test_traces(tmp_path, monkeypatch):
+def _record_env_kwargs(monkeypatch, *modules) -> list[dict]:
+    """The keyword arguments of every ``SyntheticVREdgeEnv`` the given modules build, in order."""
     built = []
 
     class RecordingEnv(SyntheticVREdgeEnv):
@@ -343,7 +344,13 @@ def test_training_envs_play_jittered_train_traces_and_evaluations_the_test_trace
             built.append(kwargs)
             super().__init__(**kwargs)
 
-    monkeypatch.setattr(train, "SyntheticVREdgeEnv", RecordingEnv)
+    for module in modules:
+        monkeypatch.setattr(module, "SyntheticVREdgeEnv", RecordingEnv)
+    return built
+
+
+def test_training_envs_play_jittered_train_traces_and_evaluations_the_test_traces(tmp_path, monkeypatch):
+    built = _record_env_kwargs(monkeypatch, train)
     argv = _tiny_run_argv("serial", tmp_path)
     train.main([*argv, "--trace-jitter", "0.4"])
     assert {kwargs["traces"] for kwargs in built} == {"train"}
@@ -355,16 +362,8 @@ _VARIANT = {"report_delay_steps": 2, "report_noise": 0.1, "keyframe_extra_frames
 
 
 def test_env_variant_options_reach_training_evaluation_and_the_checkpoint(tmp_path, monkeypatch):
-    built = []
-
-    class RecordingEnv(SyntheticVREdgeEnv):
-        def __init__(self, **kwargs):
-            built.append(kwargs)
-            super().__init__(**kwargs)
-
     # Training builds its envs in train.py, the held-out evaluation in episodes.py.
-    monkeypatch.setattr(train, "SyntheticVREdgeEnv", RecordingEnv)
-    monkeypatch.setattr(episodes, "SyntheticVREdgeEnv", RecordingEnv)
+    built = _record_env_kwargs(monkeypatch, train, episodes)
     summary = train.main([*_tiny_run_argv("serial", tmp_path), *_VARIANT_FLAGS])
     assert {kwargs["traces"] for kwargs in built} == {"train", "test"}
     for kwargs in built:
