@@ -148,6 +148,38 @@ cdef class ObservationWriter:
                 return False
         return cnp.PyArray_IS_C_CONTIGUOUS(array)
 
+    cdef bint _is_exact_block(self, object source):
+        """An array ``[num_envs, *row shape]`` of the storage's dtype (any strides): stored as it is."""
+        cdef cnp.ndarray array
+        cdef int axis
+        cdef cnp.npy_intp* dims
+        if type(source) is not np.ndarray:
+            return False
+        array = <cnp.ndarray>source
+        if cnp.PyArray_TYPE(array) != (<cnp.dtype>self.dtype).type_num or not cnp.PyArray_ISNOTSWAPPED(array):
+            return False
+        if cnp.PyArray_NDIM(array) != self.row_dims.shape[0] + 1:
+            return False
+        dims = cnp.PyArray_DIMS(array)
+        if dims[0] != self.num_envs:
+            return False
+        for axis in range(self.row_dims.shape[0]):
+            if dims[axis + 1] != self.row_dims[axis]:
+                return False
+        return True
+
+    cdef void _copy_block(self, Py_ssize_t row, cnp.ndarray block) noexcept:
+        """Copy an exact, C-contiguous block (see ``_is_exact_block``) into ``observations[row]``."""
+        cdef const unsigned char* data = <const unsigned char*>cnp.PyArray_DATA(block)
+        cdef Py_ssize_t column
+        if self.row_nbytes == 0 or self.num_envs == 0:
+            return
+        if self.observation_bytes.strides[1] == self.row_nbytes:
+            memcpy(&self.observation_bytes[row, 0, 0], data, self.num_envs * self.row_nbytes)
+            return
+        for column in range(self.num_envs):
+            memcpy(&self.observation_bytes[row, column, 0], data + column * self.row_nbytes, self.row_nbytes)
+
     def write_rows(self, Py_ssize_t row, list sources not None):
         cdef Py_ssize_t column
         if row < 0 or row >= self.observation_bytes.shape[0]:
@@ -830,28 +862,253 @@ cdef class _LeafBounds:
         return False
 
 
+    cdef bint block_outside(self, cnp.ndarray block) except -1:
+        """Whether any row of ``block`` (``[rows, *leaf]``, the writer's dtype, C-contiguous) lies outside."""
+        cdef Py_ssize_t rows = cnp.PyArray_DIMS(block)[0]
+        cdef const unsigned char* data = <const unsigned char*>cnp.PyArray_DATA(block)
+        cdef bint outside
+        if self.elements == 0:
+            return False
+        with nogil:
+            outside = _pointer_outside(data, self.type_number, self.itemsize, self.elements, &self.low[0], &self.high[0], rows)
+        return outside
+
+
 cdef bint _pointer_outside(
-    const unsigned char* data, int type_number, Py_ssize_t size, Py_ssize_t k, const double* lo, const double* hi
+    const unsigned char* data, int type_number, Py_ssize_t size, Py_ssize_t k, const double* lo, const double* hi,
+    Py_ssize_t rows=1,
 ) noexcept nogil:
-    """One row of ``k`` elements at ``data``: is any element outside ``[lo, hi]`` (NaN included)?"""
+    """``rows`` contiguous rows of ``k`` elements at ``data``: is any element outside ``[lo, hi]`` (NaN included)?"""
     if type_number == cnp.NPY_UBYTE:
-        return _first_row_out_of_bounds[cython.uchar](<unsigned char*>data, 1, k, lo, hi) >= 0
+        return _first_row_out_of_bounds[cython.uchar](<unsigned char*>data, rows, k, lo, hi) >= 0
     if type_number == cnp.NPY_BYTE:
-        return _first_row_out_of_bounds[cython.schar](<signed char*>data, 1, k, lo, hi) >= 0
+        return _first_row_out_of_bounds[cython.schar](<signed char*>data, rows, k, lo, hi) >= 0
     if type_number == cnp.NPY_SHORT:
-        return _first_row_out_of_bounds[cython.short](<short*>data, 1, k, lo, hi) >= 0
+        return _first_row_out_of_bounds[cython.short](<short*>data, rows, k, lo, hi) >= 0
     if type_number == cnp.NPY_USHORT:
-        return _first_row_out_of_bounds[cython.ushort](<unsigned short*>data, 1, k, lo, hi) >= 0
+        return _first_row_out_of_bounds[cython.ushort](<unsigned short*>data, rows, k, lo, hi) >= 0
     if type_number == cnp.NPY_FLOAT:
-        return _first_row_out_of_bounds[cython.float](<float*>data, 1, k, lo, hi) >= 0
+        return _first_row_out_of_bounds[cython.float](<float*>data, rows, k, lo, hi) >= 0
     if type_number == cnp.NPY_DOUBLE:
-        return _first_row_out_of_bounds[cython.double](<double*>data, 1, k, lo, hi) >= 0
+        return _first_row_out_of_bounds[cython.double](<double*>data, rows, k, lo, hi) >= 0
     if type_number in (cnp.NPY_INT, cnp.NPY_LONG, cnp.NPY_LONGLONG) and size == 4:
-        return _first_row_out_of_bounds[cython.int](<int*>data, 1, k, lo, hi) >= 0
+        return _first_row_out_of_bounds[cython.int](<int*>data, rows, k, lo, hi) >= 0
     if type_number in (cnp.NPY_UINT, cnp.NPY_ULONG, cnp.NPY_ULONGLONG) and size == 4:
-        return _first_row_out_of_bounds[cython.uint](<unsigned int*>data, 1, k, lo, hi) >= 0
+        return _first_row_out_of_bounds[cython.uint](<unsigned int*>data, rows, k, lo, hi) >= 0
     if type_number in (cnp.NPY_INT, cnp.NPY_LONG, cnp.NPY_LONGLONG) and size == 8:
-        return _first_row_out_of_bounds[cython.longlong](<long long*>data, 1, k, lo, hi) >= 0
+        return _first_row_out_of_bounds[cython.longlong](<long long*>data, rows, k, lo, hi) >= 0
     if type_number in (cnp.NPY_UINT, cnp.NPY_ULONG, cnp.NPY_ULONGLONG) and size == 8:
-        return _first_row_out_of_bounds[cython.ulonglong](<unsigned long long*>data, 1, k, lo, hi) >= 0
+        return _first_row_out_of_bounds[cython.ulonglong](<unsigned long long*>data, rows, k, lo, hi) >= 0
     return False
+
+
+cdef inline bint _is_vector(object values, Py_ssize_t length, int type_number):
+    """A C-contiguous native 1-D array of ``length`` entries of dtype ``type_number``."""
+    return (
+        type(values) is np.ndarray
+        and cnp.PyArray_NDIM(<cnp.ndarray>values) == 1
+        and cnp.PyArray_DIMS(<cnp.ndarray>values)[0] == length
+        and cnp.PyArray_TYPE(<cnp.ndarray>values) == type_number
+        and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>values)
+        and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>values)
+    )
+
+
+cdef class VectorRowRecorder:
+    """One row a vector env returned, stored, checked and booked in one call (see the twin's docstring)."""
+
+    cdef StepRecorder recorder
+    cdef list writers
+    cdef list checked
+    cdef list checked_indices
+    cdef unsigned char[:, :] reset_steps
+    cdef unsigned char[::1] counted
+    cdef double[:] step_seconds
+    cdef bint timed
+    cdef bint next_step
+    cdef bint scatter_finals
+    cdef Py_ssize_t num_envs
+    # Per leaf, a contiguous block for sources that are not (allocated when first needed).
+    cdef list scratch
+
+    def __init__(self, StepRecorder recorder not None, list writers not None, list checked_leaves not None, reset_steps, counted, step_seconds, autoreset_mode):
+        for writer in writers:
+            if not isinstance(writer, ObservationWriter):
+                raise TypeError(f"`writers` must hold ObservationWriter objects; got {type(writer).__name__}.")
+        _paths().check_vector_row_arguments(
+            (recorder.rewards.shape[0], recorder.num_envs),
+            [(<ObservationWriter>w).observations for w in writers],
+            [(<ObservationWriter>w).num_final_rows for w in writers],
+            checked_leaves, reset_steps, counted, step_seconds, autoreset_mode,
+        )
+        self.recorder = recorder
+        self.writers = writers
+        self.checked = []
+        self.checked_indices = []
+        for leaf_index, low, high in checked_leaves:
+            self.checked.append(_LeafBounds(<ObservationWriter>writers[leaf_index], low, high))
+            self.checked_indices.append(leaf_index)
+        self.reset_steps = reset_steps.view(np.uint8)
+        self.counted = counted.view(np.uint8)
+        self.timed = step_seconds is not None
+        if self.timed:
+            self.step_seconds = step_seconds
+        self.next_step = autoreset_mode == "NextStep"
+        self.scatter_finals = autoreset_mode != "SameStep"
+        self.num_envs = recorder.num_envs
+        self.scratch = [None] * len(writers)
+
+    cdef cnp.ndarray _contiguous(self, Py_ssize_t leaf_index, cnp.ndarray block):
+        """``block`` (an exact block of leaf ``leaf_index`` but not C-contiguous) as a C-contiguous array."""
+        cdef ObservationWriter writer = <ObservationWriter>self.writers[leaf_index]
+        cdef cnp.ndarray scratch = self.scratch[leaf_index]
+        if scratch is None:
+            scratch = np.empty((self.num_envs,) + writer.row_shape, dtype=writer.dtype)
+            self.scratch[leaf_index] = scratch
+        if not _gather_rows(block, <unsigned char*>cnp.PyArray_DATA(scratch)):
+            scratch[...] = block
+        return scratch
+
+    def record(self, Py_ssize_t t, rewards, terminations, truncations, list leaves not None, double seconds):
+        cdef StepRecorder rec = self.recorder
+        cdef Py_ssize_t n = self.num_envs, column, k, n_done = 0, leaf_index, n_leaves = len(self.writers)
+        cdef const double* reward64 = NULL
+        cdef const float* reward32 = NULL
+        cdef const unsigned char* terminated
+        cdef const unsigned char* truncated
+        cdef double reward, share
+        cdef bint ended, counted_now
+        cdef ObservationWriter writer
+        cdef _LeafBounds bounds
+        if t < 0 or t >= rec.rewards.shape[0]:
+            raise IndexError(f"time step {t} is outside [0, {rec.rewards.shape[0]}).")
+        if len(leaves) != n_leaves:
+            raise ValueError(f"`leaves` has {len(leaves)} entries; expected {n_leaves}.")
+        # Every condition of the fast path is checked before anything is written, so
+        # -1 leaves every array as it was for the caller's general path.
+        if not _is_vector(terminations, n, cnp.NPY_BOOL) or not _is_vector(truncations, n, cnp.NPY_BOOL):
+            return -1
+        if _is_vector(rewards, n, cnp.NPY_DOUBLE):
+            reward64 = <const double*>cnp.PyArray_DATA(<cnp.ndarray>rewards)
+        elif _is_vector(rewards, n, cnp.NPY_FLOAT):
+            reward32 = <const float*>cnp.PyArray_DATA(<cnp.ndarray>rewards)
+        else:
+            return -1
+        cdef list blocks = []
+        for leaf_index in range(n_leaves):
+            block = leaves[leaf_index]
+            if not (<ObservationWriter>self.writers[leaf_index])._is_exact_block(block):
+                return -1
+            if not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>block):
+                # e.g. CartPoleVectorEnv's transposed state: gathered into a contiguous scratch
+                # block (NumPy's own copy of a transposed [n, 4] array costs ~10x more).
+                block = self._contiguous(leaf_index, <cnp.ndarray>block)
+            blocks.append(block)
+        for k in range(len(self.checked)):
+            bounds = <_LeafBounds>self.checked[k]
+            if bounds.type_number < 0 or bounds.block_outside(<cnp.ndarray>blocks[<Py_ssize_t>self.checked_indices[k]]):
+                return -1
+        terminated = <const unsigned char*>cnp.PyArray_DATA(<cnp.ndarray>terminations)
+        truncated = <const unsigned char*>cnp.PyArray_DATA(<cnp.ndarray>truncations)
+        if self.next_step:
+            for column in range(n):
+                if (terminated[column] or truncated[column]) and not self.counted[column]:
+                    return -1
+        if rec._completed_count + n > rec.completed_returns.shape[0]:
+            for column in range(n):
+                if terminated[column] or truncated[column]:
+                    n_done += 1
+            rec._require_room(n_done)
+            n_done = 0
+        for leaf_index in range(n_leaves):
+            (<ObservationWriter>self.writers[leaf_index])._copy_block(t + 1, <cnp.ndarray>blocks[leaf_index])
+        share = seconds / n if n else 0.0
+        # Row t of each field as a local view: the loop then keeps its pointers in registers.
+        cdef double[:] rewards_row = rec.rewards[t]
+        cdef unsigned char[:] terminations_row = rec.terminations[t]
+        cdef unsigned char[:] truncations_row = rec.truncations[t]
+        cdef int64[:] seeds_row = rec.step_episode_seeds[t]
+        cdef unsigned char[:] reset_row = self.reset_steps[t]
+        cdef double[:] running_returns = rec.running_returns
+        cdef int64[:] running_lengths = rec.running_lengths
+        cdef int64[:] running_seeds = rec.running_seeds
+        cdef unsigned char[::1] counted = self.counted
+        cdef bint next_step = self.next_step
+        with nogil:
+            for column in range(n):
+                reward = reward64[column] if reward64 != NULL else <double>reward32[column]
+                ended = terminated[column] != 0 or truncated[column] != 0
+                rewards_row[column] = reward
+                terminations_row[column] = terminated[column] != 0
+                truncations_row[column] = truncated[column] != 0
+                seeds_row[column] = running_seeds[column]
+                if next_step:
+                    # A column that ended at the step before spent this one on its reset.
+                    counted_now = counted[column] != 0
+                    reset_row[column] = not counted_now
+                    counted[column] = not ended
+                else:
+                    counted_now = True
+                    reset_row[column] = 0
+                if counted_now:
+                    running_returns[column] += reward
+                    running_lengths[column] += 1
+                if ended:
+                    rec._end_episode(t, column, n_done)
+                    n_done += 1
+            if self.timed:
+                for column in range(n):
+                    self.step_seconds[column] += share
+        if self.scatter_finals and n_done:
+            # Row t + 1 holds the terminal observations until a reset overwrites it.
+            for leaf_index in range(n_leaves):
+                writer = <ObservationWriter>self.writers[leaf_index]
+                if writer.row_nbytes:
+                    for k in range(n_done):
+                        column = rec.done_columns[k]
+                        memcpy(&writer.final_bytes[t, column, 0], &writer.observation_bytes[t + 1, column, 0], writer.row_nbytes)
+        if self.next_step:
+            # The vector env resets them at the next step with seeds of its own choosing.
+            for k in range(n_done):
+                rec.running_seeds[rec.done_columns[k]] = -1
+        return n_done
+
+
+cdef bint _gather_rows(cnp.ndarray block, unsigned char* dest) except -1:
+    """Copy ``block`` ``[rows, *leaf]`` into the C-contiguous ``dest``; False (nothing copied) when
+    its leaf axes do not collapse into one strided axis (the caller then lets NumPy copy it)."""
+    cdef int ndim = cnp.PyArray_NDIM(block), axis
+    cdef cnp.npy_intp* dims = cnp.PyArray_DIMS(block)
+    cdef cnp.npy_intp* strides = cnp.PyArray_STRIDES(block)
+    cdef Py_ssize_t itemsize = cnp.PyArray_ITEMSIZE(block)
+    cdef Py_ssize_t rows = dims[0], elements = 1, row_stride = strides[0], element_stride = itemsize
+    cdef Py_ssize_t row, k, expected
+    cdef const unsigned char* source = <const unsigned char*>cnp.PyArray_DATA(block)
+    cdef const unsigned char* at
+    cdef unsigned char* to
+    # The leaf axes collapse when each (of more than one element) steps over the ones after it.
+    expected = -1
+    for axis in range(ndim - 1, 0, -1):
+        if dims[axis] == 1:
+            continue
+        if expected == -1:
+            element_stride = strides[axis]
+        elif strides[axis] != expected:
+            return False
+        expected = strides[axis] * dims[axis]
+        elements *= dims[axis]
+    with nogil:
+        for row in range(rows):
+            at = source + row * row_stride
+            to = dest + row * elements * itemsize
+            # memcpy of a constant size compiles to one load and store, aligned or not.
+            if itemsize == 4:
+                for k in range(elements):
+                    memcpy(to + k * 4, at + k * element_stride, 4)
+            elif itemsize == 8:
+                for k in range(elements):
+                    memcpy(to + k * 8, at + k * element_stride, 8)
+            else:
+                for k in range(elements):
+                    memcpy(to + k * itemsize, at + k * element_stride, itemsize)
+    return True

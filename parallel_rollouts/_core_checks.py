@@ -20,6 +20,7 @@ __all__ = [
     "check_step_lists",
     "check_step_storage",
     "check_stepper_arguments",
+    "check_vector_row_arguments",
 ]
 
 
@@ -227,6 +228,14 @@ def check_row_stepper_arguments(
         raise TypeError("`seed_table` must have a `fill(column, block)` method.")
     if _require_array(running_seeds, "running_seeds", np.int64, 1).shape != (num_envs,):
         raise ValueError(f"`running_seeds` must have shape ({num_envs},); got {running_seeds.shape!r}.")
+    _check_checked_leaves(checked_leaves, observation_leaves)
+    missing = [name for name in ROW_STEPPER_HOOKS if not callable(getattr(hooks, name, None))]
+    if missing:
+        raise TypeError(f"`hooks` lacks the methods {missing!r}.")
+
+
+def _check_checked_leaves(checked_leaves: Any, observation_leaves: list[np.ndarray]) -> None:
+    """``(leaf_index, low, high)`` entries: flat float64 bounds of each checked leaf's row."""
     if type(checked_leaves) is not list:
         raise TypeError(f"`checked_leaves` must be a list; got {type(checked_leaves).__name__}.")
     for entry in checked_leaves:
@@ -244,6 +253,39 @@ def check_row_stepper_arguments(
                 )
         if observation_leaves[leaf_index].dtype.kind not in "biuf":
             raise TypeError(f"checked leaf {leaf_index} has dtype {observation_leaves[leaf_index].dtype}; no bounds check for it.")
-    missing = [name for name in ROW_STEPPER_HOOKS if not callable(getattr(hooks, name, None))]
-    if missing:
-        raise TypeError(f"`hooks` lacks the methods {missing!r}.")
+
+
+VECTOR_AUTORESET_MODES = ("NextStep", "SameStep", "Disabled")
+
+
+def check_vector_row_arguments(
+    step_shape: tuple[int, int],
+    observation_leaves: list[np.ndarray],
+    final_rows: list[int],
+    checked_leaves: Any,
+    reset_steps: Any,
+    counted: Any,
+    step_seconds: Any,
+    autoreset_mode: Any,
+) -> None:
+    """What ``VectorRowRecorder`` needs, checked once: every later row trusts it."""
+    horizon, num_envs = step_shape
+    if not observation_leaves:
+        raise ValueError("`writers` must hold one ObservationWriter per observation leaf; got none.")
+    for index, (leaf, finals) in enumerate(zip(observation_leaves, final_rows)):
+        if leaf.shape[0] < horizon + 1 or leaf.shape[1] != num_envs or finals < horizon:
+            raise ValueError(
+                f"writer {index} covers {leaf.shape[0]} rows ({finals} final rows) of {leaf.shape[1]} envs; "
+                f"the recorder needs {horizon + 1} rows ({horizon} final rows) of {num_envs} envs."
+            )
+    _check_checked_leaves(checked_leaves, observation_leaves)
+    steps = _require_array(reset_steps, "reset_steps", np.bool_, 2)
+    if steps.shape[0] < horizon or steps.shape[1] != num_envs:
+        raise ValueError(f"`reset_steps` must have shape [>= {horizon}, {num_envs}]; got {steps.shape!r}.")
+    flags = _require_array(counted, "counted", np.bool_, 1)
+    if flags.shape != (num_envs,) or not flags.flags.c_contiguous:
+        raise ValueError(f"`counted` must be a contiguous [{num_envs}] bool array; got shape {flags.shape!r}.")
+    if step_seconds is not None and _require_array(step_seconds, "step_seconds", np.float64, 1).shape != (num_envs,):
+        raise ValueError(f"`step_seconds` must have shape ({num_envs},); got {step_seconds.shape!r}.")
+    if autoreset_mode not in VECTOR_AUTORESET_MODES:
+        raise ValueError(f"`autoreset_mode` must be one of {VECTOR_AUTORESET_MODES!r}; got {autoreset_mode!r}.")

@@ -21,6 +21,10 @@ The per-step work of a group of envs lives here:
   the new rows against the space's bounds. What only Python can do (building
   an error, warning about a value) it hands to the ``hooks`` object it was
   built with.
+* :class:`VectorRowRecorder` is the same for a vector env's row: it stores
+  the rows one ``step`` of the vector env returned, checks them, and keeps the
+  books, in one call, or declines (writing nothing) when the row needs the
+  general rules.
 
 Storage handed to either class may be a column slice (``array[:, lo:hi]``) of a
 larger ``[rows, num_envs, ...]`` array, which is how one worker writes its own
@@ -41,11 +45,19 @@ from ._core_checks import (
     check_step_lists,
     check_step_storage,
     check_stepper_arguments,
+    check_vector_row_arguments,
 )
 from .conversion import convert_row
 from .env_returns import check_reset_result, check_step_result, end_flag, info_number, reward_value
 
-__all__ = ["EnvStepper", "ObservationWriter", "RowStepper", "StepRecorder", "find_out_of_bounds"]
+__all__ = [
+    "EnvStepper",
+    "ObservationWriter",
+    "RowStepper",
+    "StepRecorder",
+    "VectorRowRecorder",
+    "find_out_of_bounds",
+]
 
 
 class ObservationWriter:
@@ -555,6 +567,161 @@ class RowStepper:
         if len(values) != len(writers):
             return False
         return all(writer._copy_into(row, column, value) for writer, value in zip(writers, values))
+
+
+class VectorRowRecorder:
+    """One row a vector env returned, stored, checked and booked in one call.
+
+    Parameters
+    ----------
+    recorder:
+        The rollout's :class:`StepRecorder` (its storage and episode books).
+    writers:
+        One :class:`ObservationWriter` per observation leaf.
+    checked_leaves:
+        ``(leaf_index, low, high)`` for each observation leaf whose values are
+        checked, as for :class:`RowStepper`.
+    reset_steps:
+        ``[horizon, num_envs]`` bool storage; row ``t`` marks the sub-envs whose
+        step ``t`` was a ``NEXT_STEP`` reset (belongs to no episode).
+    counted:
+        A contiguous ``[num_envs]`` bool array owned by the caller and kept across
+        rollouts: False for a sub-env whose episode ended at the step before (in
+        ``"NextStep"`` mode its next step is the vector env's reset). Updated in place.
+    step_seconds:
+        ``None``, or ``[num_envs]`` float64: each row adds an equal share of the
+        seconds the vector env's ``step`` took to every sub-env.
+    autoreset_mode:
+        The vector env's mode, as the value of Gymnasium's ``AutoresetMode``:
+        ``"NextStep"``, ``"SameStep"`` or ``"Disabled"``.
+
+    :meth:`record` takes what one ``step`` returned. It declines, returning -1
+    and writing nothing, unless every value can be stored as it is: rewards a
+    contiguous float64 or float32 ``[num_envs]`` array, both flags contiguous
+    bool ``[num_envs]`` arrays, each observation leaf an array of the
+    storage's dtype and shape ``[num_envs, *leaf]`` (any strides), every checked value inside
+    its bounds, and (``"NextStep"``) no sub-env reporting an end at its reset
+    step. The caller then takes the general path, which converts, warns or
+    raises as the rules say. Otherwise it writes observation row ``t + 1``,
+    rewards, flags and ``reset_steps`` row ``t``, the step seconds, and the
+    books (a reset step adds neither reward nor length); copies the terminal
+    observations of the ended sub-envs into ``final_observations[t]`` unless the
+    mode is ``"SameStep"`` (the vector env returns those in its info); and in
+    ``"NextStep"`` mode records the ended sub-envs' next seeds as unknown (-1),
+    since the vector env resets them with seeds of its own. It returns how many
+    episodes ended; their columns are at the front of the recorder's
+    ``done_columns``.
+    """
+
+    def __init__(
+        self, recorder: StepRecorder, writers: list, checked_leaves: list, reset_steps: np.ndarray,
+        counted: np.ndarray, step_seconds, autoreset_mode: str,
+    ) -> None:
+        if not isinstance(recorder, StepRecorder):
+            raise TypeError(f"Argument 'recorder' has incorrect type (expected StepRecorder, got {type(recorder).__name__})")
+        for name, value in (("writers", writers), ("checked_leaves", checked_leaves)):
+            if type(value) is not list:
+                raise TypeError(f"Argument '{name}' has incorrect type (expected list, got {type(value).__name__})")
+        for writer in writers:
+            if not isinstance(writer, ObservationWriter):
+                raise TypeError(f"`writers` must hold ObservationWriter objects; got {type(writer).__name__}.")
+        check_vector_row_arguments(
+            recorder._rewards.shape,
+            [writer._observations for writer in writers],
+            [writer._final_observations.shape[0] for writer in writers],
+            checked_leaves, reset_steps, counted, step_seconds, autoreset_mode,
+        )
+        self._recorder = recorder
+        self._writers = writers
+        self._checked_leaves = checked_leaves
+        self._reset_steps = reset_steps
+        self._counted = counted
+        self._step_seconds = step_seconds
+        self._next_step = autoreset_mode == "NextStep"
+        self._scatter_finals = autoreset_mode != "SameStep"
+        self._num_envs = recorder._num_envs
+
+    def _takes(self, rewards, terminations, truncations, leaves: list) -> bool:
+        """Whether every value can be stored as it is (the class docstring lists the conditions)."""
+        n = self._num_envs
+        if not (
+            _is_vector(terminations, n, (np.bool_,))
+            and _is_vector(truncations, n, (np.bool_,))
+            and _is_vector(rewards, n, (np.float64, np.float32))
+        ):
+            return False
+        for writer, leaf in zip(self._writers, leaves):
+            target = writer._observations
+            if not (
+                type(leaf) is np.ndarray
+                and leaf.dtype == target.dtype
+                and leaf.dtype.isnative
+                and leaf.shape == (n,) + target.shape[2:]
+            ):
+                return False
+        for leaf_index, low, high in self._checked_leaves:
+            values = leaves[leaf_index]
+            if values.dtype.kind == "f" and values.dtype.itemsize not in (4, 8):
+                return False  # (float16 and the like: the compiled twin has no kernel for them)
+            if find_out_of_bounds(values, low, high) >= 0:
+                return False
+        if self._next_step and ((terminations | truncations) & ~self._counted).any():
+            return False
+        return True
+
+    def record(self, t: int, rewards, terminations, truncations, leaves: list, seconds: float) -> int:
+        """Store, check and book row ``t``; return how many episodes ended, or -1 (nothing written)."""
+        recorder = self._recorder
+        if t < 0 or t >= recorder._rewards.shape[0]:
+            raise IndexError(f"time step {t} is outside [0, {recorder._rewards.shape[0]}).")
+        if type(leaves) is not list:
+            raise TypeError(f"Argument 'leaves' has incorrect type (expected list, got {type(leaves).__name__})")
+        if len(leaves) != len(self._writers):
+            raise ValueError(f"`leaves` has {len(leaves)} entries; expected {len(self._writers)}.")
+        if not self._takes(rewards, terminations, truncations, leaves):
+            return -1
+        ended = terminations | truncations
+        columns = np.flatnonzero(ended)
+        if recorder._completed_count + columns.shape[0] > recorder._completed_returns.shape[0]:
+            raise ValueError(
+                f"completed-episode buffers are full ({recorder._completed_returns.shape[0]} slots)."
+            )
+        for writer, leaf in zip(self._writers, leaves):
+            writer._observations[t + 1] = leaf
+        recorder._rewards[t] = rewards
+        recorder._terminations[t] = terminations
+        recorder._truncations[t] = truncations
+        if self._step_seconds is not None:
+            self._step_seconds += seconds / self._num_envs
+        recorder._step_episode_seeds[t] = recorder._running_seeds
+        if self._next_step:
+            counted = self._counted.copy()
+            np.logical_not(counted, out=self._reset_steps[t])
+            np.logical_not(ended, out=self._counted)
+            recorder._running_returns[counted] += recorder._rewards[t][counted]
+            recorder._running_lengths += counted
+        else:
+            self._reset_steps[t] = False
+            recorder._running_returns += recorder._rewards[t]
+            recorder._running_lengths += 1
+        n_done = recorder._end_episodes(t, columns)
+        if self._scatter_finals:
+            for writer in self._writers:
+                writer.scatter_final(t, recorder._done_columns, n_done)
+        if self._next_step:
+            recorder._running_seeds[columns] = -1
+        return n_done
+
+
+def _is_vector(values, length: int, dtypes: tuple) -> bool:
+    """A C-contiguous native 1-D array of ``length`` entries of one of ``dtypes``."""
+    return (
+        type(values) is np.ndarray
+        and values.shape == (length,)
+        and any(values.dtype == dtype for dtype in dtypes)
+        and values.dtype.isnative
+        and values.flags.c_contiguous
+    )
 
 
 def find_out_of_bounds(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> int:

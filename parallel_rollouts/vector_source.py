@@ -251,6 +251,7 @@ class VectorEnvGroup:
         self._storage: RolloutStorage | None = None
         self._completed: CompletedEpisodes | None = None
         self._recorder = None
+        self._rows = None
         self._final_writers: list = []
 
     @property
@@ -336,6 +337,11 @@ class VectorEnvGroup:
             self._core.ObservationWriter(observations, finals)
             for observations, finals in zip(storage.observations, storage.final_observations)
         ]
+        # The common row (arrays the storage takes as they are, values inside the space) in one compiled call.
+        self._rows = self._core.VectorRowRecorder(
+            self._recorder, self._final_writers, self._checker.checked_leaves(), storage.reset_steps,
+            self._counted, storage.env_step_seconds[0], self.autoreset_mode.value,
+        )
         for leaf_storage, current in zip(storage.observations, self._current_observations):
             leaf_storage[0] = current[0]
 
@@ -349,8 +355,66 @@ class VectorEnvGroup:
             observations, rewards, terminations, truncations, info = self.vector_env.step(actions)
         except Exception as error:
             raise self._failure("step", error) from error
+        seconds = perf_counter() - started
+        mode = self.autoreset_mode
+        if mode is not AutoresetMode.SAME_STEP and isinstance(info, dict) and "final_obs" in info:
+            # A misdeclared mode: the general path names it.
+            return self._step_general(t, observations, rewards, terminations, truncations, info, seconds)
+        leaves = self._fast_leaves(observations)
+        if leaves is None or (self._info_keys and not self._store_fast_infos(t, terminations, truncations, info)):
+            return self._step_general(t, observations, rewards, terminations, truncations, info, seconds)
+        n_done = self._rows.record(t, rewards, terminations, truncations, leaves, seconds)
+        if n_done < 0:
+            return self._step_general(t, observations, rewards, terminations, truncations, info, seconds)
+        if not n_done or mode is AutoresetMode.NEXT_STEP:
+            # Row t + 1 is what the kernel checked; in NEXT_STEP it holds the terminal observations too.
+            return None
+        columns = self._done_columns[:n_done].copy()
+        if mode is AutoresetMode.SAME_STEP:
+            self._store_same_step_finals(t, columns, info)
+            self._running_seeds[columns] = UNKNOWN_SEED
+            self._check_finals(t, columns)
+            return None
+        # DISABLED: the kernel copied (and checked) the terminal observations; reset the ended sub-envs.
+        self._reset_ended(t, columns, terminations | truncations)
+        self._checker.check(
+            [leaf[t + 1] for leaf in storage.observations],
+            None,
+            lambda column: f"an observation at step t={t} (observations row t={t + 1})",
+        )
+        return None
+
+    def _fast_leaves(self, observations: Any) -> list | None:
+        """The observation as one array per leaf for the compiled row, or None for the general path."""
+        if not self._observation_layout.is_nested:
+            return [observations]
+        try:
+            return list(self._observation_layout.flatten(observations))
+        except Exception:
+            return None
+
+    def _store_fast_infos(self, t: int, terminations: Any, truncations: Any, info: Any) -> bool:
+        """Fill the info rows before the compiled row (whose ``NEXT_STEP`` books move ``counted`` on).
+
+        False when the flags are not the bool arrays the compiled row takes: the general path stores them.
+        """
+        if not (type(terminations) is np.ndarray and terminations.dtype == np.bool_):
+            return False
+        if not (type(truncations) is np.ndarray and truncations.dtype == np.bool_):
+            return False
+        if terminations.shape != (self.num_envs,) or truncations.shape != (self.num_envs,):
+            return False
+        counted = self._counted if self.autoreset_mode is AutoresetMode.NEXT_STEP else None
+        self._store_infos(t, info, terminations | truncations, counted)
+        return True
+
+    def _step_general(
+        self, t: int, observations: Any, rewards: Any, terminations: Any, truncations: Any, info: Any, seconds: float
+    ) -> None:
+        """One row under the general rules: conversions, warnings, and the errors that name the culprit."""
+        storage = self._storage
         # One batched call steps every sub-env: each is credited an equal share of it.
-        storage.env_step_seconds[0] += (perf_counter() - started) / self.num_envs
+        storage.env_step_seconds[0] += seconds / self.num_envs
         # Rewards and flags go straight into their rows (under the conversion rule), read back from there.
         self._store_per_env(rewards, storage.rewards[t], "rewards")
         terminated = self._store_per_env(terminations, storage.terminations[t], "terminations")
@@ -371,7 +435,7 @@ class VectorEnvGroup:
         self._store_infos(t, info, ended, counted)
         n_done = self._recorder.record_rows(t, counted)
         if mode is AutoresetMode.NEXT_STEP:
-            self._counted = ~ended
+            np.logical_not(ended, out=self._counted)
         if n_done:
             self._end_episodes(t, n_done, info, ended)
         self._checker.check([leaf[t + 1] for leaf in storage.observations], None, describe_row)
@@ -389,17 +453,25 @@ class VectorEnvGroup:
                 writer.scatter_final(t, self._done_columns, n_done)
         if mode is not AutoresetMode.NEXT_STEP:
             # (NEXT_STEP: they are row t + 1's own values, which the row check covers.)
-            self._checker.check(
-                [leaf[t, columns] for leaf in storage.final_observations],
-                columns,
-                lambda column: f"a terminal observation at step t={t} (final_observations row t={t})",
-            )
+            self._check_finals(t, columns)
         if mode is AutoresetMode.SAME_STEP:
             return
         if mode is AutoresetMode.NEXT_STEP:
             # The vector env resets them at the next step, with seeds of its own choosing.
             self._running_seeds[columns] = UNKNOWN_SEED
             return
+        self._reset_ended(t, columns, ended)
+
+    def _check_finals(self, t: int, columns: np.ndarray) -> None:
+        self._checker.check(
+            [leaf[t, columns] for leaf in self._storage.final_observations],
+            columns,
+            lambda column: f"a terminal observation at step t={t} (final_observations row t={t})",
+        )
+
+    def _reset_ended(self, t: int, columns: np.ndarray, ended: np.ndarray) -> None:
+        """DISABLED: reset the sub-envs whose episode ended at step ``t`` and store their first observations."""
+        storage = self._storage
         reset_observations = self._leaves_of(self._reset(ended), "reset observation")
         describe = lambda column: (  # noqa: E731
             f"an observation from the reset after its episode ended at step t={t} (observations row t={t + 1})"
@@ -444,14 +516,14 @@ class VectorEnvGroup:
         for leaf_storage, current in zip(storage.observations, self._current_observations):
             current[0] = leaf_storage[storage.horizon]
         completed = self._completed.head(self._recorder.completed_count)
-        self._storage, self._completed, self._recorder, self._final_writers = None, None, None, []
+        self._storage, self._completed, self._recorder, self._rows, self._final_writers = None, None, None, None, []
         return completed
 
     def abandon(self, t: int) -> None:
         """Drop the rollout after ``t`` completed steps; the sub-envs stand where row ``t`` says."""
         for leaf_storage, current in zip(self._storage.observations, self._current_observations):
             current[0] = leaf_storage[t]
-        self._storage, self._completed, self._recorder, self._final_writers = None, None, None, []
+        self._storage, self._completed, self._recorder, self._rows, self._final_writers = None, None, None, None, []
 
     def close(self) -> list[tuple[int, BaseException]]:
         """Close the vector env; return ``(env_index, error)`` if its ``close`` raised."""

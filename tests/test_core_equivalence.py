@@ -931,3 +931,200 @@ def test_row_stepper_adds_each_reset_s_seconds_and_refuses_a_wrong_timing_array(
     for bad in (np.zeros(3), np.zeros(2, np.float32), np.zeros(4)[::2]):
         with pytest.raises((TypeError, ValueError)):
             core.RowStepper(stepper, actions, None, table, state["running_seeds"], [], _HookLog(), bad)
+
+
+# -- VectorRowRecorder -------------------------------------------------------------------------
+
+VECTOR_MODES = ["NextStep", "SameStep", "Disabled"]
+
+
+def _vector_rows(core, horizon, num_envs, mode, leaf_specs, checked_bounds, counted=None, env_offset=0):
+    """A ``VectorRowRecorder`` over fresh storage; ``leaf_specs`` is ``[(dtype, leaf_shape)]``."""
+    recorder, state = _recorder_state(core, horizon, num_envs, env_offset)
+    writers = []
+    for index, (dtype, shape) in enumerate(leaf_specs):
+        state[f"observations{index}"] = np.zeros((horizon + 1, num_envs) + shape, dtype)
+        state[f"finals{index}"] = np.zeros((horizon, num_envs) + shape, dtype)
+        writers.append(core.ObservationWriter(state[f"observations{index}"], state[f"finals{index}"]))
+    state["reset_steps"] = np.zeros((horizon, num_envs), bool)
+    state["counted"] = np.ones(num_envs, bool) if counted is None else counted.copy()
+    state["step_seconds"] = np.zeros(num_envs)
+    checked = [(index, low, high) for index, (low, high) in checked_bounds.items()]
+    rows = core.VectorRowRecorder(
+        recorder, writers, checked, state["reset_steps"], state["counted"], state["step_seconds"], mode
+    )
+    return rows, recorder, state
+
+
+vector_leaf_specs = st.lists(
+    st.tuples(st.sampled_from([np.float32, np.float64, np.uint8, np.int64, np.bool_]), leaf_shapes.map(lambda s: s[:2])),
+    min_size=1,
+    max_size=2,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    horizon=st.integers(1, 6),
+    num_envs=st.integers(1, 5),
+    mode=st.sampled_from(VECTOR_MODES),
+    leaf_specs=vector_leaf_specs,
+    data=st.data(),
+)
+def test_vector_row_recorder_matches_between_cores(horizon, num_envs, mode, leaf_specs, data):
+    """Same returns (declines included) and the same storage and books, row after row."""
+    counted = data.draw(hnp.arrays(np.bool_, num_envs))
+    checked_bounds = {}
+    for index, (dtype, shape) in enumerate(leaf_specs):
+        if np.dtype(dtype).kind == "f" and data.draw(st.booleans()):
+            elements = int(np.prod(shape))
+            checked_bounds[index] = (np.full(elements, -1.0), np.full(elements, 1.0))
+    rows_in = []
+    for t in range(horizon):
+        reward_dtype = data.draw(st.sampled_from([np.float64, np.float32, np.float64, np.int64]))
+        rewards = data.draw(hnp.arrays(reward_dtype, num_envs, elements=st.integers(-5, 5)))
+        flags = [data.draw(hnp.arrays(np.bool_, num_envs)) for _ in range(2)]
+        if data.draw(st.integers(0, 5)) == 0:
+            flags[0] = flags[0].astype(np.int64)  # not the bool arrays the fast path takes
+        leaves = []
+        for dtype, shape in leaf_specs:
+            elements = st.floats(-1.5, 1.5, width=32) if np.dtype(dtype).kind == "f" else None
+            leaf = data.draw(hnp.arrays(dtype, (num_envs,) + shape, elements=elements))
+            how = data.draw(st.sampled_from(["as is", "transposed", "other dtype"]))
+            if how == "transposed" and leaf.ndim >= 2:
+                leaf = np.asfortranarray(leaf)  # same values, strides of a transposed array
+            elif how == "other dtype":
+                leaf = leaf.astype(np.float64 if leaf.dtype == np.float32 else np.float32)
+            leaves.append(leaf)
+        rows_in.append((rewards, flags[0], flags[1], leaves, float(data.draw(st.integers(0, 9)))))
+    outcomes = []
+    for core in CORES:
+        rows, recorder, state = _vector_rows(core, horizon, num_envs, mode, leaf_specs, checked_bounds, counted)
+        returned = []
+        for t, (rewards, terminations, truncations, leaves, seconds) in enumerate(rows_in):
+            n_done = rows.record(t, rewards, terminations, truncations, list(leaves), seconds)
+            returned.append((n_done, state["done_columns"][: max(n_done, 0)].tolist()))
+        outcomes.append((returned, recorder.completed_count, state))
+    (r0, c0, s0), (r1, c1, s1) = outcomes
+    assert r0 == r1 and c0 == c1
+    for key in s0:
+        if key != "done_columns":
+            assert np.array_equal(s0[key], s1[key], equal_nan=True), key
+
+
+def _record_all(rows, state, rows_in):
+    return [rows.record(t, *row) for t, row in enumerate(rows_in)]
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_vector_row_recorder_keeps_next_step_reset_rows_out_of_the_episodes(core):
+    rows, recorder, state = _vector_rows(core, 3, 2, "NextStep", [(np.float32, (2,))], {})
+    obs = [np.array([[1, 1], [2, 2]], np.float32), np.array([[3, 3], [4, 4]], np.float32), np.zeros((2, 2), np.float32)]
+    step = [
+        (np.array([1.0, 2.0]), np.array([True, False]), np.array([False, False]), [obs[0]], 4.0),
+        # Env 0 spends this step on its reset: its reward belongs to no episode.
+        (np.array([5.0, 3.0]), np.array([False, False]), np.array([False, True]), [obs[1]], 4.0),
+        (np.array([7.0, 1.0]), np.array([False, False]), np.array([False, False]), [obs[2]], 2.0),
+    ]
+    assert _record_all(rows, state, step) == [1, 1, 0]
+    assert state["reset_steps"].tolist() == [[False, False], [True, False], [False, True]]
+    # The terminal observations are row t + 1's own, copied into final_observations[t].
+    np.testing.assert_array_equal(state["finals0"][0, 0], [1, 1])
+    np.testing.assert_array_equal(state["finals0"][1, 1], [4, 4])
+    np.testing.assert_array_equal(state["observations0"][1:], np.stack(obs))
+    count = recorder.completed_count
+    assert state["completed_returns"][:count].tolist() == [1.0, 5.0]
+    assert state["completed_lengths"][:count].tolist() == [1, 2]
+    assert state["completed_seeds"][:count].tolist() == [0, 10]
+    # After an end the vector env picks the next seed itself: recorded as unknown.
+    assert state["running_seeds"].tolist() == [-1, -1]
+    assert state["running_returns"].tolist() == [7.0, 0.0] and state["running_lengths"].tolist() == [1, 0]
+    assert state["counted"].tolist() == [True, True]
+    assert state["step_seconds"].tolist() == [5.0, 5.0]
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+@pytest.mark.parametrize("mode", ["SameStep", "Disabled"])
+def test_vector_row_recorder_copies_terminal_rows_only_where_the_vector_env_does_not_return_them(core, mode):
+    rows, recorder, state = _vector_rows(core, 1, 2, mode, [(np.int64, ())], {})
+    n_done = rows.record(0, np.ones(2), np.array([False, True]), np.array([False, False]), [np.array([3, 4])], 0.0)
+    assert n_done == 1 and state["done_columns"][0] == 1
+    assert state["finals0"][0].tolist() == ([0, 0] if mode == "SameStep" else [0, 4])
+    assert state["reset_steps"].tolist() == [[False, False]]
+    # The caller records the seed of the next episode (SameStep: unknown, Disabled: its own reset's).
+    assert state["running_seeds"].tolist() == [0, 10]
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_vector_row_recorder_declines_what_needs_the_general_rules_and_writes_nothing(core):
+    low, high = np.full(2, -1.0), np.full(2, 1.0)
+    counted = np.array([True, False])
+    good = (np.ones(2), np.zeros(2, bool), np.zeros(2, bool), [np.zeros((2, 2), np.float32)], 1.0)
+    declined = {
+        "int rewards": (np.ones(2, np.int64),) + good[1:],
+        "list rewards": ([1.0, 1.0],) + good[1:],
+        "int flags": (good[0], np.zeros(2, np.int64)) + good[2:],
+        "a value outside the bounds": good[:3] + ([np.array([[0, 0], [0, 2]], np.float32)], 1.0),
+        "NaN": good[:3] + ([np.array([[0, np.nan], [0, 0]], np.float32)], 1.0),
+        "another dtype": good[:3] + ([np.zeros((2, 2), np.float64)], 1.0),
+        "another shape": good[:3] + ([np.zeros((2, 3), np.float32)], 1.0),
+        "an end at a reset step": (good[0], np.array([False, True]), good[2], good[3], 1.0),
+        "strided rewards": (np.ones(4)[::2],) + good[1:],
+    }
+    for name, arguments in declined.items():
+        rows, recorder, state = _vector_rows(core, 1, 2, "NextStep", [(np.float32, (2,))], {0: (low, high)}, counted)
+        before = {key: value.copy() for key, value in state.items()}
+        assert rows.record(0, *arguments) == -1, name
+        for key, value in state.items():
+            assert np.array_equal(value, before[key], equal_nan=True), (name, key)
+    rows, recorder, state = _vector_rows(core, 1, 2, "NextStep", [(np.float32, (2,))], {0: (low, high)}, counted)
+    assert rows.record(0, *good) == 0
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_vector_row_recorder_refuses_parts_that_disagree(core):
+    horizon, num_envs = 2, 2
+
+    def build(**changes):
+        recorder, state = _recorder_state(core, horizon, num_envs, 0)
+        arguments = {
+            "writers": [core.ObservationWriter(np.zeros((3, 2, 2), np.float32), np.zeros((2, 2, 2), np.float32))],
+            "checked_leaves": [],
+            "reset_steps": np.zeros((horizon, num_envs), bool),
+            "counted": np.ones(num_envs, bool),
+            "step_seconds": None,
+            "autoreset_mode": "NextStep",
+        }
+        arguments.update(changes)
+        return core.VectorRowRecorder(recorder, *arguments.values())
+
+    rows = build()
+    with pytest.raises(IndexError):
+        rows.record(horizon, np.ones(2), np.zeros(2, bool), np.zeros(2, bool), [np.zeros((2, 2), np.float32)], 0.0)
+    with pytest.raises(ValueError):
+        rows.record(0, np.ones(2), np.zeros(2, bool), np.zeros(2, bool), [], 0.0)
+    for changes in (
+        {"writers": []},
+        {"writers": [core.ObservationWriter(np.zeros((2, 2, 2), np.float32), np.zeros((1, 2, 2), np.float32))]},
+        {"writers": [core.ObservationWriter(np.zeros((3, 3, 2), np.float32), np.zeros((2, 3, 2), np.float32))]},
+        {"writers": ["not a writer"]},
+        {"checked_leaves": [(1, np.zeros(2), np.ones(2))]},
+        {"checked_leaves": [(0, np.zeros(3), np.ones(3))]},
+        {"reset_steps": np.zeros((horizon, num_envs), np.int64)},
+        {"reset_steps": np.zeros((horizon - 1, num_envs), bool)},
+        {"counted": np.ones(num_envs + 1, bool)},
+        {"counted": np.ones(2 * num_envs, bool)[::2]},
+        {"step_seconds": np.zeros(num_envs, np.float32)},
+        {"autoreset_mode": "NEXT_STEP"},
+    ):
+        with pytest.raises((TypeError, ValueError, IndexError)):
+            build(**changes)
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_vector_row_recorder_refuses_a_row_that_would_overflow_the_episode_buffers(core):
+    rows, recorder, state = _vector_rows(core, 2, 2, "Disabled", [(np.float32, ())], {})
+    ends = (np.ones(2), np.ones(2, bool), np.zeros(2, bool), [np.zeros(2, np.float32)], 0.0)
+    assert rows.record(0, *ends) == 2 and rows.record(1, *ends) == 2
+    with pytest.raises(ValueError, match="full"):
+        rows.record(1, *ends)
