@@ -595,14 +595,17 @@ class VectorRowRecorder:
         The vector env's mode, as the value of Gymnasium's ``AutoresetMode``:
         ``"NextStep"``, ``"SameStep"`` or ``"Disabled"``.
 
-    :meth:`record` takes what one ``step`` returned. It declines, returning -1
-    and writing nothing, unless every value can be stored as it is: rewards a
+    :meth:`record` takes what one ``step`` returned. It declines, returning -1,
+    unless every value can be stored as it is: rewards a
     contiguous float64 or float32 ``[num_envs]`` array, both flags contiguous
     bool ``[num_envs]`` arrays, each observation leaf an array of the
     storage's dtype and shape ``[num_envs, *leaf]`` (any strides), every checked value inside
     its bounds, and (``"NextStep"``) no sub-env reporting an end at its reset
-    step. The caller then takes the general path, which converts, warns or
-    raises as the rules say. Otherwise it writes observation row ``t + 1``,
+    step. A decline writes nothing, except when only the bounds are broken:
+    the observations are stored into row ``t + 1`` first and checked there (one
+    pass over the values), so that row is written. The caller then takes the
+    general path, which converts, warns or raises as the rules say, and writes
+    that row again. Otherwise it writes observation row ``t + 1``,
     rewards, flags and ``reset_steps`` row ``t``, the step seconds, and the
     books (a reset step adds neither reward nor length); copies the terminal
     observations of the ended sub-envs into ``final_observations[t]`` unless the
@@ -642,7 +645,7 @@ class VectorRowRecorder:
         self._num_envs = recorder._num_envs
 
     def _takes(self, rewards, terminations, truncations, leaves: list) -> bool:
-        """Whether every value can be stored as it is (the class docstring lists the conditions)."""
+        """Whether every value can be stored as it is (the bounds aside: they are checked in place)."""
         n = self._num_envs
         if not (
             _is_vector(terminations, n, (np.bool_,))
@@ -659,12 +662,10 @@ class VectorRowRecorder:
                 and leaf.shape == (n,) + target.shape[2:]
             ):
                 return False
-        for leaf_index, low, high in self._checked_leaves:
+        for leaf_index, _, _ in self._checked_leaves:
             values = leaves[leaf_index]
             if values.dtype.kind == "f" and values.dtype.itemsize not in (4, 8):
                 return False  # (float16 and the like: the compiled twin has no kernel for them)
-            if find_out_of_bounds(values, low, high) >= 0:
-                return False
         if self._next_step and ((terminations | truncations) & ~self._counted).any():
             return False
         return True
@@ -688,6 +689,9 @@ class VectorRowRecorder:
             )
         for writer, leaf in zip(self._writers, leaves):
             writer._observations[t + 1] = leaf
+        for leaf_index, low, high in self._checked_leaves:
+            if find_out_of_bounds(self._writers[leaf_index]._observations[t + 1], low, high) >= 0:
+                return -1
         recorder._rewards[t] = rewards
         recorder._terminations[t] = terminations
         recorder._truncations[t] = truncations

@@ -286,4 +286,13 @@ def _clear_final_rows(storage: RolloutStorage, written_rows: np.ndarray | None) 
             leaf.fill(0)
     elif written_rows.any():
         for leaf in storage.final_observations:
-            leaf[written_rows] = 0
+            if leaf.nbytes <= _FILL_BYTES_PER_ROW * written_rows.size:
+                # Small rows (CartPole's 16 bytes): zeroing the whole leaf costs less than
+                # selecting rows by a [T, N] mask (60 against 370 µs at T=128, N=1024).
+                leaf.fill(0)
+            else:
+                leaf[written_rows] = 0
+
+
+#: Below this many bytes per ``[t, env]`` row, :func:`_clear_final_rows` zeroes a whole leaf.
+_FILL_BYTES_PER_ROW = 64

@@ -194,6 +194,9 @@ class CompletedEpisodes:
     @classmethod
     def merge(cls, parts: Sequence[CompletedEpisodes]) -> CompletedEpisodes:
         """Concatenate and order by time step, then env index, whatever the grouping of envs."""
+        if len(parts) == 1:
+            # One group books its episodes in that order already (by step, then column).
+            return parts[0]
         joined = cls(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls)))
         order = np.lexsort((joined.env_indices, joined.end_steps))
         return cls(*(getattr(joined, f.name)[order] for f in fields(cls)))
