@@ -18,7 +18,7 @@ from .runners.base import RolloutRunner, RunnerState
 from .runners.build import build_runner, check_placement
 from .seeding import draw_root_seed, validate_seed
 from .spec import RolloutSpec
-from .vector_source import check_vector_env, is_vector_env
+from .groups.vector_source import check_vector_env, is_vector_env
 
 __all__ = ["BACKENDS", "ParallelRolloutCollector"]
 
@@ -187,12 +187,12 @@ class ParallelRolloutCollector:
             raise ConfigurationError("`max_restarts` is given twice, as an argument and in `ray_options`; give it once.")
         policy_placement = check_placement(backend, policy_placement, pipelined)
         self._seed = draw_root_seed() if seed is None else validate_seed(seed)
-        self._core_name, core_module = load_core(core)
+        self._core_name, _ = load_core(core)
         self._backend_name = backend
         self._horizon = horizon
         self._reuse_buffers = bool(reuse_buffers)
         spec = RolloutSpec(
-            env_fns, self._seed, horizon, tuple(info_keys), self._core_name, core_module,
+            tuple(env_fns), self._seed, horizon, tuple(info_keys), self._core_name,
             observation_check=check_observation_check(observation_check),
         )
         self._spec = spec
@@ -210,6 +210,8 @@ class ParallelRolloutCollector:
             ray_options=ray_options,
             max_restarts=max_restarts or 0,
         )
+        #: Resolved by the runner once the envs were made (spaces, env count, core, checks).
+        self._layout = self._backend.layout
 
     # -- public properties -----------------------------------------------------------------
 
@@ -220,7 +222,7 @@ class ParallelRolloutCollector:
 
     @property
     def num_envs(self) -> int:
-        return self._spec.num_envs
+        return self._layout.num_envs
 
     @property
     def horizon(self) -> int:
@@ -238,12 +240,12 @@ class ParallelRolloutCollector:
     @property
     def observation_space(self) -> Space:
         """One env's observation space (every env declares the same)."""
-        return self._spec.observation_layout.space
+        return self._layout.observation_space
 
     @property
     def action_space(self) -> Space:
         """One env's action space (every env declares the same)."""
-        return self._spec.action_layout.space
+        return self._layout.action_space
 
     @property
     def closed(self) -> bool:
@@ -277,7 +279,8 @@ class ParallelRolloutCollector:
         except BaseException:
             raise_again(self._backend.take_warnings(), quietly=True)  # the failure is what counts
             raise
-        batch = RolloutBatch.from_result(result, self._spec.observation_layout, self._spec.action_layout, self._seed)
+        layout = self._layout
+        batch = RolloutBatch.from_result(result, layout.observation_layout, layout.action_layout, self._seed)
         # Warnings from worker processes and actors, under this process's filters: with the
         # rollout complete, one made an error drops this batch and leaves the collector usable.
         raise_again(self._backend.take_warnings())

@@ -35,7 +35,7 @@ class RolloutStorage:
     log_probs: np.ndarray
     infos: dict[str, np.ndarray]
     #: ``[horizon, num_envs]`` bool, true on the reset steps of vector envs with
-    #: next-step autoreset (see ``vector_source``). Allocated zeroed and
+    #: next-step autoreset (see :mod:`~parallel_rollouts.groups.vector_source`). Allocated zeroed and
     #: written only by those groups, whose columns it covers in full every step.
     reset_steps: np.ndarray
     #: ``[1, num_envs]`` float64: seconds each env spent in ``step`` / in ``reset``

@@ -6,7 +6,7 @@ For training loops that step a Gymnasium vector env themselves. With
 ``ParallelRolloutCollector(backend="async")`` uses); with ``backend="sync"``
 they run in this process. Either way each env is stepped exactly as
 ``gymnasium.vector.SyncVectorEnv`` steps it (see
-:mod:`~parallel_rollouts.gymnasium_group`), so the two give the same
+:mod:`~parallel_rollouts.groups.gymnasium_envs`), so the two give the same
 observations, rewards, flags and infos for the same seeds and actions.
 """
 
@@ -24,15 +24,14 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from .action_checks import ActionBatchChecker
-from .env_group import close_each
+from .groups.single_envs import close_each
 from .groups import make_all
-from .gymnasium_group import GymnasiumGroup, build_gymnasium_group
+from .groups.gymnasium_envs import GymnasiumGroup, build_gymnasium_group
 from .core import load_core
 from .errors import ConfigurationError, ResetNeededError, VectorEnvClosedError
 from .processes.forwarded_warnings import raise_again
-from .spaces import SpaceLayout, check_env_spaces
+from .spaces import check_env_spaces
 from .spec import RolloutSpec
-from .storage import RolloutStorage
 from .typed_actions import TypedActionWriter
 
 __all__ = ["ParallelVectorEnv"]
@@ -128,11 +127,15 @@ class ParallelVectorEnv(VectorEnv):
         # Envs not reset since they were made: stepping them first is refused here, before
         # their own order check (gymnasium's OrderEnforcing) would break the vector env.
         self._never_reset = np.ones(self.num_envs, dtype=bool)
-        builder = partial(build_gymnasium_group, autoreset_mode=self.autoreset_mode)
+        # Actions are stored with the dtype they were given, as SyncVectorEnv hands them on.
+        spec = RolloutSpec(
+            tuple(env_fns), root_seed=0, horizon=1, core_name=core_name, typed_actions=True,
+            group_builder=partial(build_gymnasium_group, autoreset_mode=self.autoreset_mode),
+        )
         if backend == "sync":
-            self._start_sync(list(env_fns), builder, core_module)
+            self._start_sync(spec)
         else:
-            self._start_async(list(env_fns), builder, core_name, core_module, num_workers, context, step_timeout)
+            self._start_async(spec, num_workers, context, step_timeout)
         self._action_checker = ActionBatchChecker(
             self._action_layout, self.num_envs, core_module, "the", float_box_bounds="pass"
         )
@@ -147,32 +150,28 @@ class ParallelVectorEnv(VectorEnv):
 
     # -- start-up --------------------------------------------------------------------------
 
-    def _start_sync(self, env_fns, builder, core_module) -> None:
-        envs = make_all(env_fns, 0)
+    def _start_sync(self, spec: RolloutSpec) -> None:
+        envs = make_all(spec.env_fns, 0)
         try:
             for index, env in enumerate(envs):
                 check_env_spaces(
                     index, env.observation_space, env.action_space, envs[0].observation_space, envs[0].action_space
                 )
-            self._observation_layout = SpaceLayout(envs[0].observation_space, "observation")
-            self._action_layout = SpaceLayout(envs[0].action_space, "action")
-            self._group = builder(envs, 0, self._observation_layout, self._action_layout, core_module)
+            layout = spec.resolve(envs[0].observation_space, envs[0].action_space, num_envs=len(envs))
+            self._group = spec.group_builder(envs, 0, layout)
         except BaseException:
             close_each(envs)
             raise
-        self._storage = RolloutStorage.allocate(
-            self._observation_layout, self._action_layout, 1, self.num_envs, typed_actions=True
-        )
+        self._observation_layout = layout.observation_layout
+        self._action_layout = layout.action_layout
+        self._storage = layout.allocate_storage()
         self._group.begin(self._storage)
 
-    def _start_async(self, env_fns, builder, core_name, core_module, num_workers, context, step_timeout) -> None:
+    def _start_async(self, spec: RolloutSpec, num_workers, context, step_timeout) -> None:
         from .processes import worker_main as protocol
         from .processes.pool import WorkerPool
         from .processes.startup import unguarded_main_error
 
-        spec = RolloutSpec(env_fns, 0, 1, (), core_name, core_module)
-        spec.group_builder = builder
-        spec.typed_actions = True
         try:
             self._backend = WorkerPool.start(spec, num_workers=num_workers, context=context, step_timeout=step_timeout)
         except ConfigurationError as error:
@@ -181,8 +180,8 @@ class ParallelVectorEnv(VectorEnv):
                 raise unguarded_main_error("the ParallelVectorEnv") from None
             raise
         self._worker = protocol
-        self._observation_layout = spec.observation_layout
-        self._action_layout = spec.action_layout
+        self._observation_layout = self._backend.layout.observation_layout
+        self._action_layout = self._backend.layout.action_layout
         self._storage = self._backend.shared.storage
         self._request(protocol.BEGIN)
 

@@ -424,7 +424,7 @@ class LoggingEnv(CountingEnv):
         return result
 
 
-_WATCHED = ("rollout_loop.py", "local.py", "in_process.py", "env_group.py", "groups.py", "batch_memory.py", "collector.py")
+_WATCHED = ("rollout_loop.py", "local.py", "in_process.py", "single_envs.py", "chain.py", "building.py", "batch_memory.py", "collector.py")
 
 
 def _lines_in_a_collect(collector, watched=_WATCHED) -> int:

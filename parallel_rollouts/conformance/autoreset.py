@@ -4,7 +4,7 @@ The collector reads a vector env's steps under its declared
 ``metadata["autoreset_mode"]``; read under the wrong mode, terminal observations,
 episode lengths and reset rows come out wrong. This steps the vector env with
 seeded random actions and runs the collector's own detector
-(:func:`~parallel_rollouts.vector_source.autoreset_mismatch`) on every step.
+(:func:`~parallel_rollouts.groups.vector_source.autoreset_mismatch`) on every step.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from ..errors import SpaceError
-from ..vector_source import autoreset_mismatch, autoreset_mode_of, misdeclared_autoreset
+from ..groups.vector_source import autoreset_mismatch, autoreset_mode_of, misdeclared_autoreset
 from .report import CheckResult, CheckStatus
 
 __all__ = ["AUTORESET", "check_autoreset_mode"]

@@ -21,7 +21,7 @@ from gymnasium.envs.registration import EnvSpec
 
 from ..errors import ConfigurationError
 from ..make import _make_env, _resolve_spec
-from ..vector_source import is_vector_env
+from ..groups.vector_source import is_vector_env
 
 __all__ = ["EnvTarget", "build_env", "resolve_target"]
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from ..vector_source import autoreset_mode_of
+from ..groups.vector_source import autoreset_mode_of
 
 __all__ = ["Trajectory", "first_difference", "leaves_of", "run_trajectory"]
 

@@ -1,7 +1,7 @@
 """The pool of worker processes behind ``backend="async"``.
 
 Each worker owns a contiguous slice of the envs and runs the same
-:class:`~parallel_rollouts.env_group.EnvGroup` as the in-process backends, on a view
+:class:`~parallel_rollouts.groups.EnvGroup` as the in-process backends, on a view
 of a shared-memory copy of the rollout storage; with rollout workers it also holds a
 copy of the policy (see ``worker_main`` for the protocol).
 
@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import CollectorClosedError, EnvFailure, StepTimeoutError, WorkerDiedError, WorkerError
 from ..failures import merged_failure, restarts_exhausted
 from ..spaces import check_env_spaces
+from ..layout import RolloutLayout
 from ..spec import RolloutSpec
 from . import worker_main as protocol
 from .forwarded_warnings import raise_again
@@ -128,13 +129,14 @@ class WorkerPool:
 
     def __init__(
         self,
-        spec: RolloutSpec,
+        layout: RolloutLayout,
         resources: _Resources,
         step_timeout: float | None,
         launch: tuple | None = None,
         max_restarts: int = 0,
     ) -> None:
-        self.spec = spec
+        #: The layout resolved at start-up from the workers' envs; every worker holds the same.
+        self.layout = layout
         self._resources = resources
         self.workers = resources.workers
         self.step_timeout = step_timeout
@@ -169,16 +171,16 @@ class WorkerPool:
         resources = _Resources()
         try:
             exit_if_importing_the_main_script()
-            num_workers = resolve_num_workers(num_workers, spec.num_envs)
+            num_workers = resolve_num_workers(num_workers, spec.num_factories)
             mp_context = resolve_context(context)
             pickled = pickle_env_fns(spec.env_fns, "a worker process")
-            for index, (start, stop) in enumerate(split_envs(spec.num_envs, num_workers)):
+            for index, (start, stop) in enumerate(split_envs(spec.num_factories, num_workers)):
                 resources.workers.append(launch_worker(mp_context, index, start, stop, pickled))
             order = attach(spec, resources, policy)
         except BaseException:
             resources.shutdown(graceful=False)
             raise
-        return cls(spec, resources, step_timeout, (mp_context, pickled, order), max_restarts)
+        return cls(order.layout, resources, step_timeout, (mp_context, pickled, order), max_restarts)
 
     @property
     def shared(self) -> SharedStorage:
@@ -233,7 +235,7 @@ class WorkerPool:
 
     def take_wait_seconds(self) -> np.ndarray:
         """``[num_envs]``: seconds this process waited for each env's worker since the last call."""
-        seconds = np.zeros(self.spec.num_envs)
+        seconds = np.zeros(self.layout.num_envs)
         for worker in self.workers:
             seconds[worker.start : worker.stop] = worker.wait_seconds
             worker.wait_seconds = 0.0
@@ -292,7 +294,7 @@ class WorkerPool:
         for offset, (observation, action) in enumerate(reply):
             check_env_spaces(
                 worker.start + offset, observation, action,
-                self.spec.observation_layout.space, self.spec.action_layout.space,
+                self.layout.observation_space, self.layout.action_space,
             )
         attach = replace(order, column_offset=worker.start, incarnation=worker.incarnation)
         if policy is not None:

@@ -56,20 +56,12 @@ def attach(spec: RolloutSpec, resources, policy) -> protocol.AttachOrder:
     observation_space, action_space = env_spaces[0]
     for index, (observation, action) in enumerate(env_spaces):
         check_env_spaces(index, observation, action, observation_space, action_space)
-    spec.adopt_spaces(observation_space, action_space, num_envs=len(env_spaces))
-    resources.shared = SharedStorage.create(spec.allocate_storage)
+    layout = spec.resolve(observation_space, action_space, num_envs=len(env_spaces))
+    resources.shared = SharedStorage.create(layout.allocate_storage)
     order = protocol.AttachOrder(
         segment_name=resources.shared.name,
-        observation_space=observation_space,
-        action_space=action_space,
-        root_seed=spec.root_seed,
-        horizon=spec.horizon,
-        num_envs=spec.num_envs,
-        info_keys=spec.info_keys,
-        core_name=spec.core_name,
-        observation_check=spec.observation_check,
+        layout=layout,
         group_builder=spec.group_builder,
-        typed_actions=spec.typed_actions,
         policy=policy,
     )
     for worker in resources.workers:

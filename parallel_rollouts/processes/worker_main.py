@@ -58,14 +58,12 @@ from dataclasses import dataclass
 import cloudpickle
 from multiprocessing.connection import wait
 
-from ..core import load_core
-from ..env_group import EnvGroup, close_each, describe_failure
 from ..errors import ObservationError, WorkerError
-from ..groups import GroupChain, build_groups, make_all, spaces_per_env
+from ..groups import GroupChain, RolloutGroup, build_groups, make_all, spaces_per_env
+from ..groups.single_envs import close_each, describe_failure
+from ..layout import RolloutLayout
 from ..runners.policy_shipping import PolicyReplica
 from ..runners.slice_rollout import PolicyFailed, SliceRollout
-from ..spaces import SpaceLayout
-from ..storage import RolloutStorage
 from .shared_memory import SharedStorage
 from .forwarded_warnings import WarningRecorder
 from .waiting import SpinThenBlock, spin_budget_seconds
@@ -105,21 +103,13 @@ class AttachOrder:
     """What a worker needs, once every env's spaces are known, to join the rollout."""
 
     segment_name: str
-    observation_space: object
-    action_space: object
-    root_seed: int
-    horizon: int
-    num_envs: int
-    info_keys: tuple[str, ...]
-    core_name: str
-    observation_check: str = "warn"
+    #: The collector's layout, as the main process resolved it (the core is loaded here by name).
+    layout: RolloutLayout
     #: This worker's first env column (a factory returning a vector env spans several).
     column_offset: int = 0
-    #: ``builder(envs, env_offset, observation_layout, action_layout, core)`` -> the group to
-    #: host instead of the rollout groups (the VectorEnv adapter's); picklable.
+    #: ``builder(envs, env_offset, layout)`` -> the group to host instead of the rollout
+    #: groups (the VectorEnv adapter's); picklable.
     group_builder: object = None
-    #: Action storage holds each action's own dtype (``RolloutStorage.allocate(typed_actions=...)``).
-    typed_actions: bool = False
     policy: ShippedPolicy | None = None
     #: How many times this slice's worker was replaced: its envs draw episode seeds
     #: from the stream of this incarnation (:mod:`parallel_rollouts.seeding`).
@@ -158,27 +148,14 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes], crash
             kind, order = pickle.loads(_receiver(connection)())
             if kind != "attach":
                 return
-            _, core = load_core(order.core_name)
-            observation_layout = SpaceLayout(order.observation_space, "observation")
-            action_layout = SpaceLayout(order.action_space, "action")
-
-            def allocate(allocator, zeroed):
-                return RolloutStorage.allocate(
-                    observation_layout, action_layout, order.horizon, order.num_envs, order.info_keys, allocator, zeroed,
-                    typed_actions=order.typed_actions,
-                )
-
-            shared = SharedStorage.attach(order.segment_name, allocate)
+            layout = order.layout
+            shared = SharedStorage.attach(order.segment_name, layout.allocate_storage)
             env_offset = order.column_offset
             if order.group_builder is not None:
-                group = order.group_builder(envs, env_offset, observation_layout, action_layout, core)
+                group = order.group_builder(envs, env_offset, layout)
                 groups = [(0, len(envs), group)]
             else:
-                groups = build_groups(
-                    envs, env_offset, [(0, len(envs))], order.root_seed, observation_layout, action_layout,
-                    order.info_keys, core, observation_check=order.observation_check,
-                    incarnation=order.incarnation,
-                )
+                groups = build_groups(envs, env_offset, [(0, len(envs))], layout, order.incarnation)
             columns = shared.storage.columns(env_offset, env_offset + groups[-1][1])
             group = groups[0][2] if len(groups) == 1 else GroupChain(groups)
             group.reset_all()
@@ -186,7 +163,7 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes], crash
             if order.policy is not None:
                 policy = None
                 if order.policy.snapshot is not None:
-                    replica = PolicyReplica(order.root_seed, env_offset)
+                    replica = PolicyReplica(layout.root_seed, env_offset)
                     replica.apply(pickle.loads(order.policy.snapshot))
                     policy = replica.policy
                 if "torch" in sys.modules:
@@ -194,8 +171,7 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes], crash
                     # not a full-machine thread pool per worker.
                     sys.modules["torch"].set_num_threads(1)
                 rollout = SliceRollout(
-                    group, env_offset, groups[-1][1], observation_layout, action_layout, core, policy, order.root_seed,
-                    private_policy_rows=order.policy.private_policy_rows,
+                    group, env_offset, groups[-1][1], layout, policy, private_policy_rows=order.policy.private_policy_rows
                 )
         except Exception as error:
             connection.send(("error", _picklable(error, env_offset)))
@@ -244,7 +220,7 @@ def _receiver(connection):
     return receive
 
 
-def _serve(connection, group: EnvGroup | GroupChain, columns, env_offset: int, rollout, replica) -> None:
+def _serve(connection, group: RolloutGroup, columns, env_offset: int, rollout, replica) -> None:
     receive = _receiver(connection)
 
     def send(reply: bytes) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import CollectorClosedError
+from ..layout import RolloutLayout
 from ..storage import CompletedEpisodes, RolloutStorage
 
 __all__ = ["RolloutResult", "RolloutRunner", "RunnerState", "stepped_result"]
@@ -54,8 +55,11 @@ class RolloutRunner(abc.ABC):
     policy raised, its output was rejected) keeps the runner ``READY``: the rollout is
     dropped and every env continues from where it stands. Callers ask
     (:attr:`state`, :attr:`failure`, :meth:`check_usable`); they never write.
+
+    ``layout`` is the rollout layout resolved when the runner's envs were made.
     """
 
+    layout: RolloutLayout
     _state: RunnerState = RunnerState.READY
     _failure: BaseException | None = None
 

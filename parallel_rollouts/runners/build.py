@@ -75,7 +75,8 @@ def build_runner(
 
         stepper = InProcessStepper.build(spec, backend)
     try:
-        memory = BatchMemory(spec.allocate_storage, reuse_buffers, stepper.working_storage)
+        layout = stepper.layout
+        memory = BatchMemory(layout.allocate_storage, reuse_buffers, stepper.working_storage)
         if pipelined:
             from .pipelined import PipelinedRunner
 
@@ -83,8 +84,9 @@ def build_runner(
         from .local import LocalRunner
 
         if policy is None:
-            policy = RandomActionSampler(spec.action_layout, spec.root_seed, range(spec.num_envs))
-        loop = RolloutLoop(spec.observation_layout, PolicyOutputWriter(spec.action_layout, spec.num_envs, spec.core), policy)
+            policy = RandomActionSampler(layout.action_layout, layout.root_seed, range(layout.num_envs))
+        writer = PolicyOutputWriter(layout.action_layout, layout.num_envs, layout.core)
+        loop = RolloutLoop(layout.observation_layout, writer, policy)
         return LocalRunner(stepper, memory, loop)
     except BaseException:
         stepper.close()

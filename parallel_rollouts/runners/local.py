@@ -15,6 +15,7 @@ class LocalRunner(RolloutRunner):
 
     def __init__(self, stepper: EnvStepper, memory: BatchMemory, loop: RolloutLoop) -> None:
         self.stepper = stepper
+        self.layout = stepper.layout
         self._memory = memory
         self._loop = loop
 

@@ -55,8 +55,9 @@ class PipelinedRunner(RolloutRunner):
                 "`pipelined=True` overlaps the policy on one half of the workers with the other half "
                 f"stepping, so it needs num_workers >= 2; got {len(workers)}."
             )
-        spec = stepper.pool.spec
+        layout = stepper.layout
         self.stepper = stepper
+        self.layout = layout
         self._memory = memory
         half = len(workers) // 2
         self._parts = []
@@ -64,9 +65,9 @@ class PipelinedRunner(RolloutRunner):
             start, stop = part_workers[0].start, part_workers[-1].stop
             part_policy = policy
             if policy is None:
-                part_policy = RandomActionSampler(spec.action_layout, spec.root_seed, range(start, stop))
-            writer = PolicyOutputWriter(spec.action_layout, stop - start, spec.core)
-            self._parts.append(_Part(part_workers, start, stop, RolloutLoop(spec.observation_layout, writer, part_policy)))
+                part_policy = RandomActionSampler(layout.action_layout, layout.root_seed, range(start, stop))
+            writer = PolicyOutputWriter(layout.action_layout, stop - start, layout.core)
+            self._parts.append(_Part(part_workers, start, stop, RolloutLoop(layout.observation_layout, writer, part_policy)))
 
     @property
     def pool(self):

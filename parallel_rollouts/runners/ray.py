@@ -5,7 +5,7 @@ actor runs a whole rollout: it owns a contiguous slice of the envs, holds a
 copy of the policy, and runs the same
 :class:`~parallel_rollouts.runners.slice_rollout.SliceRollout` as the async
 backend's rollout workers (the ``RolloutLoop`` over an
-:class:`~parallel_rollouts.env_group.EnvGroup` that the ``sync`` backend runs).
+:class:`~parallel_rollouts.groups.EnvGroup` that the ``sync`` backend runs).
 The whole policy travels at start-up; each
 ``collect()`` then brings every actor's copy up to date with the driver's
 (:mod:`~parallel_rollouts.runners.policy_shipping`, as for the async backend's
@@ -31,22 +31,22 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import cloudpickle
 import numpy as np
 
 from ..batch_memory import BatchMemory
-from ..core import load_core
-from ..env_group import EnvGroup, close_each, describe_failure, make_env
 from ..groups import check_distinct_envs
+from ..groups.single_envs import EnvGroup, close_each, describe_failure, make_env
 from ..errors import ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError
 from ..processes.forwarded_warnings import WarningRecorder
 from ..processes.slicing import pickle_env_fns, resolve_num_workers, split_envs, usable_cores
-from ..spaces import SpaceLayout, check_env_spaces
+from ..layout import RolloutLayout
+from ..spaces import check_env_spaces
 from ..spec import RolloutSpec
-from ..storage import CompletedEpisodes, RolloutStorage
+from ..storage import CompletedEpisodes
 from .base import RolloutResult, RolloutRunner
 from .policy_shipping import PolicyReplica, PolicyShipper, PolicySnapshot
 from .slice_merge import merged_output_fields
@@ -111,24 +111,11 @@ class RayOptions:
 class SliceActor:
     """Runs one slice of the envs for whole rollouts (wrapped by ``ray.remote`` at run time)."""
 
-    def __init__(
-        self,
-        pickled_env_fns: list[bytes],
-        env_offset: int,
-        root_seed: int,
-        horizon: int,
-        info_keys: tuple[str, ...],
-        core_name: str,
-        incarnation: int,
-        observation_check: str = "warn",
-    ) -> None:
-        self._observation_check = observation_check
+    def __init__(self, pickled_env_fns: list[bytes], env_offset: int, incarnation: int) -> None:
         self._env_offset = env_offset
-        self._root_seed = root_seed
-        self._horizon = horizon
-        self._info_keys = info_keys
-        self._core_name = core_name
         self._incarnation = incarnation
+        # This slice's layout, from the collector's one (start()).
+        self._layout: RolloutLayout | None = None
         # The envs are made by the first method call, not here: Ray reports an exception
         # raised in an actor's constructor only as the actor's death, while one raised in a
         # method reaches the caller as itself (a WorkerError naming the env and its factory).
@@ -157,38 +144,24 @@ class SliceActor:
     def spaces(self) -> list[tuple[Any, Any]]:
         return [(env.observation_space, env.action_space) for env in self._make_envs()]
 
-    def start(self, observation_space, action_space, policy: PolicySnapshot | None) -> list:
+    def start(self, layout: RolloutLayout, policy: PolicySnapshot | None) -> list:
         """Build the slice's group and reset its envs; return the warnings raised meanwhile."""
         self._make_envs()
-        _, core = load_core(self._core_name)
-        self._observation_layout = SpaceLayout(observation_space, "observation")
-        self._action_layout = SpaceLayout(action_space, "action")
-        self._group = EnvGroup(
-            self._envs,
-            self._env_offset,
-            self._root_seed,
-            self._observation_layout,
-            self._action_layout,
-            self._info_keys,
-            core,
-            incarnation=self._incarnation,
-            observation_check=self._observation_check,
-        )
+        # The actor returns storage of its own columns only.
+        self._layout = replace(layout, num_envs=len(self._envs))
+        self._group = EnvGroup(self._envs, self._env_offset, layout, self._incarnation)
         self._group.reset_all()
         # No policy: SliceRollout samples random actions per env.
         self._replica = None
         if policy is not None:
-            self._replica = PolicyReplica(self._root_seed, self._env_offset)
+            self._replica = PolicyReplica(layout.root_seed, self._env_offset)
             self._replica.apply(policy)
         self._rollout = SliceRollout(
             self._group,
             self._env_offset,
             len(self._envs),
-            self._observation_layout,
-            self._action_layout,
-            core,
+            layout,
             None if self._replica is None else self._replica.policy,
-            self._root_seed,
         )
         return self._warnings.take()
 
@@ -196,9 +169,7 @@ class SliceActor:
         if self._replica is not None:
             self._replica.apply(policy)
             self._rollout.loop.policy = self._replica.policy
-        storage = RolloutStorage.allocate(
-            self._observation_layout, self._action_layout, self._horizon, len(self._envs), self._info_keys
-        )
+        storage = self._layout.allocate_storage()
         try:
             result = self._rollout.run(storage)
         except PolicyFailed as failed:
@@ -269,7 +240,7 @@ class RayRunner(RolloutRunner):
         reuse_buffers: bool = False,
     ) -> None:
         self._ray = ray = _import_ray()
-        self._spec = spec
+        self._reuse_buffers = reuse_buffers
         self._options = options
         self._step_timeout = step_timeout
         self._uses_local_ray = False
@@ -277,13 +248,11 @@ class RayRunner(RolloutRunner):
         self._restarts_left = options.max_restarts
         # Warnings the actors raised, returned with their results (take_warnings).
         self._forwarded: list = []
-        # The actors' slices come back as new arrays and are copied into the batch's columns.
-        self._memory = BatchMemory(spec.allocate_storage, reuse_buffers)
         self._shipper = None if policy is None else PolicyShipper(policy, "backend='ray' ships the policy to every actor")
         # Checked here, before any actor starts, so that an unpicklable policy fails fast.
         initial_policy = None if self._shipper is None else self._shipper.snapshot()
         self._pickled_env_fns = pickle_env_fns(spec.env_fns, "a Ray actor")
-        self._slices = split_envs(spec.num_envs, resolve_num_workers(num_workers, spec.num_envs))
+        self._slices = split_envs(spec.num_factories, resolve_num_workers(num_workers, spec.num_factories))
         # How many times each slice's actor was replaced: a replacement's envs draw their
         # episode seeds from that incarnation's stream, never handed out before.
         self._incarnations = [0] * len(self._slices)
@@ -297,7 +266,9 @@ class RayRunner(RolloutRunner):
             observation_space, action_space = env_spaces[0]
             for index, (observation, action) in enumerate(env_spaces):
                 check_env_spaces(index, observation, action, observation_space, action_space)
-            spec.adopt_spaces(observation_space, action_space)
+            self.layout = spec.resolve(observation_space, action_space, num_envs=len(env_spaces))
+            # The actors' slices come back as new arrays and are copied into the batch's columns.
+            self._memory = BatchMemory(self.layout.allocate_storage, self._reuse_buffers)
             policy_reference = None if initial_policy is None else ray.put(initial_policy)
             started = self._get_all([self._start(actor, policy_reference) for actor in self._actors])
             self._forwarded.extend(record for records in started for record in records)
@@ -315,14 +286,7 @@ class RayRunner(RolloutRunner):
         if self._options.scheduling_strategy is not None:
             options["scheduling_strategy"] = self._options.scheduling_strategy
         return self._actor_class.options(**options).remote(
-            self._pickled_env_fns[start:stop],
-            start,
-            self._spec.root_seed,
-            self._spec.horizon,
-            self._spec.info_keys,
-            self._spec.core_name,
-            self._incarnations[index],
-            self._spec.observation_check,
+            self._pickled_env_fns[start:stop], start, self._incarnations[index]
         )
 
     def _wait_for_placement(self, references: list) -> None:
@@ -339,7 +303,7 @@ class RayRunner(RolloutRunner):
             )
 
     def _start(self, actor, policy_reference):
-        return actor.start.remote(self._spec.observation_layout.space, self._spec.action_layout.space, policy_reference)
+        return actor.start.remote(self.layout, policy_reference)
 
     def _describe(self, index: int) -> str:
         start, stop = self._slices[index]
@@ -396,8 +360,8 @@ class RayRunner(RolloutRunner):
         names = ", ".join(self._describe(index) for index in indices)
         envs = [env for index in indices for env in range(*self._slices[index])]
         return StepTimeoutError(
-            f"{names} did not finish a rollout of horizon={self._spec.horizon} within "
-            f"horizon * step_timeout = {self._spec.horizon * self._step_timeout:g} s; its envs (or the policy) may "
+            f"{names} did not finish a rollout of horizon={self.layout.horizon} within "
+            f"horizon * step_timeout = {self.layout.horizon * self._step_timeout:g} s; its envs (or the policy) may "
             "hang. The actors were killed"
             + (" and are replaced (max_restarts)." if replaced else " and the collector is now unusable."),
             tuple(EnvFailure(env, "step", "StepTimeoutError", "timed out", "") for env in envs),
@@ -423,7 +387,7 @@ class RayRunner(RolloutRunner):
         # Serialised once (an unserialisable policy raises here, before anything ran).
         snapshot = None if self._shipper is None else self._shipper.snapshot()
         policy = None if snapshot is None or snapshot.empty else self._ray.put(snapshot)
-        timeout = None if self._step_timeout is None else self._spec.horizon * self._step_timeout
+        timeout = None if self._step_timeout is None else self.layout.horizon * self._step_timeout
         live = [index for index, actor in enumerate(self._actors) if actor is not None]
         try:
             answers, dead, failure = self._wait(
@@ -500,13 +464,13 @@ class RayRunner(RolloutRunner):
             # batch is dropped and the next collect continues from there.
             has_values, has_log_probs = merged_output_fields(fields, field_slices)
         except BaseException:
-            memory.abandon(self._spec.horizon)
+            memory.abandon(self.layout.horizon)
             raise
         merged = CompletedEpisodes.merge(episodes) if episodes else CompletedEpisodes.empty_buffers(0)
         lost_from_rows = None
         if lost:
             # An actor runs its rollout unseen: a lost one loses the slice's whole rollout.
-            lost_from_rows = np.full(self._spec.num_envs, self._spec.horizon, dtype=np.int64)
+            lost_from_rows = np.full(self.layout.num_envs, self.layout.horizon, dtype=np.int64)
             lost_from_rows[lost] = -1
         return RolloutResult(
             memory.finish(lost_from_rows), merged, has_values, has_log_probs, np.asarray(lost, dtype=np.int64),

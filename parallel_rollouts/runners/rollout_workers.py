@@ -53,6 +53,7 @@ class RolloutWorkersRunner(RolloutRunner):
 
     def __init__(self, pool: WorkerPool, memory: BatchMemory, shipper: PolicyShipper | None) -> None:
         self.pool = pool
+        self.layout = pool.layout
         self._memory = memory
         self._shipper = shipper
         self._private_policy_rows = not memory.reuses_buffers
@@ -83,7 +84,7 @@ class RolloutWorkersRunner(RolloutRunner):
             policy=protocol.ShippedPolicy(snapshot, private_policy_rows=not reuse_buffers),
             max_restarts=max_restarts,
         )
-        return cls(pool, BatchMemory(spec.allocate_storage, reuse_buffers, pool.shared.storage), shipper)
+        return cls(pool, BatchMemory(pool.layout.allocate_storage, reuse_buffers, pool.shared.storage), shipper)
 
     def _collect(self) -> RolloutResult:
         memory, pool = self._memory, self.pool
@@ -97,7 +98,7 @@ class RolloutWorkersRunner(RolloutRunner):
         storage.step_episode_seeds.fill(NOT_RECORDED)
         pool.take_wait_seconds()
         self._guarded(pool.send, protocol.ROLLOUT, 0, None, update)
-        replies, losses = self._guarded(pool.receive_all, None, pool.spec.horizon)
+        replies, losses = self._guarded(pool.receive_all, None, pool.layout.horizon)
         # An env failed in some worker while the others ran on, or a worker was lost and
         # cannot be replaced: broken. A replacement that cannot start: broken too.
         self._guarded(pool.raise_failures, [reply for reply in replies if reply is not None])
@@ -106,7 +107,7 @@ class RolloutWorkersRunner(RolloutRunner):
         for worker, _ in losses:
             self._guarded(pool.replace, worker, self._replacement_policy())
             if lost_from_rows is None:
-                lost_from_rows = np.full(pool.spec.num_envs, pool.spec.horizon, dtype=np.int64)
+                lost_from_rows = np.full(pool.layout.num_envs, pool.layout.horizon, dtype=np.int64)
             lost_from_rows[worker.start : worker.stop] = _first_unsure_row(storage, worker.start, worker.stop)
         replies = [reply for reply in replies if reply is not None]
         lost_workers = {worker.index for worker, _ in losses}
@@ -115,7 +116,7 @@ class RolloutWorkersRunner(RolloutRunner):
         if policy_failures:
             # Each worker dropped its rollout at its own row; every env continues from where
             # it stands (workers whose policy did not fail ran to the end of the horizon).
-            memory.abandon(pool.spec.horizon)
+            memory.abandon(pool.layout.horizon)
             if any(isinstance(error, PolicyTransferError) for error, _ in policy_failures):
                 # Some copies moved on and some did not: next time, send everything to all.
                 self._shipper.forget()
@@ -127,10 +128,10 @@ class RolloutWorkersRunner(RolloutRunner):
                 [(worker.start, worker.stop) for worker in survivors],
             )
         except ActionError:
-            memory.abandon(pool.spec.horizon)
+            memory.abandon(pool.layout.horizon)
             raise
         episodes = CompletedEpisodes.merge([result.episodes for result in results] or [CompletedEpisodes.empty_buffers(0)])
-        lost = np.zeros(0, dtype=np.int64) if lost_from_rows is None else np.flatnonzero(lost_from_rows < pool.spec.horizon)
+        lost = np.zeros(0, dtype=np.int64) if lost_from_rows is None else np.flatnonzero(lost_from_rows < pool.layout.horizon)
         return RolloutResult(
             memory.finish(lost_from_rows), episodes, has_values, has_log_probs, lost.astype(np.int64),
             lost_from_rows=lost_from_rows, env_wait_seconds=pool.take_wait_seconds(),

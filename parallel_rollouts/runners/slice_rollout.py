@@ -2,19 +2,18 @@
 
 The same code runs inside a Ray actor and inside an async rollout worker: the
 :class:`~parallel_rollouts.rollout_loop.RolloutLoop` the in-process runner runs, over the
-slice's :class:`~parallel_rollouts.env_group.EnvGroup`.
+slice's :class:`~parallel_rollouts.groups.EnvGroup`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
-from ..env_group import EnvGroup
+from ..groups import RolloutGroup
+from ..layout import RolloutLayout
 from ..policy import PolicyOutputWriter, RandomActionSampler
 from ..rollout_loop import RolloutLoop
-from ..spaces import SpaceLayout
 from ..storage import CompletedEpisodes, RolloutStorage
 
 __all__ = ["PolicyFailed", "SliceResult", "SliceRollout"]
@@ -44,19 +43,16 @@ class SliceRollout:
     """Runs the envs of ``group`` for whole rollouts with ``policy`` (``None``: random actions).
 
     ``group`` covers env columns ``env_offset .. env_offset + num_envs - 1`` (an
-    :class:`EnvGroup`, or a chain of groups when factories return vector envs).
+    :class:`~parallel_rollouts.groups.EnvGroup`, or a chain of groups when factories return vector envs).
     """
 
     def __init__(
         self,
-        group: EnvGroup,
+        group: RolloutGroup,
         env_offset: int,
         num_envs: int,
-        observation_layout: SpaceLayout,
-        action_layout: SpaceLayout,
-        core: ModuleType,
+        layout: RolloutLayout,
         policy: Any,
-        root_seed: int,
         private_policy_rows: bool = False,
     ) -> None:
         self.group = group
@@ -64,8 +60,10 @@ class SliceRollout:
         # policy copies, so that a policy keeping its inputs keeps what it was given.
         self._policy_rows = _copied_rows if private_policy_rows else None
         if policy is None:
-            policy = RandomActionSampler(action_layout, root_seed, range(env_offset, env_offset + num_envs))
-        self.loop = RolloutLoop(observation_layout, PolicyOutputWriter(action_layout, num_envs, core), policy)
+            policy = RandomActionSampler(layout.action_layout, layout.root_seed, range(env_offset, env_offset + num_envs))
+        self.loop = RolloutLoop(
+            layout.observation_layout, PolicyOutputWriter(layout.action_layout, num_envs, layout.core), policy
+        )
         self._env_failed = False
 
     @property

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 
+from ..layout import RolloutLayout
 from ..storage import CompletedEpisodes, RolloutStorage
 
 __all__ = ["EnvStepper"]
@@ -19,9 +20,11 @@ class EnvStepper(abc.ABC):
 
     ``working_storage`` is the storage the stepper must be handed: the shared memory its
     worker processes write (``None`` for a stepper that writes wherever it is told).
+    ``layout`` is the rollout layout it resolved once its envs existed.
     """
 
     working_storage: RolloutStorage | None = None
+    layout: RolloutLayout
 
     @property
     @abc.abstractmethod

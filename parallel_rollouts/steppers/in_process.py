@@ -3,7 +3,7 @@
 Groups of envs (``EnvGroup``, or one ``VectorEnvGroup`` per vector env a factory
 returned) are stepped through one :class:`~parallel_rollouts.groups.GroupChain`.
 
-``sync`` steps all envs as one :class:`~parallel_rollouts.env_group.EnvGroup`, so the
+``sync`` steps all envs as one :class:`~parallel_rollouts.groups.EnvGroup`, so the
 compiled core handles the whole ``[num_envs]`` row of each step in one call: the fast path
 for cheap envs. ``serial`` is the readable reference: every env is its own group of one,
 stepped one after another, with exactly the step semantics the other backends run, so a
@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from gymnasium import Env
 
 from ..groups import GroupChain, build_groups, make_all, spaces_per_env
+from ..layout import RolloutLayout
 from ..spec import RolloutSpec
 from ..storage import CompletedEpisodes, RolloutStorage
 from .base import EnvStepper
@@ -36,32 +37,21 @@ GROUPINGS = {
 class InProcessStepper(EnvStepper):
     """Envs in this process, split into groups by ``group_bounds`` (a vector env is one group)."""
 
-    def __init__(self, spec: RolloutSpec, envs: Sequence[Env], group_bounds: Sequence[tuple[int, int]]) -> None:
+    def __init__(self, layout: RolloutLayout, envs: Sequence[Env], group_bounds: Sequence[tuple[int, int]]) -> None:
         self._envs = list(envs)
-        self._num_envs = spec.num_envs
-        self._groups = GroupChain(
-            build_groups(
-                self._envs,
-                0,
-                group_bounds,
-                spec.root_seed,
-                spec.observation_layout,
-                spec.action_layout,
-                spec.info_keys,
-                spec.core,
-                observation_check=spec.observation_check,
-            )
-        )
+        self.layout = layout
+        self._num_envs = layout.num_envs
+        self._groups = GroupChain(build_groups(self._envs, 0, group_bounds, layout))
         self._groups.reset_all()
 
     @classmethod
     def build(cls, spec: RolloutSpec, grouping: str) -> InProcessStepper:
-        """Make every env, adopt env 0's spaces, and reset every env."""
+        """Make every env, resolve the layout from env 0's spaces, and reset every env."""
         envs = make_all(spec.env_fns, 0)
         try:
             spaces = spaces_per_env(envs)
-            spec.adopt_spaces(*spaces[0], num_envs=len(spaces))
-            return cls(spec, envs, GROUPINGS[grouping](len(envs)))
+            layout = spec.resolve(*spaces[0], num_envs=len(spaces))
+            return cls(layout, envs, GROUPINGS[grouping](len(envs)))
         except BaseException:
             close_envs(envs)
             raise

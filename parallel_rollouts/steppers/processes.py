@@ -31,6 +31,7 @@ class ProcessStepper(EnvStepper):
 
     def __init__(self, pool: WorkerPool) -> None:
         self.pool = pool
+        self.layout = pool.layout
         self.working_storage = pool.shared.storage
         # Per rollout: the row each env's worker was lost at (horizon: not lost), and the
         # row each worker's step in flight is for.
@@ -47,7 +48,7 @@ class ProcessStepper(EnvStepper):
 
     @property
     def num_envs(self) -> int:
-        return self.pool.spec.num_envs
+        return self.layout.num_envs
 
     def begin(self, storage: RolloutStorage) -> None:
         if storage is not self.working_storage:
@@ -85,7 +86,7 @@ class ProcessStepper(EnvStepper):
 
     def replaced_env_indices(self) -> np.ndarray:
         """The envs whose worker was replaced during this rollout (sorted)."""
-        lost = [] if self._lost_from is None else np.flatnonzero(self._lost_from < self.pool.spec.horizon).tolist()
+        lost = [] if self._lost_from is None else np.flatnonzero(self._lost_from < self.layout.horizon).tolist()
         return np.array(sorted(set(self._replaced) | set(lost)), dtype=np.int64)
 
     def take_wait_seconds(self) -> np.ndarray:
@@ -119,7 +120,7 @@ class ProcessStepper(EnvStepper):
         lost = self._lost_from
         if lost is None:
             return workers
-        horizon = self.pool.spec.horizon
+        horizon = self.layout.horizon
         return [worker for worker in workers if lost[worker.start] == horizon]
 
     def _take_replies(self, replies: list, losses: list) -> None:
@@ -128,6 +129,6 @@ class ProcessStepper(EnvStepper):
         self.pool.raise_losses(losses)
         for worker, _ in losses:
             if self._lost_from is None:
-                self._lost_from = np.full(self.num_envs, self.pool.spec.horizon, dtype=np.int64)
+                self._lost_from = np.full(self.num_envs, self.layout.horizon, dtype=np.int64)
             self._lost_from[worker.start : worker.stop] = self._rows_in_flight.get(worker.index, 0)
             self.pool.replace(worker)

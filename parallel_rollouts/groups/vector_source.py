@@ -39,9 +39,7 @@ the batch is still reproducible from the collector's seed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
-from types import ModuleType
 from time import perf_counter
 from typing import Any
 
@@ -49,14 +47,15 @@ import numpy as np
 from gymnasium import Env, Space
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from .conversion import convert_row, store_rows
-from .env_group import describe_failure, episode_recorder, unstorable_observation
-from .env_returns import info_number
-from .errors import ObservationError, SpaceError, WorkerError
-from .observation_checks import ObservationChecker
-from .seeding import EpisodeSeeds
-from .spaces import SpaceLayout, check_env_spaces
-from .storage import CompletedEpisodes, RolloutStorage
+from ..conversion import convert_row, store_rows
+from .single_envs import describe_failure, episode_recorder, unstorable_observation
+from ..env_returns import info_number
+from ..errors import ObservationError, SpaceError, WorkerError
+from ..layout import RolloutLayout
+from ..observation_checks import ObservationChecker
+from ..seeding import EpisodeSeeds
+from ..spaces import SpaceLayout, check_env_spaces
+from ..storage import CompletedEpisodes, RolloutStorage
 
 __all__ = [
     "UNKNOWN_SEED",
@@ -199,22 +198,11 @@ def _same(first: Space, second: Space) -> bool:
 class VectorEnvGroup:
     """One vector env, stepped into a column slice of rollout storage.
 
-    Parameters are those of :class:`~parallel_rollouts.env_group.EnvGroup`,
+    Parameters are those of :class:`~parallel_rollouts.groups.single_envs.EnvGroup`,
     except that ``vector_env`` replaces the list of envs.
     """
 
-    def __init__(
-        self,
-        vector_env: Any,
-        env_offset: int,
-        root_seed: int,
-        observation_layout: SpaceLayout,
-        action_layout: SpaceLayout,
-        info_keys: Sequence[str],
-        core: ModuleType,
-        observation_check: str = "warn",
-        incarnation: int = 0,
-    ) -> None:
+    def __init__(self, vector_env: Any, env_offset: int, layout: RolloutLayout, incarnation: int = 0) -> None:
         where = f"the vector env at env {env_offset}"
         n = check_vector_env(vector_env, where)
         # Every sub-env shares the single spaces: one check names the vector env's first env.
@@ -222,20 +210,20 @@ class VectorEnvGroup:
             env_offset,
             vector_env.single_observation_space,
             vector_env.single_action_space,
-            observation_layout.space,
-            action_layout.space,
+            layout.observation_space,
+            layout.action_space,
         )
+        observation_layout = layout.observation_layout
         self.vector_env = vector_env
         self.env_offset = env_offset
         self.num_envs = n
         self.autoreset_mode = autoreset_mode_of(vector_env)
-        self._root_seed = root_seed
         self._observation_layout = observation_layout
-        self._action_layout = action_layout
-        self._info_keys = tuple(info_keys)
-        self._core = core
-        self._checker = ObservationChecker(observation_layout, core, observation_check, env_offset)
-        self._episode_seeds = [EpisodeSeeds(root_seed, env_offset + column, incarnation) for column in range(n)]
+        self._action_layout = layout.action_layout
+        self._info_keys = layout.info_keys
+        self._core = layout.core
+        self._checker = ObservationChecker(observation_layout, layout.core, layout.observation_check, env_offset)
+        self._episode_seeds = [EpisodeSeeds(layout.root_seed, env_offset + column, incarnation) for column in range(n)]
         self._episodes_started = np.zeros(n, dtype=np.int64)
         # None until the first reset shows whether reset(seed=[...]) is accepted.
         self._per_env_seeds: bool | None = None
@@ -442,7 +430,6 @@ class VectorEnvGroup:
 
     def _end_episodes(self, t: int, n_done: int, info: Any, ended: np.ndarray) -> None:
         """Terminal observations of the ``n_done`` episodes that ended at step ``t`` (the books are kept), then resets."""
-        storage = self._storage
         columns = self._done_columns[:n_done].copy()
         mode = self.autoreset_mode
         if mode is AutoresetMode.SAME_STEP:

@@ -23,18 +23,17 @@ slices to its own envs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 from gymnasium import Env
 from gymnasium.vector import AutoresetMode
 
-from .errors import ObservationError, SpaceError, WorkerError
-from .spaces import SpaceLayout
-from .storage import RolloutStorage
-from .typed_actions import TypedActionReader
-from .env_group import close_each, describe_failure
+from ..errors import ObservationError, SpaceError, WorkerError
+from ..layout import RolloutLayout
+from ..storage import RolloutStorage
+from ..typed_actions import TypedActionReader
+from .single_envs import close_each, describe_failure
 
 __all__ = ["GymnasiumGroup", "build_gymnasium_group"]
 
@@ -44,24 +43,16 @@ InfoEvents = list  # [(global env index, info dict), ...] in env order
 def build_gymnasium_group(
     envs: Sequence[Env],
     env_offset: int,
-    observation_layout: SpaceLayout,
-    action_layout: SpaceLayout,
-    core: ModuleType,
+    layout: RolloutLayout,
     autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
 ) -> GymnasiumGroup:
     """What an async worker calls to host the group (picklable with ``functools.partial``)."""
-    return GymnasiumGroup(envs, env_offset, autoreset_mode, observation_layout, action_layout, core)
+    return GymnasiumGroup(envs, env_offset, layout, autoreset_mode)
 
 
 class GymnasiumGroup:
     def __init__(
-        self,
-        envs: Sequence[Env],
-        env_offset: int,
-        autoreset_mode: AutoresetMode,
-        observation_layout: SpaceLayout,
-        action_layout: SpaceLayout,
-        core: ModuleType,
+        self, envs: Sequence[Env], env_offset: int, layout: RolloutLayout, autoreset_mode: AutoresetMode
     ) -> None:
         for column, env in enumerate(envs):
             if not isinstance(env, Env):
@@ -73,9 +64,9 @@ class GymnasiumGroup:
         self.env_offset = env_offset
         self.num_envs = len(self.envs)
         self.autoreset_mode = autoreset_mode
-        self._observation_layout = observation_layout
-        self._action_layout = action_layout
-        self._core = core
+        self._observation_layout = layout.observation_layout
+        self._action_layout = layout.action_layout
+        self._core = layout.core
         self._autoreset = np.zeros(self.num_envs, dtype=bool)
         self._storage: RolloutStorage | None = None
         self._writers: list = []

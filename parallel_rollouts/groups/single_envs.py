@@ -36,13 +36,14 @@ from typing import Any
 import numpy as np
 from gymnasium import Env
 
-from .conversion import explain_rejected_row
-from .env_returns import check_reset_result
-from .errors import CollectorClosedError, EnvFailure, ObservationError, SpaceError, WorkerError
-from .observation_checks import ObservationChecker
-from .seeding import EpisodeSeedTable
-from .spaces import SpaceLayout, check_env_spaces
-from .storage import CompletedEpisodes, RolloutStorage
+from ..conversion import explain_rejected_row
+from ..env_returns import check_reset_result
+from ..errors import CollectorClosedError, EnvFailure, ObservationError, SpaceError, WorkerError
+from ..layout import RolloutLayout
+from ..observation_checks import ObservationChecker
+from ..seeding import EpisodeSeedTable
+from ..spaces import SpaceLayout, check_env_spaces
+from ..storage import CompletedEpisodes, RolloutStorage
 
 __all__ = ["EnvGroup", "close_each", "describe_failure", "episode_recorder", "make_env", "unstorable_observation"]
 
@@ -128,45 +129,28 @@ class EnvGroup:
         The envs, already constructed, in global order.
     env_offset:
         Global index of ``envs[0]``.
-    root_seed:
-        The collector's root seed; episode seeds derive from it.
-    observation_layout, action_layout:
-        The reference spaces every env must declare.
-    info_keys:
-        Scalar info entries to store as ``[T, N]`` arrays.
-    core:
-        The per-step core module (compiled ``_core`` or ``_core_python``).
-    observation_check:
-        ``"warn"``, ``"raise"`` or ``"off"``; see :mod:`parallel_rollouts.observation_checks`.
+    layout:
+        The collector's :class:`~parallel_rollouts.layout.RolloutLayout`: the spaces every env
+        must declare, the root seed episode seeds derive from, the info keys, the core and
+        the observation check.
     incarnation:
         How many times the worker hosting these envs was replaced: their episode
         seeds come from the stream of that incarnation (:mod:`parallel_rollouts.seeding`).
     """
 
-    def __init__(
-        self,
-        envs: Sequence[Env],
-        env_offset: int,
-        root_seed: int,
-        observation_layout: SpaceLayout,
-        action_layout: SpaceLayout,
-        info_keys: Sequence[str],
-        core: ModuleType,
-        observation_check: str = "warn",
-        incarnation: int = 0,
-    ) -> None:
+    def __init__(self, envs: Sequence[Env], env_offset: int, layout: RolloutLayout, incarnation: int = 0) -> None:
         self.envs = list(envs)
         self.env_offset = env_offset
         self.num_envs = len(self.envs)
-        self._root_seed = root_seed
-        self._observation_layout = observation_layout
-        self._action_layout = action_layout
-        self._info_keys = tuple(info_keys)
-        self._core = core
-        self._checker = ObservationChecker(observation_layout, core, observation_check, env_offset)
+        self._observation_layout = observation_layout = layout.observation_layout
+        self._action_layout = layout.action_layout
+        self._info_keys = layout.info_keys
+        self._core = layout.core
+        self._checker = ObservationChecker(observation_layout, layout.core, layout.observation_check, env_offset)
         for column, env in enumerate(self.envs):
             check_env_spaces(
-                env_offset + column, env.observation_space, env.action_space, observation_layout.space, action_layout.space
+                env_offset + column, env.observation_space, env.action_space, layout.observation_space,
+                layout.action_space,
             )
 
         n = self.num_envs
@@ -174,7 +158,7 @@ class EnvGroup:
         self._running_lengths = np.zeros(n, dtype=np.int64)
         self._running_seeds = np.zeros(n, dtype=np.int64)
         # Episode numbers index the seed streams (a replacement's stream is its incarnation's).
-        self._seed_table = EpisodeSeedTable(root_seed, env_offset, [0] * n, incarnation)
+        self._seed_table = EpisodeSeedTable(layout.root_seed, env_offset, [0] * n, incarnation)
         self._done_columns = np.zeros(n, dtype=np.int64)
         # The observation each env is at between rollouts, kept privately so that a
         # caller editing a returned batch cannot change where the next one starts.

@@ -12,19 +12,17 @@ columns of the factories before it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from types import ModuleType
 from typing import Any
 
 from gymnasium import Env, Space
 
-from .errors import ConfigurationError, SpaceError, WorkerError
-from .failures import merged_failure
-from .spaces import SpaceLayout
-from .storage import CompletedEpisodes, RolloutStorage
-from .env_group import EnvGroup, close_each, describe_failure
+from ..errors import ConfigurationError, SpaceError, WorkerError
+from ..layout import RolloutLayout
+from .base import RolloutGroup
+from .single_envs import EnvGroup, close_each, describe_failure
 from .vector_source import VectorEnvGroup, check_vector_env, is_vector_env
 
-__all__ = ["GroupChain", "build_groups", "check_distinct_envs", "make_all", "spaces_per_env"]
+__all__ = ["build_groups", "check_distinct_envs", "make_all", "spaces_per_env"]
 
 
 def _make_one(env_fn: Callable[[], Any], index: int) -> Any:
@@ -103,89 +101,23 @@ def build_groups(
     made: Sequence[Any],
     column_offset: int,
     single_env_bounds: Sequence[tuple[int, int]],
-    root_seed: int,
-    observation_layout: SpaceLayout,
-    action_layout: SpaceLayout,
-    info_keys: Sequence[str],
-    core: ModuleType,
-    observation_check: str = "warn",
+    layout: RolloutLayout,
     incarnation: int = 0,
-) -> list[tuple[int, int, Any]]:
+) -> list[tuple[int, int, RolloutGroup]]:
     """The groups over ``made``, as ``(start, stop, group)`` with columns relative to ``column_offset``.
 
     ``single_env_bounds`` groups single envs (ignored for vector envs, which are
     one group each). ``incarnation``: how many times these envs' worker was replaced
     (their episode seeds then come from a stream of their own, see :mod:`~parallel_rollouts.seeding`).
     """
-    common = (root_seed, observation_layout, action_layout, info_keys, core)
     if made and is_vector_env(made[0]):
         groups, start = [], 0
         for vector_env in made:
             stop = start + int(vector_env.num_envs)
-            groups.append(
-                (start, stop, VectorEnvGroup(
-                    vector_env, column_offset + start, *common, observation_check=observation_check, incarnation=incarnation
-                ))
-            )
+            groups.append((start, stop, VectorEnvGroup(vector_env, column_offset + start, layout, incarnation)))
             start = stop
         return groups
     return [
-        (
-            start,
-            stop,
-            EnvGroup(
-                list(made[start:stop]),
-                column_offset + start,
-                *common,
-                observation_check=observation_check,
-                incarnation=incarnation,
-            ),
-        )
+        (start, stop, EnvGroup(list(made[start:stop]), column_offset + start, layout, incarnation))
         for start, stop in single_env_bounds
     ]
-
-
-class GroupChain:
-    """Groups over consecutive columns, stepped one after another, seen as one group."""
-
-    def __init__(self, groups: Sequence[tuple[int, int, Any]]) -> None:
-        self._groups = list(groups)
-        self.num_envs = self._groups[-1][1] if self._groups else 0
-
-    def reset_all(self) -> None:
-        for _, _, group in self._groups:
-            group.reset_all()
-
-    def begin(self, storage: RolloutStorage) -> None:
-        for start, stop, group in self._groups:
-            group.begin(storage.columns(start, stop))
-
-    def step(self, t: int) -> None:
-        if len(self._groups) == 1:
-            # One group (sync): its error is the step's error, as merged_failure would say.
-            self._groups[0][2].step(t)
-            return
-        # Every group steps even after one fails, so that all failures of one
-        # step are reported together, as one WorkerError.
-        errors: list[WorkerError] = []
-        for _, _, group in self._groups:
-            try:
-                group.step(t)
-            except WorkerError as error:
-                errors.append(error)
-        error = merged_failure(errors)
-        if error is None:
-            return
-        if len(errors) == 1:
-            raise error
-        raise error from errors[0].__cause__
-
-    def finish(self) -> CompletedEpisodes:
-        return CompletedEpisodes.merge([group.finish() for _, _, group in self._groups])
-
-    def abandon(self, t: int) -> None:
-        for _, _, group in self._groups:
-            group.abandon(t)
-
-    def close(self) -> list[tuple[int, BaseException]]:
-        return [error for _, _, group in self._groups for error in group.close()]

@@ -1,0 +1,18 @@
+"""Groups of envs and the one interface every backend drives them through (:mod:`.base`)."""
+
+from .base import RolloutGroup
+from .building import build_groups, check_distinct_envs, make_all, spaces_per_env
+from .chain import GroupChain
+from .single_envs import EnvGroup
+from .vector_source import VectorEnvGroup
+
+__all__ = [
+    "EnvGroup",
+    "GroupChain",
+    "RolloutGroup",
+    "VectorEnvGroup",
+    "build_groups",
+    "check_distinct_envs",
+    "make_all",
+    "spaces_per_env",
+]
