@@ -18,6 +18,7 @@ class GroupChain:
     def __init__(self, groups: Sequence[tuple[int, int, RolloutGroup]]) -> None:
         self._groups = list(groups)
         self.num_envs = self._groups[-1][1] if self._groups else 0
+        self.env_offset = self._groups[0][2].env_offset if self._groups else 0
 
     def reset_all(self) -> None:
         for _, _, group in self._groups:
