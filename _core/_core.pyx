@@ -696,6 +696,7 @@ cdef class RowStepper:
     cdef bint action_rows_are_arrays
     cdef object split_nested
     cdef object seed_table
+    cdef bint reseed
     cdef const int64[:, ::1] seeds
     cdef int64[::1] blocks
     cdef int64[::1] episodes_started
@@ -722,9 +723,11 @@ cdef class RowStepper:
         self.action_rows_are_arrays = action_leaves[0].ndim > 2
         self.split_nested = split_nested
         self.seed_table = seed_table
-        self.seeds = seed_table.seeds
-        self.blocks = seed_table.blocks
-        self.episodes_started = seed_table.episodes_started
+        self.reseed = seed_table is not None
+        if self.reseed:
+            self.seeds = seed_table.seeds
+            self.blocks = seed_table.blocks
+            self.episodes_started = seed_table.episodes_started
         self.running_seeds = running_seeds
         self.checked = []
         for leaf_index, low, high in checked_leaves:
@@ -778,19 +781,17 @@ cdef class RowStepper:
                 break
         for k in range(n_done):
             column = done_columns[k]
-            episode = self.episodes_started[column]
-            block = episode // self.seeds.shape[1]
-            offset = episode - block * self.seeds.shape[1]
-            if self.blocks[column] != block:
-                self.seed_table.fill(column, block)
-            seed = self.seeds[column, offset]
+            seed = -1  # no seed table: the env continues its own generator, the seed is unknown
+            episode = 0
+            if self.reseed:
+                episode = self.episodes_started[column]
+                block = episode // self.seeds.shape[1]
+                offset = episode - block * self.seeds.shape[1]
+                if self.blocks[column] != block:
+                    self.seed_table.fill(column, block)
+                seed = self.seeds[column, offset]
             try:
-                if self.timed:
-                    started = parallel_rollouts_clock()
-                    result = self.stepper.envs[column].reset(seed=seed)
-                    self.reset_seconds[column] += parallel_rollouts_clock() - started
-                else:
-                    result = self.stepper.envs[column].reset(seed=seed)
+                result = self._reset(column, seed)
                 if type(result) is not tuple or len(<tuple>result) != 2:
                     result = _slow.check_reset_result(result)
                 observation = (<tuple>result)[0]
@@ -799,7 +800,8 @@ cdef class RowStepper:
                     failures = []
                 failures.append((column, error))
                 continue
-            self.episodes_started[column] = episode + 1
+            if self.reseed:
+                self.episodes_started[column] = episode + 1
             self.running_seeds[column] = seed
             if not self._write_reset(t + 1, column, observation):
                 self.hooks.reset_unwritable(t, column, observation)
@@ -807,6 +809,17 @@ cdef class RowStepper:
             self.hooks.reset_failed(t, failures)
             raise RuntimeError("`hooks.reset_failed` returned; it must raise.")
         return 0
+
+    cdef object _reset(self, Py_ssize_t column, int64 seed):
+        """Reset env ``column`` (with ``seed`` when the group reseeds every episode), timed."""
+        cdef double started = 0.0
+        env = self.stepper.envs[column]
+        if self.timed:
+            started = parallel_rollouts_clock()
+        result = env.reset(seed=seed) if self.reseed else env.reset()
+        if self.timed:
+            self.reset_seconds[column] += parallel_rollouts_clock() - started
+        return result
 
     cdef bint _write_reset(self, Py_ssize_t row, Py_ssize_t column, object observation) except -1:
         cdef Py_ssize_t leaf_index

@@ -91,6 +91,9 @@ COLLECTOR_CONTENDERS: dict[str, dict[str, Any]] = {
     "async/reuse": {"backend": "async", "reuse_buffers": True},
     "async/pipelined": {"backend": "async", "pipelined": True},
     "async/workers": {"backend": "async", "policy_placement": "workers"},
+    # Opt-in: only each env's first episode is seeded (later ones continue its generator).
+    "sync/first-seed": {"backend": "sync", "episode_seeds": "first"},
+    "async/workers/first-seed": {"backend": "async", "policy_placement": "workers", "episode_seeds": "first"},
 }
 PEER_CONTENDERS = ("hand-loop", "hand-loop-reseeding", "bare-loop", "bare-loop/2proc", "gym-sync", "gym-async", "envpool", "sb3-subproc")
 #: ``ratio_vs_reference`` in a comparison is taken against this contender.

@@ -216,16 +216,8 @@ def check_row_stepper_arguments(
             raise ValueError(f"{len(action_leaves)} action leaves need `split_nested`; got None.")
     elif not callable(split_nested):
         raise TypeError(f"`split_nested` must be None or callable; got {type(split_nested).__name__}.")
-    seeds = getattr(seed_table, "seeds", None)
-    _require_array(seeds, "seed_table.seeds", np.int64, 2)
-    if seeds.shape[0] != num_envs or seeds.shape[1] < 1 or not seeds.flags.c_contiguous:
-        raise ValueError(f"`seed_table.seeds` must be a C-contiguous [{num_envs}, block] array; got {seeds.shape!r}.")
-    for field in ("blocks", "episodes_started"):
-        array = _require_array(getattr(seed_table, field, None), f"seed_table.{field}", np.int64, 1)
-        if array.shape != (num_envs,):
-            raise ValueError(f"`seed_table.{field}` must have shape ({num_envs},); got {array.shape!r}.")
-    if not callable(getattr(seed_table, "fill", None)):
-        raise TypeError("`seed_table` must have a `fill(column, block)` method.")
+    if seed_table is not None:  # None: resets without a seed
+        _check_seed_table(seed_table, num_envs)
     if _require_array(running_seeds, "running_seeds", np.int64, 1).shape != (num_envs,):
         raise ValueError(f"`running_seeds` must have shape ({num_envs},); got {running_seeds.shape!r}.")
     _check_checked_leaves(checked_leaves, observation_leaves)
@@ -289,3 +281,16 @@ def check_vector_row_arguments(
         raise ValueError(f"`step_seconds` must have shape ({num_envs},); got {step_seconds.shape!r}.")
     if autoreset_mode not in VECTOR_AUTORESET_MODES:
         raise ValueError(f"`autoreset_mode` must be one of {VECTOR_AUTORESET_MODES!r}; got {autoreset_mode!r}.")
+
+
+def _check_seed_table(seed_table: Any, num_envs: int) -> None:
+    seeds = getattr(seed_table, "seeds", None)
+    _require_array(seeds, "seed_table.seeds", np.int64, 2)
+    if seeds.shape[0] != num_envs or seeds.shape[1] < 1 or not seeds.flags.c_contiguous:
+        raise ValueError(f"`seed_table.seeds` must be a C-contiguous [{num_envs}, block] array; got {seeds.shape!r}.")
+    for field in ("blocks", "episodes_started"):
+        array = _require_array(getattr(seed_table, field, None), f"seed_table.{field}", np.int64, 1)
+        if array.shape != (num_envs,):
+            raise ValueError(f"`seed_table.{field}` must have shape ({num_envs},); got {array.shape!r}.")
+    if not callable(getattr(seed_table, "fill", None)):
+        raise TypeError("`seed_table` must have a `fill(column, block)` method.")

@@ -452,7 +452,9 @@ class RowStepper:
     seed_table:
         The group's :class:`~parallel_rollouts.seeding.EpisodeSeedTable`: arrays
         ``seeds``, ``blocks``, ``episodes_started`` and a method
-        ``fill(column, block)``.
+        ``fill(column, block)``. ``None``: an env whose episode ended is reset
+        without a seed (it continues its own generator) and its next episode's
+        seed is recorded as -1.
     running_seeds:
         The recorder's ``running_seeds``; a reset sets its env's entry.
     checked_leaves:
@@ -534,21 +536,25 @@ class RowStepper:
         table = self._seed_table
         failures = []
         for column in ended.tolist():
-            episode = int(table.episodes_started[column])
-            block, offset = divmod(episode, table.seeds.shape[1])
-            if table.blocks[column] != block:
-                table.fill(column, block)
-            seed = int(table.seeds[column, offset])
+            seed = -1  # no seed table: the env continues its own generator, the seed is unknown
+            if table is not None:
+                episode = int(table.episodes_started[column])
+                block, offset = divmod(episode, table.seeds.shape[1])
+                if table.blocks[column] != block:
+                    table.fill(column, block)
+                seed = int(table.seeds[column, offset])
             try:
                 started = perf_counter()
-                result = stepper._envs[column].reset(seed=seed)
+                env = stepper._envs[column]
+                result = env.reset(seed=seed) if table is not None else env.reset()
                 if self._reset_seconds is not None:
                     self._reset_seconds[column] += perf_counter() - started
                 observation, _ = check_reset_result(result)
             except Exception as error:
                 failures.append((column, error))
                 continue
-            table.episodes_started[column] = episode + 1
+            if table is not None:
+                table.episodes_started[column] = episode + 1
             self._running_seeds[column] = seed
             if not self._write_reset(t + 1, column, observation):
                 self._hooks.reset_unwritable(t, column, observation)

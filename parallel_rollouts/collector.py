@@ -16,7 +16,7 @@ from .observation_checks import check_observation_check
 from .processes.forwarded_warnings import raise_again
 from .runners.base import RolloutRunner, RunnerState
 from .runners.build import build_runner, check_placement
-from .seeding import draw_root_seed, validate_seed
+from .seeding import check_episode_seeds, draw_root_seed, validate_seed
 from .spec import RolloutSpec
 from .groups.vector_source import check_vector_env, is_vector_env
 
@@ -77,6 +77,17 @@ class ParallelRolloutCollector:
         ``"raise"`` raises for every value outside; ``"off"`` skips the check.
         Wrong shapes, non-numeric values and conversions that would change a
         value always raise.
+    episode_seeds:
+        ``"every"`` (default): every episode starts with ``reset(seed=...)``, its
+        seed drawn from ``seed``, the env index and the episode number, and
+        recorded (``step_episode_seeds``, ``episode_seeds``), so any episode can
+        be replayed alone. ``"first"``: only each env's first episode is seeded;
+        later episodes start with ``reset()``, continuing the env's own generator,
+        and are recorded with seed -1. The batch is still reproducible from
+        ``seed``; what is lost is replaying one later episode alone. It saves the
+        generator Gymnasium builds per seeded reset (about 40 µs; measured in
+        ``docs/benchmarks.md``). Vector-env sources: applies to the resets the
+        collector makes (``Disabled`` autoreset mode).
     num_workers:
         Async and Ray backends: worker processes / actors, each owning a
         contiguous slice of the envs (default ``min(usable cores, num_envs)``:
@@ -143,6 +154,7 @@ class ParallelRolloutCollector:
         info_keys: Sequence[str] = (),
         reuse_buffers: bool = False,
         observation_check: str = "warn",
+        episode_seeds: str = "every",
         num_workers: int | None = None,
         context: str | None = None,
         step_timeout: float | None = None,
@@ -194,6 +206,7 @@ class ParallelRolloutCollector:
         spec = RolloutSpec(
             tuple(env_fns), self._seed, horizon, tuple(info_keys), self._core_name,
             observation_check=check_observation_check(observation_check),
+            episode_seeds=check_episode_seeds(episode_seeds),
         )
         self._spec = spec
         # The runner: named `_backend` because it is what `backend=` chose.

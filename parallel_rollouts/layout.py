@@ -40,6 +40,9 @@ class RolloutLayout:
     core_name: str = "compiled"
     #: What an observation value outside its space does (``"warn"``, ``"raise"``, ``"off"``).
     observation_check: str = "warn"
+    #: ``"every"`` episode is reset with its own seed, or only each env's ``"first"``
+    #: (later ones continue the env's generator and are recorded with seed -1).
+    episode_seeds: str = "every"
     #: Action storage holds each action's own dtype (the VectorEnv adapter's; see ``typed_actions``).
     typed_actions: bool = False
 

@@ -42,7 +42,9 @@ from .errors import ConfigurationError
 __all__ = [
     "EpisodeSeedTable",
     "EpisodeSeeds",
+    "EPISODE_SEED_MODES",
     "action_sampler_seed",
+    "check_episode_seeds",
     "draw_root_seed",
     "episode_seed",
     "policy_generator_seed",
@@ -68,6 +70,16 @@ def validate_seed(seed: object) -> int:
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ConfigurationError(f"`seed` must be a non-negative int or None; got {seed!r}.")
     return int(seed)
+
+
+#: ``"every"``: every episode is reset with its own seed; ``"first"``: only each env's first.
+EPISODE_SEED_MODES = ("every", "first")
+
+
+def check_episode_seeds(mode: object) -> str:
+    if mode not in EPISODE_SEED_MODES:
+        raise ConfigurationError(f"`episode_seeds` must be one of {EPISODE_SEED_MODES!r}; got {mode!r}.")
+    return mode
 
 
 def _episode_seed_block(root_seed: int, env_index: int, block: int, incarnation: int = 0) -> list[int]:

@@ -27,6 +27,8 @@ class RolloutSpec:
     info_keys: tuple[str, ...] = ()
     core_name: str = "compiled"
     observation_check: str = "warn"
+    #: ``"every"`` episode reset with its own seed, or only each env's ``"first"``.
+    episode_seeds: str = "every"
     #: Store each action with the dtype it was given (the VectorEnv adapter's envs receive
     #: the caller's dtype, as in ``SyncVectorEnv``; see ``typed_actions``).
     typed_actions: bool = False
@@ -54,5 +56,6 @@ class RolloutSpec:
             info_keys=self.info_keys,
             core_name=self.core_name,
             observation_check=self.observation_check,
+            episode_seeds=self.episode_seeds,
             typed_actions=self.typed_actions,
         )

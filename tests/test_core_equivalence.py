@@ -709,7 +709,7 @@ def _dict_flatten(observation):
     return [observation["pos"], observation["mode"]]
 
 
-def _row_setup(core, scripts, resets, horizon, nested=False, bounds=(-1.0, 1.0), first_episode=0, hooks=None):
+def _row_setup(core, scripts, resets, horizon, nested=False, bounds=(-1.0, 1.0), first_episode=0, hooks=None, seeded=True):
     """A RowStepper over scripted envs; observations are a float32 (2,) leaf, plus an int64 one when nested."""
     n = len(scripts)
     recorder, state = _recorder_state(core, horizon, n, 0)
@@ -727,7 +727,7 @@ def _row_setup(core, scripts, resets, horizon, nested=False, bounds=(-1.0, 1.0),
     table = _CountingSeedTable(7, 3, [first_episode] * n)
     checked = [] if bounds is None else [(0, np.full(2, bounds[0]), np.full(2, bounds[1]))]
     hooks = hooks if hooks is not None else _HookLog()
-    row_stepper = core.RowStepper(stepper, actions, split, table, state["running_seeds"], checked, hooks)
+    row_stepper = core.RowStepper(stepper, actions, split, table if seeded else None, state["running_seeds"], checked, hooks)
     return row_stepper, envs, observations, finals, state, table, hooks
 
 
@@ -794,6 +794,34 @@ def test_row_stepper_matches_between_cores(data, num_envs, horizon, nested, chec
         assert seeds == expected
     ended = outcome0["state"]["terminations"] | outcome0["state"]["truncations"]
     assert [len(seeds) for seeds in outcome0["reset_seeds"]] == ended.sum(axis=0).tolist()
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data(), num_envs=st.integers(1, 4), horizon=st.integers(1, 5))
+def test_row_stepper_without_a_seed_table_resets_unseeded_alike_in_both_cores(data, num_envs, horizon):
+    scripts = [
+        [(data.draw(_OBSERVATIONS), 1.0, data.draw(st.booleans()), False, {}) for _ in range(horizon)]
+        for _ in range(num_envs)
+    ]
+    resets = [[(np.array([0.5, 0.5], np.float32), {}) for _ in range(horizon)] for _ in range(num_envs)]
+    outcomes = []
+    for core in CORES:
+        row_stepper, envs, observations, finals, state, table, hooks = _row_setup(
+            core, [list(s) for s in scripts], [list(r) for r in resets], horizon, seeded=False
+        )
+        counts = [row_stepper.step(t) for t in range(horizon)]
+        outcomes.append((counts, _row_outcome(envs, observations, finals, state, table, hooks)))
+    (counts0, outcome0), (counts1, outcome1) = outcomes
+    assert counts0 == counts1
+    _assert_same_outcome(outcome0, outcome1)
+    ended = outcome0["state"]["terminations"] | outcome0["state"]["truncations"]
+    # Every ended episode's env was reset once, without a seed; its next episode's seed is unknown.
+    assert outcome0["reset_seeds"] == [[None] * int(count) for count in ended.sum(axis=0)]
+    assert outcome0["fills"] == [] and outcome0["episodes_started"].tolist() == [0] * num_envs
+    for column in range(num_envs):
+        rows = np.flatnonzero(ended[:, column])
+        if rows.size:
+            assert outcome0["state"]["running_seeds"][column] == -1
 
 
 @pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])

@@ -159,6 +159,8 @@ class EnvGroup:
         self._running_seeds = np.zeros(n, dtype=np.int64)
         # Episode numbers index the seed streams (a replacement's stream is its incarnation's).
         self._seed_table = EpisodeSeedTable(layout.root_seed, env_offset, [0] * n, incarnation)
+        # Whether episodes after the first are reset with a seed of their own (the layout's episode_seeds).
+        self._reseed = layout.episode_seeds == "every"
         self._done_columns = np.zeros(n, dtype=np.int64)
         # The observation each env is at between rollouts, kept privately so that a
         # caller editing a returned batch cannot change where the next one starts.
@@ -244,7 +246,7 @@ class EnvGroup:
             self._stepper,
             list(storage.actions),
             None if not self._action_layout.is_nested else self._split_actions,
-            self._seed_table,
+            self._seed_table if self._reseed else None,
             self._running_seeds,
             self._checker.checked_leaves(),
             _StepHooks(self),

@@ -224,6 +224,7 @@ class VectorEnvGroup:
         self._core = layout.core
         self._checker = ObservationChecker(observation_layout, layout.core, layout.observation_check, env_offset)
         self._episode_seeds = [EpisodeSeeds(layout.root_seed, env_offset + column, incarnation) for column in range(n)]
+        self._reseed = layout.episode_seeds == "every"
         self._episodes_started = np.zeros(n, dtype=np.int64)
         # None until the first reset shows whether reset(seed=[...]) is accepted.
         self._per_env_seeds: bool | None = None
@@ -267,8 +268,10 @@ class VectorEnvGroup:
     def _reset_columns(self, mask: np.ndarray | None, columns: np.ndarray) -> Any:
         options = None if mask is None else {"reset_mask": mask.copy()}
         env = self.vector_env
+        # episode_seeds="first": only the first reset is seeded; later ones continue each sub-env's generator.
+        seeded = mask is None or self._reseed
         try:
-            if self._per_env_seeds is not False:
+            if seeded and self._per_env_seeds is not False:
                 seeds = self._next_seeds(columns)
                 full = [None] * self.num_envs
                 for column, seed in zip(columns.tolist(), seeds):
