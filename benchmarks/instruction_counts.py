@@ -36,7 +36,7 @@ from pathlib import Path
 
 __all__ = ["collected_instructions", "count_instructions", "main"]
 
-CONTENDERS = ("hand-loop", "hand-loop-reseeding", "sync", "sync/python-core")
+CONTENDERS = ("hand-loop", "hand-loop-reseeding", "sync", "sync/python-core", "sync/first-seed")
 WORKLOADS = ("cartpole", "image", "null")
 _COLLECTED = re.compile(r"Collected : (\d+)")
 
@@ -61,10 +61,12 @@ def _make_collect(workload_name: str, contender: str, num_envs: int, horizon: in
         workload = get_workload(workload_name)
     if contender in ("hand-loop", "hand-loop-reseeding"):
         return HandLoop(workload, num_envs, horizon, seed, reseed=contender == "hand-loop-reseeding").collect
-    if contender in ("sync", "sync/python-core"):
+    if contender in ("sync", "sync/python-core", "sync/first-seed"):
         core = "python" if contender == "sync/python-core" else "compiled"
+        episode_seeds = "first" if contender == "sync/first-seed" else "every"
         collector = ParallelRolloutCollector(
-            workload.env_fns(num_envs), workload.policy, backend="sync", horizon=horizon, seed=seed, core=core
+            workload.env_fns(num_envs), workload.policy, backend="sync", horizon=horizon, seed=seed, core=core,
+            episode_seeds=episode_seeds,
         )
         return lambda: collector.collect().num_transitions
     raise ValueError(f"unknown contender {contender!r}; choose from {CONTENDERS}.")
@@ -166,6 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     from .machine import machine_record
 
     small, large = (int(value) for value in args.collects.split(","))
+    # Checked before the first count: each takes minutes under Valgrind.
+    for names, known, what in ((args.workloads, WORKLOADS, "workload"), (args.contenders, CONTENDERS, "contender")):
+        unknown = [name for name in names.split(",") if name not in known]
+        if unknown:
+            parser.error(f"unknown {what}(s) {unknown!r}; choose from {known!r}")
     rows = []
     for workload in args.workloads.split(","):
         for contender in args.contenders.split(","):
