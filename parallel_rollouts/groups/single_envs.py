@@ -14,8 +14,8 @@ Per step ``t`` a group:
    flags into row ``t``, updating the episode books (the compiled core);
 4. for every env whose episode ended, copies the terminal observation into
    ``final_observations[t]`` and resets the env at once with the next episode
-   seed, writing the reset observation over row ``t + 1``. No step is spent on
-   an autoreset no-op;
+   seed (without a seed under ``episode_seeds="first"``), writing the reset
+   observation over row ``t + 1``. No step is spent on an autoreset no-op;
 5. checks the values of row ``t + 1`` and of the new terminal observations
    against the space (``observation_check``), before the policy sees them.
 

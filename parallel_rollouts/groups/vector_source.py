@@ -1,14 +1,16 @@
 """A Gymnasium ``VectorEnv`` as a source of rollouts, stepped like an :class:`EnvGroup`.
 
 A :class:`VectorEnvGroup` owns one vector env of ``n`` sub-envs (global indices
-``env_offset .. env_offset + n - 1``) and has the interface of
-:class:`~parallel_rollouts.env_group.EnvGroup`: ``reset_all``, then per
+``env_offset .. env_offset + n - 1``) and implements the groups' one interface
+(:class:`~parallel_rollouts.groups.base.RolloutGroup`): ``reset_all``, then per
 rollout ``begin(storage)``, ``step(t)`` for each row, ``finish()`` (or
 ``abandon(t)``), and ``close()``. Every backend that hosts groups (serial,
 sync, each async worker) therefore runs it unchanged. One call of the vector
-env's ``step`` steps all ``n`` sub-envs, and the books are kept with whole-row
-NumPy operations, so the cost per step does not grow with a Python loop over
-sub-envs.
+env's ``step`` steps all ``n`` sub-envs; what it returned is stored, checked and
+booked by one call of the core's ``VectorRowRecorder`` when every value can be
+stored as it is, and by the general path below (the conversion rule, warnings,
+errors naming the sub-env) otherwise, so the cost per step does not grow with a
+Python loop over sub-envs.
 
 How each autoreset mode (``metadata["autoreset_mode"]``) maps onto the batch:
 
@@ -34,7 +36,9 @@ their own generators, so episodes begun by ``NEXT_STEP`` or ``SAME_STEP``
 autoresets are recorded with seed ``-1`` (unknown). A vector env whose
 ``reset`` takes only one int seed (``CartPoleVectorEnv``) is reset with one
 seed derived from the root seed, and every episode is recorded with ``-1``;
-the batch is still reproducible from the collector's seed.
+the batch is still reproducible from the collector's seed. With
+``episode_seeds="first"`` only that first reset is seeded; ``DISABLED`` resets
+after it pass no seed.
 """
 
 from __future__ import annotations
@@ -48,7 +52,6 @@ from gymnasium import Env, Space
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from ..conversion import convert_row, store_rows
-from .single_envs import describe_failure, episode_recorder, unstorable_observation
 from ..env_returns import info_number
 from ..errors import ObservationError, SpaceError, WorkerError
 from ..layout import RolloutLayout
@@ -56,6 +59,7 @@ from ..observation_checks import ObservationChecker
 from ..seeding import EpisodeSeeds
 from ..spaces import SpaceLayout, check_env_spaces
 from ..storage import CompletedEpisodes, RolloutStorage
+from .single_envs import describe_failure, episode_recorder, unstorable_observation
 
 __all__ = [
     "UNKNOWN_SEED",
