@@ -293,3 +293,9 @@ def test_instruction_counts_reads_callgrind_total_and_ratios_against_both_hand_l
     assert ratios[("sync", "hand-loop-reseeding")] == pytest.approx(1.375)
     assert ratios[("hand-loop", "hand-loop-reseeding")] == pytest.approx(1.1)
     assert ("hand-loop", "hand-loop") not in ratios
+
+
+def test_instruction_counts_refuses_an_unknown_name_before_counting_anything(capsys):
+    with pytest.raises(SystemExit):
+        instruction_counts.main(["--workloads", "cartpole", "--contenders", "sync,no-such-loop"])
+    assert "no-such-loop" in capsys.readouterr().err
