@@ -299,12 +299,18 @@ BASELINES: dict[str, type[Controller]] = {
 TUNED_PATH = Path(__file__).with_name("tuned_baselines.json")
 
 
-def load_tuned() -> dict[str, dict[str, Any]]:
-    """The tuned parameters of every baseline, read from `TUNED_PATH` on each call."""
-    return json.loads(TUNED_PATH.read_text())
+def load_tuned(path: str | Path = TUNED_PATH) -> dict[str, dict[str, Any]]:
+    """The tuned parameters of the baselines in `path` (today's env's: `TUNED_PATH`), read on each call."""
+    return json.loads(Path(path).read_text())
 
 
-def tuned_baselines(layout: ObservationLayout) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
-    """Every baseline with its tuned parameters, by name."""
-    tuned = load_tuned()
-    return {name: BASELINES[name](layout, **tuned[name]) for name in BASELINES}
+def tuned_baselines(layout: ObservationLayout, path: str | Path = TUNED_PATH) -> dict[str, Callable[[np.ndarray], np.ndarray]]:
+    """The baselines `path` has parameters for (every one in `TUNED_PATH`), tuned, by name in `BASELINES` order.
+
+    A file tuned on an env variant may hold only the controllers re-tuned for it.
+    """
+    tuned = load_tuned(path)
+    unknown = sorted(set(tuned) - set(BASELINES))
+    if unknown:
+        raise ValueError(f"{str(path)!r} tunes controllers that do not exist: {unknown}; known: {list(BASELINES)}.")
+    return {name: BASELINES[name](layout, **tuned[name]) for name in BASELINES if name in tuned}

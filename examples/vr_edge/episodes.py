@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from examples.vr_edge.synthetic_env import STEP_DURATION_S, SyntheticVREdgeEnv
+from examples.vr_edge.observation_history import make_env
+from examples.vr_edge.synthetic_env import STEP_DURATION_S
 
 __all__ = ["QOE_METRICS", "play_episodes"]
 
@@ -33,17 +34,22 @@ QOE_METRICS = {
 
 
 def play_episodes(
-    policy: Callable[[np.ndarray], Any], seeds: Sequence[int], env_kwargs: dict[str, Any] | None = None
+    policy: Callable[[np.ndarray], Any],
+    seeds: Sequence[int],
+    env_kwargs: dict[str, Any] | None = None,
+    history_steps: int = 1,
 ) -> list[dict[str, float]]:
     """One episode per seed (`env.reset(seed=s)`); a record of return, length and QoE each.
 
     `policy` maps `[num_envs, observation_size]` observations to `[num_envs, num_users]`
-    levels (array-like; torch tensors are converted).
+    levels (array-like; torch tensors are converted). With `history_steps` > 1 it reads the
+    env through its last that many observations (`examples.vr_edge.observation_history`); the
+    episodes are the same env's.
     """
     env_kwargs = dict(env_kwargs or {})
-    envs = [SyntheticVREdgeEnv(**env_kwargs) for _ in seeds]
+    envs = [make_env(history_steps, **env_kwargs) for _ in seeds]
     observations = np.stack([env.reset(seed=int(seed))[0] for env, seed in zip(envs, seeds)])
-    num_users = envs[0].num_users
+    num_users = envs[0].unwrapped.num_users
     running = np.ones(len(envs), dtype=bool)
     totals = [_EpisodeTotals(num_users) for _ in envs]
     while running.any():

@@ -30,9 +30,10 @@ import numpy as np
 import torch
 
 from examples.vr_edge.agent import CollectorPolicy, load_agent
-from examples.vr_edge.baselines import BASELINES, load_tuned, tuned_baselines
+from examples.vr_edge.baselines import BASELINES, TUNED_PATH, load_tuned, tuned_baselines
 from examples.vr_edge.clairvoyant import play_clairvoyant
 from examples.vr_edge.episodes import QOE_METRICS, play_episodes
+from examples.vr_edge.observation_history import make_env
 from examples.vr_edge.synthetic_env import SyntheticVREdgeEnv
 
 # The final comparison's seeds: never used for tuning, training or choosing a setting (train.py's
@@ -68,6 +69,7 @@ def evaluate_policies(
     clairvoyant_horizon: int = 0,
     earlier: list[dict[str, Any]] = (),
     baseline_names: list[str] | None = None,
+    tuned_path: str | Path = TUNED_PATH,
 ) -> dict[str, Any]:
     """Play every baseline and policy on the same test-trace seeds; return all the numbers.
 
@@ -80,20 +82,29 @@ def evaluate_policies(
     (every controller is deterministic for a seed, so they would be the same): the controllers
     can be played in separate processes (`baseline_names` picks which; all by default) and
     brought together.
+
+    `tuned_path` names the baselines' tuned parameters (today's env's by default; a file tuned
+    on the policy's env variant, which may hold only some controllers, for a fair comparison).
     """
     agents = [load_agent(path) for path in policy_paths]
     # The test split as it is: training's trace jitter never applies to an evaluation.
     env_kwargs = {**agents[0][1].get("env_kwargs", {}), "traces": "test", "trace_jitter": 0.0}
     layout = SyntheticVREdgeEnv(**env_kwargs).observation_layout
-    for path, (agent, _) in zip(policy_paths, agents):
-        if agent.observation_size != layout.size:
+    for path, (agent, checkpoint) in zip(policy_paths, agents):
+        steps = checkpoint.get("history_steps", 1)
+        expected = make_env(steps, **env_kwargs).observation_space.shape[0]
+        if agent.observation_size != expected:
             raise ValueError(
                 f"the policy in {path!r} reads observations of size {agent.observation_size} "
-                f"({agent.num_users} users); the env's have size {layout.size} ({layout.num_users} users)."
+                f"({agent.num_users} users); the env's, read {steps} at a time, have size {expected} "
+                f"({layout.num_users} users)."
             )
     seeds = list(range(first_seed, first_seed + episodes))
+    # Observations a policy reads at once (`train.py --history-steps`); the baselines read one.
+    history_steps: dict[str, int] = {}
     policies: dict[str, Any] = {
-        name: policy for name, policy in tuned_baselines(layout).items() if baseline_names is None or name in baseline_names
+        name: policy for name, policy in tuned_baselines(layout, tuned_path).items()
+        if baseline_names is None or name in baseline_names
     }
     ppo_names = []
     for index, (path, (agent, checkpoint)) in enumerate(zip(policy_paths, agents)):
@@ -103,16 +114,20 @@ def evaluate_policies(
             name = f"PPO (seed {seed}, #{index + 1})"
         ppo_names.append(name)
         policies[name] = CollectorPolicy(agent, deterministic=True)
+        history_steps[name] = checkpoint.get("history_steps", 1)
 
     lent = {}
     for result in earlier:
-        lent.update(_lent_records(result, episodes, first_seed, env_kwargs))
+        lent.update(_lent_records(result, episodes, first_seed, env_kwargs, load_tuned(tuned_path)))
     for name in lent:
-        if name in tuned_baselines(layout) and name not in policies:
+        if name in BASELINES and name not in policies:
             policies[name] = None  # played elsewhere; its episodes are lent
-    order = [name for name in tuned_baselines(layout) if name in policies] + ppo_names
+    order = [name for name in BASELINES if name in policies] + ppo_names
     policies = {name: policies[name] for name in order}
-    records = {name: lent.get(name) or play_episodes(policy, seeds, env_kwargs) for name, policy in policies.items()}
+    records = {
+        name: lent.get(name) or play_episodes(policy, seeds, env_kwargs, history_steps.get(name, 1))
+        for name, policy in policies.items()
+    }
     references = []
     if clairvoyant_horizon:
         name = f"clairvoyant ({clairvoyant_horizon} step{'s' if clairvoyant_horizon > 1 else ''} ahead)"
@@ -166,15 +181,16 @@ def evaluate_policies(
         },
         "per_episode_returns": {name: values.tolist() for name, values in returns.items()},
         "per_episode_records": records,
-        "tuned_parameters": load_tuned(),
+        "tuned_parameters": load_tuned(tuned_path),
+        "tuned_path": str(tuned_path),
     }
 
 
 def _lent_records(
-    earlier: dict[str, Any], episodes: int, first_seed: int, env_kwargs: dict[str, Any]
+    earlier: dict[str, Any], episodes: int, first_seed: int, env_kwargs: dict[str, Any], tuned: dict[str, Any]
 ) -> dict[str, list[dict[str, float]]]:
     """The baselines' and references' episodes of `earlier`, after checking they are these ones."""
-    mine = {"episodes": episodes, "first_seed": first_seed, "env_kwargs": env_kwargs, "tuned_parameters": load_tuned()}
+    mine = {"episodes": episodes, "first_seed": first_seed, "env_kwargs": env_kwargs, "tuned_parameters": tuned}
     for key, value in mine.items():
         if earlier.get(key) != value:
             raise ValueError(
@@ -251,6 +267,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--baselines", nargs="*", default=None, choices=list(BASELINES), metavar="NAME",
         help="play only these baselines (all by default; none with the flag alone)",
     )
+    parser.add_argument(
+        "--tuned", default=str(TUNED_PATH),
+        help="the baselines' tuned parameters (a file tuned on the policy's env variant plays only the controllers it holds)",
+    )
     parser.add_argument("--json", default=None, help="also write every number to this JSON file")
     parser.add_argument("--markdown", default=None, help="also write the printed tables to this file")
     args = parser.parse_args(argv)
@@ -269,7 +289,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error(f"--clairvoyant-horizon must be >= 0; got {args.clairvoyant_horizon}.")
     earlier = [json.loads(Path(path).read_text()) for path in args.baselines_from]
     result = evaluate_policies(
-        args.policy, args.episodes, args.first_seed, args.clairvoyant_horizon, earlier, args.baselines
+        args.policy, args.episodes, args.first_seed, args.clairvoyant_horizon, earlier, args.baselines, args.tuned
     )
     tables = markdown_tables(result)
     print(tables)

@@ -13,6 +13,14 @@ rate the next observation shows; the network gives a mean and a log-std (a Gauss
 log-likelihood fit), so the controller knows how far to trust it. The GPU's capacity gets a
 linear fit of its next log change on the current estimate and load.
 
+On a variant of the env with late client reports (`report_delay_steps=d`), the throughput an
+observation shows was measured `d` steps before it, so the step a controller is about to choose
+for shows its rate `1 + d` observations later: the target is then the change over `1 + d`
+observations (`lead_steps`), and the data come from that variant (`--report-delay-steps`,
+`--report-noise`; `--output` should then name another file, since the default one serves
+today's env). The GPU's capacity is read from the server's own render times, which are never
+late, so its target stays one step ahead.
+
 Inference is NumPy only (the weights are stored as JSON), so the controller that uses it needs
 no torch.
 """
@@ -34,7 +42,9 @@ from examples.vr_edge.joint_model import estimate_conditions
 from examples.vr_edge.synthetic_env import MOTION_TO_PHOTON_BUDGET_MS, ObservationLayout, SyntheticVREdgeEnv
 from examples.vr_edge.traces import TRAINING_TRACE_JITTER
 
-__all__ = ["DEFAULT_PREDICTOR_PATH", "Forecast", "RatePredictor", "collect_transitions", "fit_predictor", "load_predictor"]
+__all__ = [
+    "DEFAULT_PREDICTOR_PATH", "Forecast", "RatePredictor", "collect_transitions", "fit_predictor", "lead_pairs", "load_predictor",
+]
 
 DEFAULT_PREDICTOR_PATH = Path(__file__).with_name("rate_predictor.json")
 _RATE_REFERENCE_MBPS = 300.0
@@ -135,12 +145,27 @@ class _ExploringController:
 
 
 def collect_transitions(
-    num_envs: int = 16, steps: int = 400, seed: int = 0, num_users: int = 8, trace_jitter: float = TRAINING_TRACE_JITTER
+    num_envs: int = 16,
+    steps: int = 400,
+    seed: int = 0,
+    num_users: int = 8,
+    trace_jitter: float = TRAINING_TRACE_JITTER,
+    env_options: dict[str, Any] | None = None,
+    lead_steps: int = 1,
 ) -> dict[str, np.ndarray]:
-    """Inputs and targets from one rollout of `num_envs` x `steps` on the jittered train traces."""
+    """Inputs and targets from one rollout of `num_envs` x `steps` on the jittered train traces.
+
+    `env_options` are the env's variant options (e.g. `report_delay_steps`); a user's target is
+    its log rate change from an observation to the one `lead_steps` later, within one episode
+    and measured at both.
+    """
     from parallel_rollouts import ParallelRolloutCollector
 
-    env_fn = functools.partial(SyntheticVREdgeEnv, num_users=num_users, traces="train", trace_jitter=trace_jitter)
+    if isinstance(lead_steps, bool) or not isinstance(lead_steps, int) or not 1 <= lead_steps < steps:
+        raise ValueError(f"`lead_steps` must be an int in [1, steps={steps}); got {lead_steps!r}.")
+    env_fn = functools.partial(
+        SyntheticVREdgeEnv, num_users=num_users, traces="train", trace_jitter=trace_jitter, **(env_options or {})
+    )
     layout = ObservationLayout(num_users)
     with ParallelRolloutCollector(
         [env_fn] * num_envs, _ExploringController(layout, seed), backend="sync", horizon=steps, seed=seed
@@ -154,15 +179,26 @@ def collect_transitions(
     gpu_features = gpu_features.reshape(*shape, -1)
     rate, capacity = rate.reshape(*shape, num_users), capacity.reshape(*shape)
     eligible = (model_decoded.active & model_decoded.measured).reshape(*shape, num_users)
-    # Pairs of consecutive steps of one episode, users measured at both.
-    continues = ~(batch.terminations | batch.truncations)[:-1]
-    pairs = continues[..., None] & eligible[:-1] & eligible[1:]
+    ends = batch.terminations | batch.truncations
+    pairs = lead_pairs(ends, eligible, lead_steps)
+    continues = ~ends[:-1]
     return {
-        "user_inputs": user_features[:-1][pairs],
-        "user_targets": np.log(rate[1:] / rate[:-1])[pairs],
+        "user_inputs": user_features[:-lead_steps][pairs],
+        "user_targets": np.log(rate[lead_steps:] / rate[:-lead_steps])[pairs],
         "gpu_inputs": gpu_features[:-1][continues],
         "gpu_targets": np.log(capacity[1:] / capacity[:-1])[continues],
     }
+
+
+def lead_pairs(ends: np.ndarray, eligible: np.ndarray, lead_steps: int) -> np.ndarray:
+    """`[steps - lead_steps, envs, users]`: whether step `t` and step `t + lead_steps` of an env are
+    one episode (`ends [steps, envs]`, an episode ending at a step) with the user measured at both
+    (`eligible [steps, envs, users]`)."""
+    steps = ends.shape[0]
+    crossed = np.zeros((steps - lead_steps, *ends.shape[1:]), dtype=bool)
+    for offset in range(lead_steps):
+        crossed |= ends[offset : steps - lead_steps + offset]
+    return ~crossed[..., None] & eligible[:-lead_steps] & eligible[lead_steps:]
 
 
 def _stream_model():
@@ -226,11 +262,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=400, help="steps per env in the one rollout collected")
     parser.add_argument("--seed", type=int, default=0, help="collector, exploration and fitting seed")
     parser.add_argument("--output", default=str(DEFAULT_PREDICTOR_PATH))
+    parser.add_argument(
+        "--report-delay-steps", type=int, default=0,
+        help="collect on the env variant whose client reports arrive this many steps late (0: today's env)",
+    )
+    parser.add_argument("--report-noise", type=float, default=0.0, help="collect on the variant with this report noise")
+    parser.add_argument(
+        "--lead-steps", type=int, default=None,
+        help="observations between input and target (default: 1 + --report-delay-steps, the step a choice is for)",
+    )
     args = parser.parse_args(argv)
+    if args.report_delay_steps < 0 or not args.report_noise >= 0:
+        parser.error(
+            f"--report-delay-steps and --report-noise must be >= 0; got {args.report_delay_steps} and {args.report_noise}."
+        )
+    lead_steps = 1 + args.report_delay_steps if args.lead_steps is None else args.lead_steps
+    # Only the options that differ from today's env, so a fit on today's env records none.
+    env_options = {
+        name: value for name, value in (("report_delay_steps", args.report_delay_steps), ("report_noise", args.report_noise))
+        if value
+    }
     started = time.perf_counter()
-    data = collect_transitions(args.num_envs, args.steps, args.seed)
+    data = collect_transitions(args.num_envs, args.steps, args.seed, env_options=env_options, lead_steps=lead_steps)
     state = fit_predictor(data, args.seed)
-    state["fit"].update({"num_envs": args.num_envs, "steps": args.steps, "seed": args.seed, "seconds": time.perf_counter() - started})
+    state["fit"].update({
+        "num_envs": args.num_envs, "steps": args.steps, "seed": args.seed, "seconds": time.perf_counter() - started,
+        **({"env_options": env_options, "lead_steps": lead_steps} if env_options or lead_steps != 1 else {}),
+    })
     Path(args.output).write_text(json.dumps(state) + "\n")
     print(json.dumps(state["fit"], indent=2))
     print(f"wrote {args.output}")

@@ -21,6 +21,9 @@ It writes to `--output-dir`:
 env (late and noisy client reports, a keyframe per level switch; off by default). Training, the
 periodic evaluation and the baselines at the end all play that variant, and the checkpoint's
 `env_kwargs` record it, so `evaluate.py` plays the policy on the env it was trained on.
+`--history-steps k` lets the policy read the last `k` observations side by side
+(`examples.vr_edge.observation_history`); the checkpoint records `k` and `evaluate.py` plays the
+policy through the same history.
 
 Training sees only the train traces, each episode's regime jittered by `--trace-jitter`
 (`examples.vr_edge.traces.jittered_regime`). The run ends by printing a summary: the final held-out
@@ -56,6 +59,7 @@ import torch
 from examples.vr_edge.advantages import compute_gae
 from examples.vr_edge.agent import ActorCritic, CollectorPolicy, save_agent, seed_torch
 from examples.vr_edge.baselines import tuned_baselines
+from examples.vr_edge.observation_history import make_env
 from examples.vr_edge.reporting import Progress, evaluate_returns, format_summary, plot_learning_curve
 from examples.vr_edge.synthetic_env import SyntheticVREdgeEnv
 from examples.vr_edge.traces import TRAINING_TRACE_JITTER
@@ -107,6 +111,9 @@ class Args:
     )
     keyframe_extra_frames: float = option(
         _ENV_DEFAULTS["keyframe_extra_frames"], "env variant: extra mean frames a level switch's keyframe costs (0: none)"
+    )
+    history_steps: int = option(
+        1, "observations the policy reads, newest first (1: the latest only; more lets it follow late reports)"
     )
     trace_jitter: float = option(
         TRAINING_TRACE_JITTER, "training only: scale each trace parameter by a per-episode factor in [1/(1+j), 1+j]"
@@ -165,7 +172,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
 
 def _argument_problem(args: Args) -> str | None:
     for name in (
-        "num_envs", "horizon", "num_users", "episode_length", "simulation_substeps", "update_epochs",
+        "num_envs", "horizon", "num_users", "episode_length", "simulation_substeps", "history_steps", "update_epochs",
         "num_minibatches", "eval_every", "eval_episodes",
     ):
         if getattr(args, name) < 1:
@@ -214,12 +221,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         **variant_env_kwargs(args),
     }
     # Training sees the train traces; every evaluation uses the held-out test traces.
-    env_fn = functools.partial(SyntheticVREdgeEnv, traces="train", trace_jitter=args.trace_jitter, **env_kwargs)
+    env_fn = functools.partial(
+        make_env, args.history_steps, traces="train", trace_jitter=args.trace_jitter, **env_kwargs
+    )
     eval_env_kwargs = {**env_kwargs, "traces": "test"}
     eval_seeds = range(args.eval_first_seed, args.eval_first_seed + args.eval_episodes)
     probe_env = env_fn()
     agent = ActorCritic.for_env(probe_env)
-    layout = probe_env.observation_layout
+    # The baselines read the plain env's observations, whatever the policy reads.
+    layout = probe_env.unwrapped.observation_layout
     probe_env.close()
     evaluation_policy = CollectorPolicy(agent, deterministic=True)
     evaluations: list[dict[str, Any]] = []
@@ -336,7 +346,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "eval_return_ci95": None,
             }
             if update % args.eval_every == 0 or update == num_updates:
-                evaluation = evaluate_returns(evaluation_policy, eval_seeds, eval_env_kwargs)
+                evaluation = evaluate_returns(evaluation_policy, eval_seeds, eval_env_kwargs, args.history_steps)
                 evaluations.append({"global_step": record["global_step"], **evaluation})
                 record["eval_return_mean"] = evaluation["mean"]
                 record["eval_return_ci95"] = evaluation["ci95"]
@@ -350,7 +360,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         name: evaluate_returns(policy, eval_seeds, eval_env_kwargs) for name, policy in tuned_baselines(layout).items()
     }
     policy_path = output_dir / "policy.pt"
-    save_agent(agent, policy_path, env_kwargs=env_kwargs, args=dataclasses.asdict(args))
+    save_agent(
+        agent, policy_path, env_kwargs=env_kwargs, args=dataclasses.asdict(args),
+        # Only when it is not 1, as the env's variant options: a plain run's checkpoint keeps its keys.
+        **({"history_steps": args.history_steps} if args.history_steps != 1 else {}),
+    )
     plot_path = None
     if args.plot:
         plot_path = output_dir / "learning_curve.png"

@@ -11,6 +11,11 @@ is then tried on the grid's best distinct points (`guard_leaders`). The combinat
 highest mean return wins. The winners are written to `examples/vr_edge/tuned_baselines.json`, which
 `baselines.tuned_baselines` reads, and every score to `--report` (a JSON file), so the choice
 can be checked.
+
+`--report-delay-steps` and `--report-noise` tune on that variant of the env instead (the
+winners then go to another `--tuned` file: the default one serves today's env), and
+`--predictor` gives the predictive lookahead a rate predictor fitted for it
+(`python -m examples.vr_edge.forecast --report-delay-steps ...`).
 """
 
 from __future__ import annotations
@@ -154,6 +159,8 @@ def tune_with_budget(
     sample_seed: int = 0,
     num_users: int = 8,
     trace_jitter: float = TRAINING_TRACE_JITTER,
+    env_options: dict[str, Any] | None = None,
+    fixed_params: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Every named controller gets the same `budget` evaluations: points drawn at random from its
     grid and guard values (`search_space`), each scored on the same tuning episodes; the best wins.
@@ -161,16 +168,21 @@ def tune_with_budget(
     Random search is the fair choice when the spaces differ in size: no controller's result
     depends on how finely its grid happens to be written (a whole grid smaller than the budget is
     played whole).
+
+    `env_options` are the env's variant options the episodes are played with; `fixed_params`
+    gives a controller settings that are not tuned (the predictive lookahead's `predictor_path`),
+    added to each of its points and recorded with them.
     """
     layout = ObservationLayout(num_users)
     seeds = range(first_seed, first_seed + episodes)
-    env_kwargs = {"num_users": num_users, "traces": "train", "trace_jitter": trace_jitter}
+    env_kwargs = {"num_users": num_users, "traces": "train", "trace_jitter": trace_jitter, **(env_options or {})}
     best: dict[str, dict[str, Any]] = {}
     scores: dict[str, list[dict[str, Any]]] = {}
     for name in names:
         rng = np.random.default_rng([sample_seed, list(GRIDS).index(name)])
         scores[name] = []
-        for params in sample_points(search_space(name), budget, rng):
+        for point in sample_points(search_space(name), budget, rng):
+            params = {**point, **(fixed_params or {}).get(name, {})}
             returns = [record["return"] for record in play_episodes(BASELINES[name](layout, **params), seeds, env_kwargs)]
             scores[name].append({"params": params, "mean_return": float(np.mean(returns))})
         winner = max(scores[name], key=lambda entry: entry["mean_return"])
@@ -179,6 +191,7 @@ def tune_with_budget(
     return {
         "tuned": best, "scores": scores, "episodes": episodes, "first_seed": first_seed, "traces": "train",
         "trace_jitter": trace_jitter, "budget": budget, "sample_seed": sample_seed, "protocol": "equal budget",
+        **({"env_options": env_options} if env_options else {}),
     }
 
 
@@ -201,6 +214,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--full-grid", action="store_true",
         help="the earlier protocol instead: every grid point, then the guard on the five best (first five controllers only)",
     )
+    parser.add_argument(
+        "--report-delay-steps", type=int, default=0, help="tune on the env variant whose client reports arrive this late"
+    )
+    parser.add_argument("--report-noise", type=float, default=0.0, help="tune on the variant with this report noise")
+    parser.add_argument(
+        "--predictor", default=None, help="the predictive lookahead's rate predictor (default: the one for today's env)"
+    )
     parser.add_argument("--report", default="docs/vr-edge-tuning.json", help="where every grid point's score goes")
     parser.add_argument("--tuned", default=str(TUNED_PATH), help="where the winning parameters go")
     parser.add_argument(
@@ -213,6 +233,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error(f"--episodes must be >= 1; got {args.episodes}.")
     if not args.trace_jitter >= 0:
         parser.error(f"--trace-jitter must be >= 0; got {args.trace_jitter}.")
+    if args.report_delay_steps < 0 or not args.report_noise >= 0:
+        parser.error(
+            f"--report-delay-steps and --report-noise must be >= 0; got {args.report_delay_steps} and {args.report_noise}."
+        )
+    env_options = {
+        name: value for name, value in (("report_delay_steps", args.report_delay_steps), ("report_noise", args.report_noise))
+        if value
+    }
+    if env_options and Path(args.tuned).resolve() == TUNED_PATH.resolve():
+        parser.error(
+            f"tuning on a variant ({env_options}) would overwrite {TUNED_PATH.name}, today's env's parameters; "
+            "name another file with --tuned (and --report)."
+        )
+    if env_options and args.full_grid:
+        parser.error("--full-grid tunes today's env only; drop it or the variant options.")
+    if args.predictor is not None and not Path(args.predictor).is_file():
+        parser.error(f"--predictor {args.predictor!r} is not a file; fit one with `python -m examples.vr_edge.forecast`.")
+    fixed_params = {"predictive lookahead": {"predictor_path": args.predictor}} if args.predictor else None
     started = time.perf_counter()
     if args.budget < 1:
         parser.error(f"--budget must be >= 1; got {args.budget}.")
@@ -224,7 +262,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             parser.error(f"--full-grid covers only {FULL_GRID_NAMES}; also asked for {unsupported}.")
         result = tune(args.episodes, args.first_seed, args.baselines, trace_jitter=args.trace_jitter)
     else:
-        result = tune_with_budget(args.episodes, args.first_seed, args.baselines, args.budget, trace_jitter=args.trace_jitter)
+        result = tune_with_budget(
+            args.episodes, args.first_seed, args.baselines, args.budget, trace_jitter=args.trace_jitter,
+            env_options=env_options, fixed_params=fixed_params,
+        )
     result["wall_seconds"] = time.perf_counter() - started
     # The report keeps each protocol's scores apart, and controllers not tuned in this run keep
     # what an earlier run recorded, in the report and in the tuned parameters.

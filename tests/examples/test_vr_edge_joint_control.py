@@ -4,15 +4,17 @@ predictor, the clairvoyant reference and equal-budget tuning."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
 
 import numpy as np
 import pytest
 
 from examples.vr_edge import tune_baselines
-from examples.vr_edge.baselines import BASELINES
+from examples.vr_edge.baselines import BASELINES, tuned_baselines
 from examples.vr_edge.clairvoyant import play_clairvoyant, true_conditions
 from examples.vr_edge.controller import DecodedObservation
+from examples.vr_edge.forecast import DEFAULT_PREDICTOR_PATH, collect_transitions, lead_pairs
 from examples.vr_edge.joint_control import JointExpectedReward, JointLookahead, choose_jointly
 from examples.vr_edge.joint_model import JointRewardModel, estimate_conditions, normal_tail
 from examples.vr_edge.synthetic_env import StreamModel, SyntheticVREdgeEnv
@@ -166,3 +168,63 @@ def test_every_controller_gets_the_same_budget_of_distinct_points(monkeypatch):
     # A space smaller than the budget is played whole.
     small = {"a": [1, 2], "b": [3]}
     assert tune_baselines.sample_points(small, 5, np.random.default_rng(0)) == [{"a": 1, "b": 3}, {"a": 2, "b": 3}]
+
+
+def test_tuning_on_a_variant_plays_it_and_records_the_fixed_settings(monkeypatch, tmp_path):
+    played = []
+    # A predictor of its own, as a variant's would be (the default one is left out of `params`).
+    predictor = tmp_path / "rate_predictor_variant.json"
+    predictor.write_text(DEFAULT_PREDICTOR_PATH.read_text())
+
+    def recording_play_episodes(policy, seeds, env_kwargs):
+        played.append((type(policy).__name__, policy.params(), env_kwargs))
+        return [{"return": 1.0} for _ in seeds]
+
+    monkeypatch.setattr(tune_baselines, "play_episodes", recording_play_episodes)
+    variant = {"report_delay_steps": 1, "report_noise": 0.15}
+    fixed = {"predictive lookahead": {"predictor_path": str(predictor)}}
+    result = tune_baselines.tune_with_budget(
+        episodes=2, first_seed=0, names=["deadline rule", "predictive lookahead"], budget=3, num_users=2,
+        env_options=variant, fixed_params=fixed,
+    )
+    assert len(played) == 6 and all({**env_kwargs, **variant} == env_kwargs for _, _, env_kwargs in played)
+    assert [params["predictor_path"] for name, params, _ in played if name == "PredictiveLookahead"] == [str(predictor)] * 3
+    assert all("predictor_path" not in params for name, params, _ in played if name == "DeadlineRule")
+    assert result["tuned"]["predictive lookahead"]["predictor_path"] == str(predictor)
+    assert result["env_options"] == variant
+
+
+def test_tuning_a_variant_refuses_to_overwrite_todays_tuned_parameters(capsys):
+    with pytest.raises(SystemExit):
+        tune_baselines.main(["--report-delay-steps", "1", "--episodes", "1"])
+    assert "would overwrite tuned_baselines.json, today's env's parameters" in capsys.readouterr().err
+
+
+def test_a_tuned_file_may_hold_some_controllers_but_no_unknown_one(tmp_path):
+    layout = SyntheticVREdgeEnv(num_users=2).observation_layout
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps({"joint lookahead": {"horizon": 2}, "deadline rule": {"headroom": 0.55}}))
+    controllers = tuned_baselines(layout, path)
+    assert list(controllers) == ["deadline rule", "joint lookahead"]
+    assert controllers["deadline rule"].params()["headroom"] == 0.55
+    path.write_text(json.dumps({"oracle": {}}))
+    with pytest.raises(ValueError, match=r"tunes controllers that do not exist: \['oracle'\]"):
+        tuned_baselines(layout, path)
+
+
+def test_lead_pairs_span_one_episode_and_users_measured_at_both_ends():
+    # One env, 5 steps, an episode ending at step 1; one user, unmeasured at step 4.
+    ends = np.array([[False], [True], [False], [False], [False]])
+    eligible = np.array([True, True, True, True, False])[:, None, None]
+    one = lead_pairs(ends, eligible, 1)[:, 0, 0]
+    two = lead_pairs(ends, eligible, 2)[:, 0, 0]
+    # 1 step: 0->1 within the episode; 1->2 crosses the end; 2->3 fine; 3->4 unmeasured at 4.
+    assert one.tolist() == [True, False, True, False]
+    # 2 steps: 0->2 and 1->3 cross the end at step 1; 2->4 is unmeasured at 4.
+    assert two.tolist() == [False, False, False]
+    assert lead_pairs(np.zeros((5, 1), bool), np.ones((5, 1, 1), bool), 2)[:, 0, 0].tolist() == [True] * 3
+
+
+def test_collecting_with_a_bad_lead_is_rejected():
+    with pytest.raises(ValueError, match=r"`lead_steps` must be an int in \[1, steps=12\); got 0"):
+        collect_transitions(num_envs=1, steps=12, num_users=2, lead_steps=0)

@@ -16,10 +16,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from examples.vr_edge import episodes, evaluate, train  # noqa: E402
+from examples.vr_edge import episodes, evaluate, reporting, train  # noqa: E402
 from examples.vr_edge.advantages import compute_gae  # noqa: E402
 from examples.vr_edge.agent import ActorCritic, CollectorPolicy, load_agent  # noqa: E402
 from examples.vr_edge.baselines import BASELINES  # noqa: E402
+from examples.vr_edge.observation_history import make_env  # noqa: E402
 from examples.vr_edge.synthetic_env import THROUGHPUT_HISTORY_LEN, SyntheticVREdgeEnv  # noqa: E402
 from examples.vr_edge.traces import TRAINING_TRACE_JITTER  # noqa: E402
 from parallel_rollouts import ParallelRolloutCollector  # noqa: E402
@@ -336,16 +337,15 @@ def test_arguments_that_cannot_train_are_rejected(capsys):
 
 
 def _record_env_kwargs(monkeypatch, *modules) -> list[dict]:
-    """The keyword arguments of every ``SyntheticVREdgeEnv`` the given modules build, in order."""
+    """The env keyword arguments of every env the given modules build (with `make_env`), in order."""
     built = []
 
-    class RecordingEnv(SyntheticVREdgeEnv):
-        def __init__(self, **kwargs):
-            built.append(kwargs)
-            super().__init__(**kwargs)
+    def recording_make_env(history_steps=1, **kwargs):
+        built.append(kwargs)
+        return make_env(history_steps, **kwargs)
 
     for module in modules:
-        monkeypatch.setattr(module, "SyntheticVREdgeEnv", RecordingEnv)
+        monkeypatch.setattr(module, "make_env", recording_make_env)
     return built
 
 
@@ -374,6 +374,44 @@ def test_env_variant_options_reach_training_evaluation_and_the_checkpoint(tmp_pa
     monkeypatch.undo()
     result = evaluate.main(["--policy", summary["policy_path"], "--episodes", "2", "--baselines", "constant level"])
     assert {name: result["env_kwargs"][name] for name in _VARIANT} == _VARIANT
+
+
+def test_history_steps_reach_training_evaluation_and_the_checkpoint(tmp_path, monkeypatch):
+    played = []
+    original_play = episodes.play_episodes
+
+    def recording_play(policy, seeds, env_kwargs=None, history_steps=1):
+        played.append((type(policy).__name__, history_steps))
+        return original_play(policy, seeds, env_kwargs, history_steps)
+
+    monkeypatch.setattr(reporting, "play_episodes", recording_play)
+    monkeypatch.setattr(evaluate, "play_episodes", recording_play)
+    summary = train.main([*_tiny_run_argv("serial", tmp_path), "--history-steps", "3", "--report-delay-steps", "1"])
+    agent, checkpoint = load_agent(summary["policy_path"])
+    plain_size = SyntheticVREdgeEnv(num_users=2).observation_layout.size
+    assert agent.observation_size == 3 * plain_size
+    assert checkpoint["history_steps"] == 3 and checkpoint["args"]["history_steps"] == 3
+    # The periodic evaluation reads three observations; the baselines at the end read one.
+    assert ("CollectorPolicy", 3) in played and ("ConstantLevel", 1) in played
+    assert ("ConstantLevel", 3) not in played
+    played.clear()
+    result = evaluate.main(["--policy", summary["policy_path"], "--episodes", "2", "--baselines", "constant level"])
+    assert sorted(played) == [("CollectorPolicy", 3), ("ConstantLevel", 1)]
+    # The returns are those of the policy reading three observations of the checkpoint's env.
+    test_env = {**checkpoint["env_kwargs"], "traces": "test", "trace_jitter": 0.0}
+    records = original_play(CollectorPolicy(agent, deterministic=True), [3_000_000, 3_000_001], test_env, 3)
+    assert result["per_episode_returns"]["PPO (seed 7)"] == [record["return"] for record in records]
+
+
+def test_a_run_reading_one_observation_records_no_history_in_its_checkpoint(tiny_runs):
+    _, checkpoint = load_agent(tiny_runs["serial"]["policy_path"])
+    assert "history_steps" not in checkpoint and checkpoint["args"]["history_steps"] == 1
+
+
+def test_history_steps_below_one_are_rejected(capsys):
+    with pytest.raises(SystemExit):
+        train.parse_args(["--history-steps", "0"])
+    assert "--history-steps must be >= 1; got 0." in capsys.readouterr().err
 
 
 def test_a_run_on_todays_env_records_no_variant_options():
