@@ -58,7 +58,7 @@ def make_collector(
         async and Ray backends they must be picklable by ``cloudpickle``.
     **collector_kwargs:
         The collector's keyword-only arguments: ``core``, ``info_keys``,
-        ``reuse_buffers``, ``observation_check``, ``num_workers``,
+        ``reuse_buffers``, ``observation_check``, ``episode_seeds``, ``num_workers``,
         ``policy_placement`` (``"workers"``: with ``backend="async"``, each worker runs
         the policy on its slice for whole rollouts), ``pipelined`` (``backend="async"``
         with the policy here: the policy on one half of the envs while the other half
