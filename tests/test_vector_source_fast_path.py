@@ -81,6 +81,28 @@ CASES = {
 }
 
 
+def _note_each_row(monkeypatch, outcomes: list) -> None:
+    """Record, for every row, whether the compiled call took it (True) or declined it (False)."""
+    step = VectorEnvGroup.step
+
+    def noting_step(self, t):
+        rows = self._rows
+
+        class Noting:
+            def record(_, *arguments):
+                n_done = rows.record(*arguments)
+                outcomes.append(n_done >= 0)
+                return n_done
+
+        self._rows = Noting()
+        try:
+            return step(self, t)
+        finally:
+            self._rows = rows
+
+    monkeypatch.setattr(VectorEnvGroup, "step", noting_step)
+
+
 def _collect(factory, episode_seeds="every"):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -95,29 +117,11 @@ def _collect(factory, episode_seeds="every"):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_compiled_row_gives_the_general_path_s_batch(case, monkeypatch):
     taken = []
-    record = VectorEnvGroup.step
-
-    def counting_step(self, t):
-        before = self._rows
-        calls = []
-
-        class Counting:
-            def record(_, *arguments):
-                n_done = before.record(*arguments)
-                calls.append(n_done >= 0)
-                return n_done
-
-        self._rows = Counting()
-        try:
-            return record(self, t)
-        finally:
-            self._rows = before
-            taken.extend(calls)
-
-    monkeypatch.setattr(VectorEnvGroup, "step", counting_step)
+    step = VectorEnvGroup.step
+    _note_each_row(monkeypatch, taken)
     compiled, compiled_warnings = _collect(CASES[case])
     assert any(taken), f"{case}: the compiled row never took a row"
-    monkeypatch.setattr(VectorEnvGroup, "step", record)
+    monkeypatch.setattr(VectorEnvGroup, "step", step)
     monkeypatch.setattr(VectorEnvGroup, "_fast_leaves", lambda self, observations: None)
     general, general_warnings = _collect(CASES[case])
     for expected, got in zip(general, compiled):
@@ -128,24 +132,7 @@ def test_the_compiled_row_gives_the_general_path_s_batch(case, monkeypatch):
 
 def test_rows_outside_the_bounds_are_declined_and_warned_as_before(monkeypatch):
     outcomes = []
-    record = VectorEnvGroup.step
-
-    def noting_step(self, t):
-        rows = self._rows
-
-        class Noting:
-            def record(_, *arguments):
-                n_done = rows.record(*arguments)
-                outcomes.append(n_done >= 0)
-                return n_done
-
-        self._rows = Noting()
-        try:
-            return record(self, t)
-        finally:
-            self._rows = rows
-
-    monkeypatch.setattr(VectorEnvGroup, "step", noting_step)
+    _note_each_row(monkeypatch, outcomes)
     batches, messages = _collect(CASES["Overshooting-next-step"])
     assert True in outcomes and False in outcomes, "expected rows both taken and declined"
     assert messages and all("outside its observation space" in message for message in messages)
