@@ -132,11 +132,18 @@ cdef class ObservationWriter:
         self.observations[row, column] = converted
         return True
 
+    cdef inline bint _same_dtype(self, cnp.ndarray array):
+        """The storage's dtype, itemsize included (a type number alone does not fix the size of a
+        string, void or datetime dtype; int64 and long long are the same type under two numbers)."""
+        cdef cnp.dtype own = <cnp.dtype>self.dtype
+        cdef cnp.dtype given = array.descr
+        return given is own or (given.itemsize == own.itemsize and cnp.PyArray_EquivTypes(given, own))
+
     cdef bint _is_exact_row(self, cnp.ndarray array):
         """Same dtype, same shape, C-contiguous: the row can be copied as bytes."""
         cdef int axis
         cdef cnp.npy_intp* dims
-        if cnp.PyArray_TYPE(array) != (<cnp.dtype>self.dtype).type_num:
+        if not self._same_dtype(array):
             return False
         if not cnp.PyArray_ISNOTSWAPPED(array):
             return False
@@ -156,7 +163,7 @@ cdef class ObservationWriter:
         if type(source) is not np.ndarray:
             return False
         array = <cnp.ndarray>source
-        if cnp.PyArray_TYPE(array) != (<cnp.dtype>self.dtype).type_num or not cnp.PyArray_ISNOTSWAPPED(array):
+        if not self._same_dtype(array) or not cnp.PyArray_ISNOTSWAPPED(array):
             return False
         if cnp.PyArray_NDIM(array) != self.row_dims.shape[0] + 1:
             return False
@@ -170,7 +177,6 @@ cdef class ObservationWriter:
 
     cdef int _store_block(self, Py_ssize_t row, cnp.ndarray block) except -1:
         """Store an exact block (see ``_is_exact_block``) as ``observations[row]``."""
-        cdef Py_ssize_t column
         cdef const unsigned char* data = <const unsigned char*>cnp.PyArray_DATA(block)
         if self.row_nbytes == 0 or self.num_envs == 0:
             return 0
@@ -943,7 +949,6 @@ cdef class VectorRowRecorder:
     cdef StepRecorder recorder
     cdef list writers
     cdef list checked
-    cdef list checked_indices
     cdef unsigned char[:, :] reset_steps
     cdef unsigned char[::1] counted
     cdef double[:] step_seconds
@@ -964,11 +969,7 @@ cdef class VectorRowRecorder:
         )
         self.recorder = recorder
         self.writers = writers
-        self.checked = []
-        self.checked_indices = []
-        for leaf_index, low, high in checked_leaves:
-            self.checked.append(_LeafBounds(<ObservationWriter>writers[leaf_index], low, high))
-            self.checked_indices.append(leaf_index)
+        self.checked = [_LeafBounds(<ObservationWriter>writers[leaf_index], low, high) for leaf_index, low, high in checked_leaves]
         self.reset_steps = reset_steps.view(np.uint8)
         self.counted = counted.view(np.uint8)
         self.timed = step_seconds is not None

@@ -23,8 +23,7 @@ The per-step work of a group of envs lives here:
   built with.
 * :class:`VectorRowRecorder` is the same for a vector env's row: it stores
   the rows one ``step`` of the vector env returned, checks them, and keeps the
-  books, in one call, or declines (writing nothing) when the row needs the
-  general rules.
+  books, in one call, or declines when the row needs the general rules.
 
 Storage handed to either class may be a column slice (``array[:, lo:hi]``) of a
 larger ``[rows, num_envs, ...]`` array, which is how one worker writes its own
@@ -677,7 +676,7 @@ class VectorRowRecorder:
         return True
 
     def record(self, t: int, rewards, terminations, truncations, leaves: list, seconds: float) -> int:
-        """Store, check and book row ``t``; return how many episodes ended, or -1 (nothing written)."""
+        """Store, check and book row ``t``; return how many episodes ended, or -1 (declined; see the class)."""
         recorder = self._recorder
         if t < 0 or t >= recorder._rewards.shape[0]:
             raise IndexError(f"time step {t} is outside [0, {recorder._rewards.shape[0]}).")

@@ -51,6 +51,9 @@ class RolloutLayout:
     action_layout: SpaceLayout = field(init=False, repr=False, compare=False)
     core: ModuleType = field(init=False, repr=False, compare=False)
 
+    # Compared by value, never hashed: Gymnasium's Dict and Tuple spaces are not hashable.
+    __hash__ = None
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "info_keys", tuple(self.info_keys))
         object.__setattr__(self, "observation_layout", SpaceLayout(self.observation_space, "observation"))

@@ -195,8 +195,10 @@ class CompletedEpisodes:
     def merge(cls, parts: Sequence[CompletedEpisodes]) -> CompletedEpisodes:
         """Concatenate and order by time step, then env index, whatever the grouping of envs."""
         if len(parts) == 1:
-            # One group books its episodes in that order already (by step, then column).
-            return parts[0]
+            # One group books its episodes in that order already (by step, then column), so no
+            # sort; still copies, so that the batch's arrays are its own and writable (a Ray
+            # actor's come back read-only).
+            return cls(*(np.array(getattr(parts[0], f.name)) for f in fields(cls)))
         joined = cls(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls)))
         order = np.lexsort((joined.env_indices, joined.end_steps))
         return cls(*(getattr(joined, f.name)[order] for f in fields(cls)))

@@ -85,3 +85,17 @@ def test_final_observations_of_a_recycled_batch_hold_only_this_rollouts_ends():
             ended = batch.final_observation_mask
             assert not batch.final_observations[~ended].any()
             assert (batch.final_observations[ended][:, 0] != 0).all()
+
+
+def test_the_episodes_of_one_part_are_copied_so_the_batch_can_write_them():
+    # A Ray actor's arrays come back read-only; with one actor there is one part to merge.
+    from parallel_rollouts.storage import CompletedEpisodes
+
+    part = CompletedEpisodes(*(np.arange(3, dtype=dtype) for dtype in (np.float64,) + (np.int64,) * 4))
+    for array in (part.returns, part.lengths, part.env_indices, part.end_steps, part.seeds):
+        array.setflags(write=False)
+    merged = CompletedEpisodes.merge([part])
+    for name in ("returns", "lengths", "env_indices", "end_steps", "seeds"):
+        array = getattr(merged, name)
+        assert array.flags.writeable and not np.shares_memory(array, getattr(part, name)), name
+        np.testing.assert_array_equal(array, getattr(part, name))

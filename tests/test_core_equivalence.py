@@ -1160,3 +1160,24 @@ def test_vector_row_recorder_refuses_a_row_that_would_overflow_the_episode_buffe
     assert rows.record(0, *ends) == 2 and rows.record(1, *ends) == 2
     with pytest.raises(ValueError, match="full"):
         rows.record(1, *ends)
+
+
+@pytest.mark.parametrize(
+    "storage_dtype, given, taken",
+    [
+        # One type number, another size: stored bytes would be reinterpreted; both cores decline.
+        ("datetime64[ms]", np.array([5, 6], "datetime64[s]"), False),
+        # Two type numbers, one type: both cores take the row.
+        (np.longlong, np.array([5, 6], np.int64), True),
+    ],
+)
+def test_both_cores_judge_a_row_s_dtype_by_equivalence_and_size_not_by_type_number(storage_dtype, given, taken):
+    outcomes = []
+    for core in CORES:
+        rows, recorder, state = _vector_rows(core, 1, 2, "Disabled", [(storage_dtype, ())], {})
+        n_done = rows.record(0, np.ones(2), np.zeros(2, bool), np.zeros(2, bool), [given], 0.0)
+        outcomes.append((n_done, state["observations0"][1].copy()))
+    assert [n_done >= 0 for n_done, _ in outcomes] == [taken, taken]
+    np.testing.assert_array_equal(outcomes[0][1], outcomes[1][1])
+    if taken:
+        assert outcomes[0][1].tolist() == [5, 6]

@@ -81,3 +81,10 @@ def test_a_collector_s_parts_share_the_layout_it_reports():
         assert collector.observation_space == layout.observation_space
         assert collector.collect().observations.shape == (4, 3, 4)
         assert collector._backend.stepper.layout is layout
+
+
+def test_the_layout_is_compared_by_value_and_says_it_cannot_be_hashed():
+    layout = _spec().resolve(gym.spaces.Dict({"a": gym.spaces.Discrete(2)}), gym.spaces.Discrete(2), num_envs=1)
+    assert layout == _spec().resolve(gym.spaces.Dict({"a": gym.spaces.Discrete(2)}), gym.spaces.Discrete(2), num_envs=1)
+    with pytest.raises(TypeError, match="RolloutLayout"):
+        hash(layout)

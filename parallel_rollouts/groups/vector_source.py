@@ -356,11 +356,16 @@ class VectorEnvGroup:
             # A misdeclared mode: the general path names it.
             return self._step_general(t, observations, rewards, terminations, truncations, info, seconds)
         leaves = self._fast_leaves(observations)
-        if leaves is None or (self._info_keys and not self._store_fast_infos(t, terminations, truncations, info)):
+        if leaves is None:
             return self._step_general(t, observations, rewards, terminations, truncations, info, seconds)
+        # The info rows are stored after the row, as the general path does, with the reset-step
+        # marks of before the row (the compiled call moves them on in NEXT_STEP mode).
+        counted = self._counted.copy() if self._info_keys and mode is AutoresetMode.NEXT_STEP else None
         n_done = self._rows.record(t, rewards, terminations, truncations, leaves, seconds)
         if n_done < 0:
             return self._step_general(t, observations, rewards, terminations, truncations, info, seconds)
+        if self._info_keys:
+            self._store_infos(t, info, terminations | truncations, counted)
         if not n_done or mode is AutoresetMode.NEXT_STEP:
             # Row t + 1 is what the kernel checked; in NEXT_STEP it holds the terminal observations too.
             return None
@@ -387,21 +392,6 @@ class VectorEnvGroup:
             return list(self._observation_layout.flatten(observations))
         except Exception:
             return None
-
-    def _store_fast_infos(self, t: int, terminations: Any, truncations: Any, info: Any) -> bool:
-        """Fill the info rows before the compiled row (whose ``NEXT_STEP`` books move ``counted`` on).
-
-        False when the flags are not the bool arrays the compiled row takes: the general path stores them.
-        """
-        if not (type(terminations) is np.ndarray and terminations.dtype == np.bool_):
-            return False
-        if not (type(truncations) is np.ndarray and truncations.dtype == np.bool_):
-            return False
-        if terminations.shape != (self.num_envs,) or truncations.shape != (self.num_envs,):
-            return False
-        counted = self._counted if self.autoreset_mode is AutoresetMode.NEXT_STEP else None
-        self._store_infos(t, info, terminations | truncations, counted)
-        return True
 
     def _step_general(
         self, t: int, observations: Any, rewards: Any, terminations: Any, truncations: Any, info: Any, seconds: float
