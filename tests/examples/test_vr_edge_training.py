@@ -380,9 +380,9 @@ def test_history_steps_reach_training_evaluation_and_the_checkpoint(tmp_path, mo
     played = []
     original_play = episodes.play_episodes
 
-    def recording_play(policy, seeds, env_kwargs=None, history_steps=1):
+    def recording_play(policy, seeds, env_kwargs=None, history_steps=1, rate_forecast=None):
         played.append((type(policy).__name__, history_steps))
-        return original_play(policy, seeds, env_kwargs, history_steps)
+        return original_play(policy, seeds, env_kwargs, history_steps, rate_forecast)
 
     monkeypatch.setattr(reporting, "play_episodes", recording_play)
     monkeypatch.setattr(evaluate, "play_episodes", recording_play)
