@@ -340,9 +340,9 @@ def _record_env_kwargs(monkeypatch, *modules) -> list[dict]:
     """The env keyword arguments of every env the given modules build (with `make_env`), in order."""
     built = []
 
-    def recording_make_env(history_steps=1, **kwargs):
+    def recording_make_env(history_steps=1, rate_forecast=None, **kwargs):
         built.append(kwargs)
-        return make_env(history_steps, **kwargs)
+        return make_env(history_steps, rate_forecast, **kwargs)
 
     for module in modules:
         monkeypatch.setattr(module, "make_env", recording_make_env)
