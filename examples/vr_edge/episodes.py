@@ -38,16 +38,18 @@ def play_episodes(
     seeds: Sequence[int],
     env_kwargs: dict[str, Any] | None = None,
     history_steps: int = 1,
+    rate_forecast: dict[str, Any] | None = None,
 ) -> list[dict[str, float]]:
     """One episode per seed (`env.reset(seed=s)`); a record of return, length and QoE each.
 
     `policy` maps `[num_envs, observation_size]` observations to `[num_envs, num_users]`
     levels (array-like; torch tensors are converted). With `history_steps` > 1 it reads the
     env through its last that many observations (`examples.vr_edge.observation_history`); the
-    episodes are the same env's.
+    episodes are the same env's; with `rate_forecast` (a rate predictor's JSON state) each
+    observation also carries that predictor's per-user forecast.
     """
     env_kwargs = dict(env_kwargs or {})
-    envs = [make_env(history_steps, **env_kwargs) for _ in seeds]
+    envs = [make_env(history_steps, rate_forecast, **env_kwargs) for _ in seeds]
     observations = np.stack([env.reset(seed=int(seed))[0] for env, seed in zip(envs, seeds)])
     num_users = envs[0].unwrapped.num_users
     running = np.ones(len(envs), dtype=bool)

@@ -92,16 +92,19 @@ def evaluate_policies(
     layout = SyntheticVREdgeEnv(**env_kwargs).observation_layout
     for path, (agent, checkpoint) in zip(policy_paths, agents):
         steps = checkpoint.get("history_steps", 1)
-        expected = make_env(steps, **env_kwargs).observation_space.shape[0]
+        expected = make_env(steps, checkpoint.get("rate_forecast"), **env_kwargs).observation_space.shape[0]
         if agent.observation_size != expected:
             raise ValueError(
                 f"the policy in {path!r} reads observations of size {agent.observation_size} "
-                f"({agent.num_users} users); the env's, read {steps} at a time, have size {expected} "
+                f"({agent.num_users} users); the env's, read {steps} at a time"
+                f"{' with the rate forecast' if 'rate_forecast' in checkpoint else ''}, have size {expected} "
                 f"({layout.num_users} users)."
             )
     seeds = list(range(first_seed, first_seed + episodes))
     # Observations a policy reads at once (`train.py --history-steps`); the baselines read one.
     history_steps: dict[str, int] = {}
+    # The rate predictor whose forecast a policy reads (`train.py --rate-forecast`), if any.
+    rate_forecasts: dict[str, dict[str, Any]] = {}
     policies: dict[str, Any] = {
         name: policy for name, policy in tuned_baselines(layout, tuned_path).items()
         if baseline_names is None or name in baseline_names
@@ -115,6 +118,8 @@ def evaluate_policies(
         ppo_names.append(name)
         policies[name] = CollectorPolicy(agent, deterministic=True)
         history_steps[name] = checkpoint.get("history_steps", 1)
+        if "rate_forecast" in checkpoint:
+            rate_forecasts[name] = checkpoint["rate_forecast"]
 
     lent = {}
     for result in earlier:
@@ -125,7 +130,9 @@ def evaluate_policies(
     order = [name for name in BASELINES if name in policies] + ppo_names
     policies = {name: policies[name] for name in order}
     records = {
-        name: lent.get(name) or play_episodes(policy, seeds, env_kwargs, history_steps.get(name, 1))
+        name: lent.get(name) or play_episodes(
+            policy, seeds, env_kwargs, history_steps.get(name, 1), rate_forecasts.get(name)
+        )
         for name, policy in policies.items()
     }
     references = []

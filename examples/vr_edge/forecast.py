@@ -51,6 +51,8 @@ _RATE_REFERENCE_MBPS = 300.0
 _GPU_REFERENCE = 3.2
 # Window of the rate estimate the predictor starts from (the newest sample).
 _WINDOW = 1
+# The spread a user without measurements is given: wide, so no controller trusts its rate.
+_UNMEASURED_LOG_STD = float(np.log(0.3))
 
 
 @dataclass
@@ -115,12 +117,23 @@ class RatePredictor:
 
     def predict(self, decoded: DecodedObservation) -> Forecast:
         user_features, gpu_features, rate, capacity, backlog = prediction_features(decoded)
-        output = _mlp_forward(self.layers, (user_features - self.mean) / self.scale)
-        change, log_std = output[..., 0], np.clip(output[..., 1], -5.0, 1.0)
-        eligible = decoded.active & decoded.measured
-        predicted_rate = np.where(eligible, rate * np.exp(np.clip(change, -2.0, 2.0)), rate)
+        change, log_std = self._rate_change(decoded, user_features)
+        predicted_rate = rate * np.exp(change)
         predicted_capacity = capacity * np.exp(np.clip(gpu_features @ self.gpu_coefficients, -1.0, 1.0))
-        return Forecast(predicted_rate, np.where(eligible, np.exp(log_std), 0.3), predicted_capacity, backlog)
+        return Forecast(predicted_rate, np.exp(log_std), predicted_capacity, backlog)
+
+    def rate_change(self, decoded: DecodedObservation) -> tuple[np.ndarray, np.ndarray]:
+        """`(change, log_std)`, each `[batch, users]`: the predicted log rate change over the
+        predictor's lead (clipped to [-2, 2]) and the log of its spread. A user not measured yet
+        gets no change and the default spread of 0.3."""
+        return self._rate_change(decoded, prediction_features(decoded)[0])
+
+    def _rate_change(self, decoded: DecodedObservation, user_features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        output = _mlp_forward(self.layers, (user_features - self.mean) / self.scale)
+        eligible = decoded.active & decoded.measured
+        change = np.where(eligible, np.clip(output[..., 0], -2.0, 2.0), 0.0)
+        log_std = np.where(eligible, np.clip(output[..., 1], -5.0, 1.0), _UNMEASURED_LOG_STD)
+        return change, log_std
 
 
 def load_predictor(path: str | Path = DEFAULT_PREDICTOR_PATH) -> RatePredictor:

@@ -30,7 +30,7 @@ __all__ = ["ObservationHistory", "make_env"]
 class ObservationHistory(gym.Wrapper):
     """`SyntheticVREdgeEnv` observed through its last `steps` (>= 2) observations."""
 
-    def __init__(self, env: SyntheticVREdgeEnv, steps: int) -> None:
+    def __init__(self, env: SyntheticVREdgeEnv | gym.Wrapper, steps: int) -> None:
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 2:
             raise ValueError(f"`steps` must be an int >= 2 (1 is the plain env); got {steps!r}.")
         super().__init__(env)
@@ -71,8 +71,15 @@ class ObservationHistory(gym.Wrapper):
         return np.concatenate([per_user, self._history[:, split:].reshape(-1)])
 
 
-def make_env(history_steps: int = 1, **env_kwargs: Any) -> gym.Env:
+def make_env(
+    history_steps: int = 1, rate_forecast: dict[str, Any] | None = None, **env_kwargs: Any
+) -> gym.Env:
     """`SyntheticVREdgeEnv(**env_kwargs)`, observed through its last `history_steps` observations
-    (the plain env for 1)."""
+    (the plain env for 1). With `rate_forecast`, a rate predictor's JSON state, each observation
+    first gains that predictor's per-user forecast (`examples.vr_edge.rate_forecast_features`)."""
     env = SyntheticVREdgeEnv(**env_kwargs)
+    if rate_forecast is not None:
+        from examples.vr_edge.rate_forecast_features import RateForecastFeatures
+
+        env = RateForecastFeatures(env, rate_forecast)
     return env if history_steps == 1 else ObservationHistory(env, history_steps)

@@ -15,11 +15,17 @@ __all__ = ["Progress", "evaluate_returns", "format_summary", "plot_learning_curv
 
 
 def evaluate_returns(
-    policy: Callable[[np.ndarray], Any], seeds: Sequence[int], env_kwargs: dict[str, Any], history_steps: int = 1
+    policy: Callable[[np.ndarray], Any],
+    seeds: Sequence[int],
+    env_kwargs: dict[str, Any],
+    history_steps: int = 1,
+    rate_forecast: dict[str, Any] | None = None,
 ) -> dict[str, float]:
     """Mean episode return and its 95% confidence half-width over one episode per seed (the
-    policy reading the last `history_steps` observations, as `play_episodes`)."""
-    returns = np.array([record["return"] for record in play_episodes(policy, seeds, env_kwargs, history_steps)])
+    policy reading the last `history_steps` observations, with the rate forecast of
+    `rate_forecast` if given, as `play_episodes`)."""
+    records = play_episodes(policy, seeds, env_kwargs, history_steps, rate_forecast)
+    returns = np.array([record["return"] for record in records])
     half_width = 1.96 * returns.std(ddof=1) / math.sqrt(returns.size) if returns.size > 1 else math.nan
     return {"mean": float(returns.mean()), "ci95": float(half_width)}
 

@@ -23,7 +23,10 @@ periodic evaluation and the baselines at the end all play that variant, and the 
 `env_kwargs` record it, so `evaluate.py` plays the policy on the env it was trained on.
 `--history-steps k` lets the policy read the last `k` observations side by side
 (`examples.vr_edge.observation_history`); the checkpoint records `k` and `evaluate.py` plays the
-policy through the same history.
+policy through the same history. `--rate-forecast PATH` appends the forecast of the rate predictor
+stored at `PATH` (`examples.vr_edge.forecast`) to each user's features
+(`examples.vr_edge.rate_forecast_features`); the checkpoint records the predictor itself, and
+`evaluate.py` plays the policy with the same forecast.
 
 Training sees only the train traces, each episode's regime jittered by `--trace-jitter`
 (`examples.vr_edge.traces.jittered_regime`). The run ends by printing a summary: the final held-out
@@ -115,6 +118,10 @@ class Args:
     history_steps: int = option(
         1, "observations the policy reads, newest first (1: the latest only; more lets it follow late reports)"
     )
+    rate_forecast: str = option(
+        "", "a rate predictor's JSON file: append its per-user forecast (log rate change, log spread) to the "
+        "policy's input ('': none)"
+    )
     trace_jitter: float = option(
         TRAINING_TRACE_JITTER, "training only: scale each trace parameter by a per-episode factor in [1/(1+j), 1+j]"
     )
@@ -180,6 +187,8 @@ def _argument_problem(args: Args) -> str | None:
     for name in VARIANT_OPTIONS:
         if not getattr(args, name) >= 0:
             return f"--{name.replace('_', '-')} must be >= 0; got {getattr(args, name)!r}."
+    if args.rate_forecast and not Path(args.rate_forecast).is_file():
+        return f"--rate-forecast names no file: {args.rate_forecast!r} (fit one with `python -m examples.vr_edge.forecast`)."
     if not args.trace_jitter >= 0:
         return f"--trace-jitter must be >= 0; got {args.trace_jitter!r}."
     if args.policy_placement == "workers" and args.backend != "async":
@@ -220,9 +229,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "simulation_substeps": args.simulation_substeps,
         **variant_env_kwargs(args),
     }
+    # The predictor's state, not its path, travels: workers and the checkpoint need no file.
+    rate_forecast = json.loads(Path(args.rate_forecast).read_text()) if args.rate_forecast else None
     # Training sees the train traces; every evaluation uses the held-out test traces.
     env_fn = functools.partial(
-        make_env, args.history_steps, traces="train", trace_jitter=args.trace_jitter, **env_kwargs
+        make_env, args.history_steps, rate_forecast, traces="train", trace_jitter=args.trace_jitter, **env_kwargs
     )
     eval_env_kwargs = {**env_kwargs, "traces": "test"}
     eval_seeds = range(args.eval_first_seed, args.eval_first_seed + args.eval_episodes)
@@ -346,7 +357,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "eval_return_ci95": None,
             }
             if update % args.eval_every == 0 or update == num_updates:
-                evaluation = evaluate_returns(evaluation_policy, eval_seeds, eval_env_kwargs, args.history_steps)
+                evaluation = evaluate_returns(
+                    evaluation_policy, eval_seeds, eval_env_kwargs, args.history_steps, rate_forecast
+                )
                 evaluations.append({"global_step": record["global_step"], **evaluation})
                 record["eval_return_mean"] = evaluation["mean"]
                 record["eval_return_ci95"] = evaluation["ci95"]
@@ -364,6 +377,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         agent, policy_path, env_kwargs=env_kwargs, args=dataclasses.asdict(args),
         # Only when it is not 1, as the env's variant options: a plain run's checkpoint keeps its keys.
         **({"history_steps": args.history_steps} if args.history_steps != 1 else {}),
+        **({"rate_forecast": rate_forecast} if rate_forecast is not None else {}),
     )
     plot_path = None
     if args.plot:

@@ -340,9 +340,9 @@ def _record_env_kwargs(monkeypatch, *modules) -> list[dict]:
     """The env keyword arguments of every env the given modules build (with `make_env`), in order."""
     built = []
 
-    def recording_make_env(history_steps=1, **kwargs):
+    def recording_make_env(history_steps=1, rate_forecast=None, **kwargs):
         built.append(kwargs)
-        return make_env(history_steps, **kwargs)
+        return make_env(history_steps, rate_forecast, **kwargs)
 
     for module in modules:
         monkeypatch.setattr(module, "make_env", recording_make_env)
@@ -380,9 +380,9 @@ def test_history_steps_reach_training_evaluation_and_the_checkpoint(tmp_path, mo
     played = []
     original_play = episodes.play_episodes
 
-    def recording_play(policy, seeds, env_kwargs=None, history_steps=1):
+    def recording_play(policy, seeds, env_kwargs=None, history_steps=1, rate_forecast=None):
         played.append((type(policy).__name__, history_steps))
-        return original_play(policy, seeds, env_kwargs, history_steps)
+        return original_play(policy, seeds, env_kwargs, history_steps, rate_forecast)
 
     monkeypatch.setattr(reporting, "play_episodes", recording_play)
     monkeypatch.setattr(evaluate, "play_episodes", recording_play)
