@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from gymnasium import Env, Space
 
@@ -47,15 +47,6 @@ class RolloutSpec:
 
     def resolve(self, observation_space: Space, action_space: Space, num_envs: int) -> RolloutLayout:
         """The layout of this collector's rollouts, given env 0's spaces and the env count."""
-        return RolloutLayout(
-            observation_space=observation_space,
-            action_space=action_space,
-            num_envs=num_envs,
-            horizon=self.horizon,
-            root_seed=self.root_seed,
-            info_keys=self.info_keys,
-            core_name=self.core_name,
-            observation_check=self.observation_check,
-            episode_seeds=self.episode_seeds,
-            typed_actions=self.typed_actions,
-        )
+        # Every setting the layout shares with the spec is carried over as it is.
+        shared = {f.name: getattr(self, f.name) for f in fields(RolloutLayout) if f.init and hasattr(self, f.name)}
+        return RolloutLayout(observation_space=observation_space, action_space=action_space, num_envs=num_envs, **shared)
