@@ -43,7 +43,9 @@ class ComparisonSettings:
 
     ``workloads`` x ``num_envs_list`` gives the groups; within a group every
     contender in ``contenders`` runs ``rounds`` timed collects of ``horizon``
-    steps after ``warmup_collects`` untimed ones. ``num_workers`` applies to the async
+    steps after its warm-up: at least ``warmup_collects`` untimed collects and at least
+    ``warmup_seconds`` of collecting, so that what is timed is the steady state of a training
+    loop, not the first collects' one-time costs. ``num_workers`` applies to the async
     backend (``None``: its default). Each collector contender runs with the settings its
     name says (the defaults unless it says ``/reuse`` etc.); an optional contender that
     cannot run here is skipped and the reason recorded.
@@ -57,6 +59,7 @@ class ComparisonSettings:
     contenders: tuple[str, ...]
     num_workers: int | None = None
     warmup_collects: int = 2
+    warmup_seconds: float = 1.0
 
 
 def run_comparison(settings: ComparisonSettings, progress: Callable[[str], None] = print) -> dict:
@@ -90,11 +93,8 @@ def _run_group(
             contenders.append(
                 make_contender(name, workload, num_envs, settings.horizon, settings.seed, num_workers=settings.num_workers)
             )
-        # The first collects pay one-time costs (allocating and first touching buffers,
-        # lazy imports); with reused buffers the second collect still touches fresh pages.
-        for _ in range(settings.warmup_collects):
-            for contender in contenders:
-                contender.collect()
+        for contender in contenders:
+            _warm_up(contender, settings)
         seconds: dict[str, list[float]] = {contender.name: [] for contender in contenders}
         cpu_seconds: dict[str, list[float]] = {contender.name: [] for contender in contenders}
         useful: dict[str, list[int]] = {contender.name: [] for contender in contenders}
@@ -113,6 +113,21 @@ def _run_group(
         _close_all(contenders)
     processes = {contender.name: contender.processes for contender in contenders}
     return _summarize_group(workload, num_envs, settings, seconds, cpu_seconds, useful, processes, skipped)
+
+
+def _warm_up(contender: Contender, settings: ComparisonSettings) -> None:
+    """Collect until the one-time costs are paid: imports, allocation, first touch of memory.
+
+    Memory that a rollout writes sparsely (final observations) is touched for the first time
+    over many collects, not one: with 84x84x4 frames, 16 envs and 100-step episodes, the rows
+    where episodes end cycle through the horizon over about 30 collects, each first write
+    faulting pages in. A time floor covers that for cheap envs without making a costly env's
+    warm-up long (two of its collects already exceed it).
+    """
+    start, collects = time.perf_counter(), 0
+    while collects < settings.warmup_collects or time.perf_counter() - start < settings.warmup_seconds:
+        contender.collect()
+        collects += 1
 
 
 def _close_all(contenders: list[Contender]) -> None:

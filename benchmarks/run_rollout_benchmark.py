@@ -38,8 +38,13 @@ DEFAULT_RESULTS_DIR = Path("benchmark-results")
 
 # Settings left unset on the command line take these values; --quick swaps in the second
 # set, sized for a CI smoke run of seconds.
-FULL_DEFAULTS = {"horizon": 128, "repeats": 5, "rounds": 7, "envs": "cartpole,half_ms,image", "num_envs_list": "4,16"}
-QUICK_DEFAULTS = {"horizon": 8, "repeats": 2, "rounds": 2, "envs": "cartpole", "num_envs_list": "2"}
+FULL_DEFAULTS = {
+    "horizon": 128, "repeats": 5, "rounds": 7, "warmup_seconds": 1.0, "envs": "cartpole,half_ms,image",
+    "num_envs_list": "4,16",
+}
+QUICK_DEFAULTS = {
+    "horizon": 8, "repeats": 2, "rounds": 2, "warmup_seconds": 0.0, "envs": "cartpole", "num_envs_list": "2",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, help="single mode: timed collects after the warm-up (default 5)")
     parser.add_argument(
         "--warmup", type=int, default=2, help="untimed collects before timing, per contender (default 2)"
+    )
+    parser.add_argument(
+        "--warmup-seconds",
+        type=float,
+        help="comparison mode: warm each contender up for at least this long as well (default 1.0; quick: 0)",
     )
     parser.add_argument("--horizon", type=int, help="steps per env per collect (default 128)")
     parser.add_argument("--num-workers", type=int, help="async backend worker count (default: the collector's)")
@@ -102,6 +112,8 @@ def _resolve_defaults(args: argparse.Namespace, parser: argparse.ArgumentParser)
             parser.error(f"--{option.replace('_', '-')} must be >= 1; got {getattr(args, option)!r}.")
     if args.warmup < 0:
         parser.error(f"--warmup must be >= 0; got {args.warmup!r}.")
+    if args.warmup_seconds < 0:
+        parser.error(f"--warmup-seconds must be >= 0; got {args.warmup_seconds!r}.")
     if not args.compare and args.backend != "async":
         for option in ("num_workers", "policy_placement", "pipelined"):
             if getattr(args, option):
@@ -178,6 +190,7 @@ def run_compare(args: argparse.Namespace, machine: dict) -> dict:
         contenders=args.contenders,
         num_workers=args.num_workers,
         warmup_collects=args.warmup,
+        warmup_seconds=args.warmup_seconds,
     )
     load_before = os.getloadavg()
     result = {"machine": machine, **run_comparison(settings, progress=lambda line: print(line, flush=True))}

@@ -18,6 +18,7 @@ from gymnasium import Space
 
 from .core import load_core
 from .spaces import SpaceLayout
+from .sparse_memory import sparse_zeros
 from .storage import RolloutStorage
 
 __all__ = ["RolloutLayout"]
@@ -68,7 +69,7 @@ class RolloutLayout:
             object.__setattr__(self, name, value)
         self.__post_init__()
 
-    def allocate_storage(self, allocator=np.empty, zeroed=np.zeros) -> RolloutStorage:
+    def allocate_storage(self, allocator=np.empty, zeroed=sparse_zeros) -> RolloutStorage:
         """Storage for one rollout of every env (``final_observations`` and timings from ``zeroed``)."""
         return RolloutStorage.allocate(
             self.observation_layout,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from .spaces import SpaceLayout
+from .sparse_memory import sparse_zeros
 from .typed_actions import allocate_typed_actions
 
 __all__ = ["CompletedEpisodes", "RolloutStorage"]
@@ -86,7 +87,7 @@ class RolloutStorage:
         num_envs: int,
         info_keys: Sequence[str] = (),
         allocator: Allocator = np.empty,
-        zeroed: Allocator = np.zeros,
+        zeroed: Allocator = sparse_zeros,
         typed_actions: bool = False,
     ) -> RolloutStorage:
         """Allocate storage; ``final_observations`` comes from ``zeroed``, the rest from ``allocator``.
