@@ -2,9 +2,10 @@
 
 Every runner asks this object, and only this object, for storage:
 
-- ``begin()`` gives the storage the rollout is written into: a fresh allocation, the
-  same arrays again (``reuse_buffers=True``), or a shared-memory working copy that
-  worker processes write into;
+- ``begin()`` gives the storage the rollout is written into: a fresh allocation, a
+  shared segment of its own that worker processes write and that becomes the batch
+  as it is, the same arrays again (``reuse_buffers=True``), or, when the system
+  refuses a segment, a shared working copy that workers write into;
 - ``policy_rows(t, start, stop)`` gives the observation rows the policy is called with:
   rows of the batch the caller gets, so that a policy may keep them (copied out of the
   working copy first when there is one);
@@ -14,10 +15,12 @@ Every runner asks this object, and only this object, for storage:
 
 ``final_observations`` is the one field that is not rewritten in full by every
 rollout: only rows where an episode ended get a value, and every other row must
-read as zero. Fresh storage comes from ``np.zeros``, whose pages the kernel maps
-lazily, so rows no episode ends in cost nothing. Storage written again has only
-the rows the earlier rollout wrote cleared, so the cost follows the number of
-episode ends, never the size of the array.
+read as zero. Fresh storage takes it from
+:func:`~parallel_rollouts.sparse_memory.sparse_zeros` (a shared segment: from
+its file's zero pages), whose pages the kernel maps lazily, so rows no episode
+ends in cost nothing. Storage written again has only the rows the earlier
+rollout wrote cleared, so the cost follows the number of episode ends, never
+the size of the array.
 
 Storage is written again in two cases: ``reuse_buffers=True`` (the caller asked
 for it), and a fresh batch whose arrays nobody references any more. A returned
@@ -33,10 +36,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import fields
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .storage import RolloutStorage
+
+if TYPE_CHECKING:
+    from .processes.batch_segments import BatchSegments
 
 __all__ = ["BatchMemory"]
 
@@ -46,6 +53,13 @@ POOL_SIZE = 2
 
 
 def _arrays(storage: RolloutStorage) -> list[np.ndarray]:
+    """Every array of ``storage``, and every array their memory belongs to.
+
+    A view's ``base`` is the array that owns the memory, or the first one down the chain
+    that wraps a foreign buffer (a shared segment's, a mapping's), never the view it was
+    taken from: a caller's view of a storage array made from such a buffer references
+    that root array, not the storage's. So the roots are watched as well.
+    """
     arrays = []
     for field in fields(storage):
         value = getattr(storage, field.name)
@@ -55,7 +69,16 @@ def _arrays(storage: RolloutStorage) -> list[np.ndarray]:
             arrays.extend(value.values())
         else:
             arrays.append(value)
-    return arrays
+    seen = {id(array) for array in arrays}
+    roots = []
+    for array in arrays:
+        root = array
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        if id(root) not in seen:
+            seen.add(id(root))
+            roots.append(root)
+    return arrays + roots
 
 
 class _Recycled:
@@ -89,9 +112,13 @@ class BatchMemory:
     reuse_buffers:
         Hand out the same arrays on every collect instead of new ones.
     working:
-        Storage that the rollout is always written into (shared memory that worker
-        processes write); ``None`` when the rollout is written straight into the
-        batch's arrays.
+        Storage that the rollout is written into when it is not written straight into
+        the batch's arrays (shared memory that worker processes write); ``None`` when
+        it always is.
+    segments:
+        Shared segments to write each fresh batch into instead of ``working``, so that
+        nothing is copied out (rollout workers); ``working`` stays the fallback when
+        the system refuses a segment.
     """
 
     def __init__(
@@ -99,10 +126,14 @@ class BatchMemory:
         allocate: Callable[[], RolloutStorage],
         reuse_buffers: bool,
         working: RolloutStorage | None = None,
+        segments: BatchSegments | None = None,
     ) -> None:
         self._allocate = allocate
         self._reuse = bool(reuse_buffers)
         self._working = working
+        self._segments = segments
+        #: Fresh batches written straight into shared segments, recycled like ``_pool``'s.
+        self._segment_pool: list[_Recycled] = []
         #: The storage the current rollout writes into.
         self._written: RolloutStorage | None = None
         #: The caller's batch when the rollout is written into a working copy.
@@ -128,6 +159,8 @@ class BatchMemory:
         self._target = self._fed_columns = None
         if self._reuse:
             storage = self._prepare_reused(self._working if self._working is not None else self._reused)
+        elif self._working is not None and (storage := self._fresh_segment()) is not None:
+            pass  # written in place by the workers: the batch is the segment itself
         elif self._working is not None:
             storage = self._working
             # The working copy's stale terminal rows never reach the caller: finish() copies
@@ -141,6 +174,12 @@ class BatchMemory:
         storage.env_reset_seconds.fill(0)
         self._written = storage
         return storage
+
+    def segment_name(self) -> str:
+        """The batch segment this rollout is written into; ``""`` for the working storage."""
+        if self._segments is None or self._written is None:
+            return ""
+        return self._segments.name_of(self._written) or ""
 
     def policy_rows(self, t: int, start: int = 0, stop: int | None = None) -> list[np.ndarray]:
         """Row ``t`` of every observation leaf for env columns ``start:stop``, as the policy gets it.
@@ -205,27 +244,41 @@ class BatchMemory:
         self._working = self._written = self._target = self._reused = None
         self._fed_columns = self._written_rows = None
         self._pool = []
+        self._segment_pool = []
+        if self._segments is not None:
+            self._segments.release_all()
 
     # -- helpers ------------------------------------------------------------------------
 
     def _fresh(self) -> RolloutStorage:
         """Storage no batch uses, with zero ``final_observations``: recycled when one is free."""
-        for entry in self._pool:
-            if entry.unreferenced():
-                _clear_final_rows(entry.storage, entry.written_rows)
-                entry.written_rows = None
-                return entry.storage
-        storage = self._allocate()
-        entry = _Recycled(storage)
-        if len(self._pool) >= POOL_SIZE:
-            self._pool.pop(0)  # still the caller's; the garbage collector frees it after them
-        self._pool.append(entry)
+        storage = _recycled(self._pool)
+        if storage is None:
+            storage = self._allocate()
+            if len(self._pool) >= POOL_SIZE:
+                self._pool.pop(0)  # still the caller's; the garbage collector frees it after them
+            self._pool.append(_Recycled(storage))
+        return storage
+
+    def _fresh_segment(self) -> RolloutStorage | None:
+        """A batch segment no batch uses, recycled or new; ``None`` without segments or when refused."""
+        if self._segments is None:
+            return None
+        storage = _recycled(self._segment_pool)
+        if storage is None:
+            storage = self._segments()
+            if storage is None:
+                return None
+            if len(self._segment_pool) >= POOL_SIZE:
+                # Still the caller's: its name goes now, its memory with their last view.
+                self._segments.discard(self._segment_pool.pop(0).storage)
+            self._segment_pool.append(_Recycled(storage))
         return storage
 
     def _note_written_rows(self, storage: RolloutStorage, written: np.ndarray) -> None:
         if storage is self._reused:
             self._written_rows = written
-        for entry in self._pool:
+        for entry in self._pool + self._segment_pool:
             if entry.storage is storage:
                 entry.written_rows = written
 
@@ -244,6 +297,16 @@ class BatchMemory:
             _clear_final_rows(storage, self._written_rows)
         self._written_rows = None
         return storage
+
+
+def _recycled(pool: list[_Recycled]) -> RolloutStorage | None:
+    """The first storage of ``pool`` nobody references, made ready (terminal rows cleared)."""
+    for entry in pool:
+        if entry.unreferenced():
+            _clear_final_rows(entry.storage, entry.written_rows)
+            entry.written_rows = None
+            return entry.storage
+    return None
 
 
 #: Fields that are sums over the rollout, not rows: a lost env keeps what was measured.

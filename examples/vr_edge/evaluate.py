@@ -142,6 +142,11 @@ def evaluate_policies(
         references.append(name)
     returns = {name: np.array([record["return"] for record in episode_records]) for name, episode_records in records.items()}
     baseline_names = [name for name in policies if name not in ppo_names]
+    if not baseline_names:
+        raise ValueError(
+            "no baseline to compare PPO with: name at least one in --baselines, or lend an earlier "
+            "evaluation's with --baselines-from."
+        )
     compared = ppo_names + references
     best_baseline = max(baseline_names, key=lambda name: returns[name].mean())
     # The regime each seed's episode plays: a reset draws it first, whatever the policy.

@@ -13,6 +13,8 @@ any layout across.
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 import secrets
 from multiprocessing import resource_tracker, shared_memory
@@ -31,11 +33,15 @@ _ALIGNMENT = 64
 class _Carver:
     """An allocator handing out aligned arrays from one buffer (or only counting, without one)."""
 
-    def __init__(self, buffer: memoryview | None) -> None:
+    def __init__(self, buffer: memoryview | np.ndarray | None) -> None:
         # np.frombuffer keeps the buffer exported for as long as any view of it lives,
         # so the segment cannot be unmapped under an array someone still holds (closing
         # then raises BufferError and the mapping lives on until the last view is freed).
-        self.base = None if buffer is None else np.frombuffer(buffer, dtype=np.uint8)
+        # A _Mapping's array keeps the mapping itself alive in the same way.
+        if buffer is None or isinstance(buffer, np.ndarray):
+            self.base = buffer
+        else:
+            self.base = np.frombuffer(buffer, dtype=np.uint8)
         self.offset = 0
 
     def __call__(self, shape, dtype) -> np.ndarray:
@@ -51,12 +57,59 @@ class _Carver:
 
 
 def carve(
-    allocate: Callable[..., RolloutStorage], segment: shared_memory.SharedMemory | None
+    allocate: Callable[..., RolloutStorage], segment: shared_memory.SharedMemory | np.ndarray | None
 ) -> tuple[RolloutStorage, int]:
-    """Lay out storage with ``allocate(allocator, zeroed)``; return it and the bytes it spans."""
-    carver = _Carver(None if segment is None else segment.buf)
+    """Lay out storage with ``allocate(allocator, zeroed)`` over a segment's memory (an array
+    of it, or ``None`` only to count); return it and the bytes it spans."""
+    buffer = segment.buf if isinstance(segment, shared_memory.SharedMemory) else segment
+    carver = _Carver(buffer)
     storage = allocate(carver, carver)
     return storage, carver.offset
+
+
+class _Mapping:
+    """A shared segment mapped without holding a descriptor; unmapped with the last array of it.
+
+    Python's ``mmap`` keeps a duplicate of the file descriptor until it is closed, and it
+    cannot be closed while an array views it. A batch the caller keeps would then hold a
+    descriptor for as long as it lives, and a program keeping many batches would run out
+    of them. This mapping, made with ``mmap(2)`` directly, holds none. ``numpy.asarray``
+    of it gives the one root array every storage array views; the mapping is unmapped
+    when that array, and so every view of it, is gone.
+    """
+
+    def __init__(self, descriptor: int, size: int) -> None:
+        address = _libc.mmap(None, size, _PROT_READ | _PROT_WRITE, _MAP_SHARED, descriptor, 0)
+        if address is None or address == _MAP_FAILED:
+            error = ctypes.get_errno()
+            raise OSError(error, f"mmap of a {size}-byte shared segment failed: {os.strerror(error)}")
+        self._address, self._size = address, size
+        self.__array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (address, False), "version": 3}
+
+    def __del__(self) -> None:
+        _libc.munmap(ctypes.c_void_p(self._address), ctypes.c_size_t(self._size))
+
+
+def _load_libc():
+    """``mmap``/``munmap`` from the C library on POSIX systems; ``None`` elsewhere (Windows)."""
+    if os.name != "posix":
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        libc.munmap.restype = ctypes.c_int
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_libc = _load_libc()
+# The mmap module's flag values are the C library's (absent on Windows, where _libc is None).
+_PROT_READ, _PROT_WRITE = getattr(mmap, "PROT_READ", 0), getattr(mmap, "PROT_WRITE", 0)
+_MAP_SHARED = getattr(mmap, "MAP_SHARED", 0)
+_MAP_FAILED = ctypes.c_void_p(-1).value
 
 
 class _Segment(shared_memory.SharedMemory):
@@ -107,6 +160,26 @@ class SharedStorage:
         return cls(segment, storage, owner=True)
 
     @classmethod
+    def create_unheld(cls, allocate: Callable[..., RolloutStorage]) -> SharedStorage:
+        """Like :meth:`create`, but the arrays hold no file descriptor (see :class:`_Mapping`).
+
+        For storage handed to the caller as a batch, which may keep it indefinitely. Where
+        the C library's ``mmap`` is not reachable (Windows), the same as :meth:`create`.
+        """
+        if _libc is None:
+            return cls.create(allocate)
+        _, size = carve(allocate, None)
+        segment = _Segment(name=_new_name(), create=True, size=max(size, 1))
+        try:
+            mapping = np.asarray(_Mapping(segment._fd, segment.size))
+        except BaseException:
+            release_segment(segment, owner=True)
+            raise
+        segment.close()  # its own mapping and descriptor: nothing views them
+        storage, _ = carve(allocate, mapping)
+        return cls(segment, storage, owner=True)
+
+    @classmethod
     def attach(cls, name: str, allocate: Callable[..., RolloutStorage]) -> SharedStorage:
         segment = attach_segment(name)
         storage, _ = carve(allocate, segment)
@@ -140,10 +213,13 @@ def _attach_untracked(name: str) -> shared_memory.SharedMemory:
 
 def create_segment(size: int) -> shared_memory.SharedMemory:
     """A new segment of ``size`` bytes named with this library's prefix, owned by this process."""
-    name = f"{SEGMENT_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
-    segment = _Segment(name=name, create=True, size=max(size, 1))
+    segment = _Segment(name=_new_name(), create=True, size=max(size, 1))
     _drop_descriptor(segment)
     return segment
+
+
+def _new_name() -> str:
+    return f"{SEGMENT_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
 
 
 def attach_segment(name: str) -> shared_memory.SharedMemory:

@@ -64,6 +64,7 @@ from ..groups.single_envs import close_each, describe_failure
 from ..layout import RolloutLayout
 from ..runners.policy_shipping import PolicyReplica
 from ..runners.slice_rollout import PolicyFailed, SliceRollout
+from .batch_segments import AttachedSegments
 from .shared_memory import SharedStorage
 from .forwarded_warnings import WarningRecorder
 from .waiting import SpinThenBlock, spin_budget_seconds
@@ -71,6 +72,9 @@ from .waiting import SpinThenBlock, spin_budget_seconds
 __all__ = ["AttachOrder", "REQUEST", "ShippedPolicy", "worker_main"]
 
 REQUEST = struct.Struct("<cq")
+
+#: Batch segments a worker keeps mapped: the main process recycles two (BatchMemory's pool).
+BATCH_SEGMENTS_KEPT = 2
 BEGIN, STEP, FINISH, ABANDON, ROLLOUT, CLOSE, HANDLE = b"b", b"s", b"f", b"a", b"r", b"c", b"x"
 #: What a worker is doing while it serves each request (named when it dies there).
 PHASES = {BEGIN: "begin", STEP: "step", FINISH: "finish", ABANDON: "abandon", ROLLOUT: "rollout", CLOSE: "close", HANDLE: "call"}
@@ -139,6 +143,7 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes], crash
     _warnings.install()
     group = None
     shared: SharedStorage | None = None
+    segments: AttachedSegments | None = None
     replica: PolicyReplica | None = None
     envs = []
     try:
@@ -156,7 +161,9 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes], crash
                 groups = [(0, len(envs), group)]
             else:
                 groups = build_groups(envs, env_offset, [(0, len(envs))], layout, order.incarnation)
-            columns = shared.storage.columns(env_offset, env_offset + groups[-1][1])
+            column_range = (env_offset, env_offset + groups[-1][1])
+            columns = shared.storage.columns(*column_range)
+            segments = AttachedSegments(layout.allocate_storage, column_range, BATCH_SEGMENTS_KEPT)
             group = groups[0][2] if len(groups) == 1 else GroupChain(groups)
             group.reset_all()
             rollout = None
@@ -177,12 +184,14 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes], crash
             connection.send(("error", _picklable(error, env_offset)))
             return
         connection.send(("ready", None))
-        _serve(connection, group, columns, env_offset, rollout, replica)
+        _serve(connection, group, columns, segments, env_offset, rollout, replica)
     except (EOFError, OSError):
         pass  # the main process is gone: nothing left to report to
     finally:
         if group is None:
             close_each(envs)
+        if segments is not None:
+            segments.release_all()
         if shared is not None:
             shared.release()
 
@@ -220,7 +229,7 @@ def _receiver(connection):
     return receive
 
 
-def _serve(connection, group: RolloutGroup, columns, env_offset: int, rollout, replica) -> None:
+def _serve(connection, group: RolloutGroup, columns, segments: AttachedSegments, env_offset: int, rollout, replica) -> None:
     receive = _receiver(connection)
 
     def send(reply: bytes) -> None:
@@ -234,9 +243,10 @@ def _serve(connection, group: RolloutGroup, columns, env_offset: int, rollout, r
                 result = group.step(argument)
                 send(DONE if result is None else FINISHED + pickle.dumps(result))
             elif command == ROLLOUT:
-                send(_run_rollout(rollout, replica, message[REQUEST.size :], columns, env_offset))
+                target, update = _target_columns(message, argument, columns, segments)
+                send(_run_rollout(rollout, replica, update, target, env_offset))
             elif command == BEGIN:
-                group.begin(columns)
+                group.begin(_target_columns(message, argument, columns, segments)[0])
                 send(DONE)
             elif command == FINISH:
                 send(FINISHED + pickle.dumps(group.finish()))
@@ -256,6 +266,17 @@ def _serve(connection, group: RolloutGroup, columns, env_offset: int, rollout, r
         except Exception as error:
             # A failure outside any env (a bug, or storage gone): report it with its traceback.
             _reply_error(connection, WorkerError.from_failures([describe_failure(env_offset, "worker", error)]), env_offset)
+
+
+def _target_columns(message: bytes, argument: int, columns, segments: AttachedSegments):
+    """The columns a BEGIN or ROLLOUT request says to write, and the rest of its payload.
+
+    The argument is the length of the batch segment's name heading the payload (0: the
+    working segment attached at start); a ROLLOUT's policy update follows the name.
+    """
+    name_end = REQUEST.size + argument
+    target = segments.columns(message[REQUEST.size : name_end].decode()) if argument else columns
+    return target, message[name_end:]
 
 
 def _run_rollout(rollout: SliceRollout, replica: PolicyReplica | None, snapshot: bytes, columns, env_offset: int) -> bytes:

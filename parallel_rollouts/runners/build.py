@@ -76,7 +76,7 @@ def build_runner(
         stepper = InProcessStepper.build(spec, backend)
     try:
         layout = stepper.layout
-        memory = BatchMemory(layout.allocate_storage, reuse_buffers, stepper.working_storage)
+        memory = BatchMemory(layout.allocate_storage, reuse_buffers, stepper.working_storage, stepper.batch_segments)
         if pipelined:
             from .pipelined import PipelinedRunner
 

@@ -95,6 +95,11 @@ class PipelinedRunner(RolloutRunner):
             if not self.broken:
                 self._drop_rollout()
             raise
+        finally:
+            # Views of this batch held here would keep its memory from being recycled once
+            # the caller drops it (BatchMemory counts references).
+            for part in parts:
+                part.columns = None
         episodes = self._guarded(stepper.finish)
         return stepped_result(stepper, memory, episodes, has_values, has_log_probs)
 

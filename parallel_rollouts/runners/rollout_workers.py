@@ -4,8 +4,9 @@ One exchange per ``collect()`` instead of one per step: the main process sends e
 one rollout request carrying what changed in the policy since the last one
 (:mod:`~parallel_rollouts.runners.policy_shipping`, the same as for Ray actors), and waits. Each worker runs the same
 :class:`~parallel_rollouts.runners.slice_rollout.SliceRollout` a Ray actor runs, writing its
-columns of the shared storage; the batch is then copied out once (or handed out, with
-``reuse_buffers=True``).
+columns of shared storage: a segment that becomes the caller's batch as it is
+(:mod:`~parallel_rollouts.processes.batch_segments`), or with ``reuse_buffers=True`` the
+one working segment, handed out again on every collect.
 
 It pays when the per-step handshake is a large share of a step (cheap envs) and the
 policy is cheap enough to run on every worker's CPU. A policy that needs the GPU, or
@@ -22,6 +23,7 @@ import numpy as np
 from ..batch_memory import BatchMemory
 from ..errors import ActionError, PolicyTransferError
 from ..processes import worker_main as protocol
+from ..processes.batch_segments import BatchSegments
 from ..processes.pool import WorkerPool
 from ..spec import RolloutSpec
 from ..storage import CompletedEpisodes
@@ -84,7 +86,10 @@ class RolloutWorkersRunner(RolloutRunner):
             policy=protocol.ShippedPolicy(snapshot, private_policy_rows=not reuse_buffers),
             max_restarts=max_restarts,
         )
-        return cls(pool, BatchMemory(pool.layout.allocate_storage, reuse_buffers, pool.shared.storage), shipper)
+        # Fresh batches are written straight into segments of their own: nothing is copied out.
+        segments = None if reuse_buffers else BatchSegments(pool.layout.allocate_storage)
+        memory = BatchMemory(pool.layout.allocate_storage, reuse_buffers, pool.shared.storage, segments)
+        return cls(pool, memory, shipper)
 
     def _collect(self) -> RolloutResult:
         memory, pool = self._memory, self.pool
@@ -97,7 +102,8 @@ class RolloutWorkersRunner(RolloutRunner):
         # Rows a worker records mark where it got to, should it be lost part-way (a seed is never negative).
         storage.step_episode_seeds.fill(NOT_RECORDED)
         pool.take_wait_seconds()
-        self._guarded(pool.send, protocol.ROLLOUT, 0, None, update)
+        segment = memory.segment_name().encode()
+        self._guarded(pool.send, protocol.ROLLOUT, len(segment), None, segment + update)
         replies, losses = self._guarded(pool.receive_all, None, pool.layout.horizon)
         # An env failed in some worker while the others ran on, or a worker was lost and
         # cannot be replaced: broken. A replacement that cannot start: broken too.

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import abc
+from typing import TYPE_CHECKING
 
 from ..layout import RolloutLayout
 from ..storage import CompletedEpisodes, RolloutStorage
+
+if TYPE_CHECKING:
+    from ..processes.batch_segments import BatchSegments
 
 __all__ = ["EnvStepper"]
 
@@ -19,11 +23,14 @@ class EnvStepper(abc.ABC):
     stay where row ``t`` says, and the next rollout starts from there).
 
     ``working_storage`` is the storage the stepper must be handed: the shared memory its
-    worker processes write (``None`` for a stepper that writes wherever it is told).
-    ``layout`` is the rollout layout it resolved once its envs existed.
+    worker processes write (``None`` for a stepper that writes wherever it is told), unless
+    it is handed one of its ``batch_segments`` (shared segments a fresh batch is written
+    into in place; ``None`` for a stepper without). ``layout`` is the rollout layout it
+    resolved once its envs existed.
     """
 
     working_storage: RolloutStorage | None = None
+    batch_segments: BatchSegments | None = None
     layout: RolloutLayout
 
     @property

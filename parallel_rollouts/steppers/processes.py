@@ -2,9 +2,9 @@
 
 The policy runs batched in the main process, which writes actions into the shared
 ``actions`` rows; a step is one 9-byte request and one 1-byte reply per worker (see
-:mod:`parallel_rollouts.processes.worker_main`). The storage the workers write is the
-pool's shared segment; :class:`~parallel_rollouts.batch_memory.BatchMemory` copies it out
-(or hands it out, with ``reuse_buffers=True``).
+:mod:`parallel_rollouts.processes.worker_main`). The workers write a fresh batch straight
+into a segment of its own (:mod:`~parallel_rollouts.processes.batch_segments`), or with
+``reuse_buffers=True`` the pool's working segment, handed out again on every collect.
 
 With ``max_restarts``, a worker that dies or overruns ``step_timeout`` at step ``t`` is
 replaced at once; its envs sit out the rest of the rollout (their rows from ``t`` on are
@@ -18,6 +18,7 @@ import pickle
 import numpy as np
 
 from ..processes import worker_main as protocol
+from ..processes.batch_segments import BatchSegments
 from ..processes.pool import WorkerPool
 from ..spec import RolloutSpec
 from ..storage import CompletedEpisodes, RolloutStorage
@@ -33,6 +34,8 @@ class ProcessStepper(EnvStepper):
         self.pool = pool
         self.layout = pool.layout
         self.working_storage = pool.shared.storage
+        #: Segments a fresh batch is written into in place (``BatchMemory`` takes them).
+        self.batch_segments = BatchSegments(pool.layout.allocate_storage)
         # Per rollout: the row each env's worker was lost at (horizon: not lost), and the
         # row each worker's step in flight is for.
         self._lost_from: np.ndarray | None = None
@@ -51,8 +54,10 @@ class ProcessStepper(EnvStepper):
         return self.layout.num_envs
 
     def begin(self, storage: RolloutStorage) -> None:
-        if storage is not self.working_storage:
-            raise RuntimeError("worker processes write only into their shared working storage.")
+        segment = b"" if storage is self.working_storage else self.batch_segments.name_of(storage)
+        if segment is None:
+            raise RuntimeError("worker processes write only into shared storage: the working copy or a batch segment.")
+        segment = segment.encode() if segment else segment
         self._lost_from = None
         self._replaced = []
         self.pool.take_wait_seconds()
@@ -60,7 +65,7 @@ class ProcessStepper(EnvStepper):
         # replacement begins with the others, its envs at the start of fresh episodes.
         pending = self.pool.workers
         while pending:
-            self.pool.send(protocol.BEGIN, 0, pending)
+            self.pool.send(protocol.BEGIN, len(segment), pending, segment)
             replies, losses = self.pool.receive_all(pending)
             self.pool.raise_failures([reply for reply in replies if reply is not None])
             self.pool.raise_losses(losses)
@@ -111,6 +116,7 @@ class ProcessStepper(EnvStepper):
 
     def close(self) -> None:
         self.working_storage = None
+        self.batch_segments.release_all()
         self.pool.close()
 
     # -- losses -----------------------------------------------------------------------------

@@ -1,0 +1,184 @@
+"""Fresh batches that are memory the workers wrote, and recycled memory that never changes a held batch.
+
+Async workers (rollout workers, and per-step workers with the policy in the main process,
+pipelined or not) write each fresh batch into a shared segment of its own, handed to the
+caller without a copy; a segment is written again only once the caller holds nothing
+of its batch. The same recycling serves private batches, whose large final-observation
+arrays are views of a mapping rather than arrays owning their memory.
+"""
+
+from __future__ import annotations
+
+import gc
+from functools import partial
+
+import numpy as np
+import pytest
+
+from parallel_rollouts import ParallelRolloutCollector
+from parallel_rollouts.processes import batch_segments
+from tests.batch_compare import assert_batches_identical
+from tests.envs import CountingEnv, cartpole
+from tests.leaks import our_segments
+
+pytestmark = pytest.mark.timeout(120)
+
+COUNTING = [partial(CountingEnv, env_id=i, episode_length=3) for i in range(4)]
+SETTINGS = dict(horizon=7, seed=5, info_keys=("step_in_episode",))
+
+
+def _reference(collects: int) -> list:
+    with ParallelRolloutCollector(COUNTING, None, "serial", **SETTINGS) as collector:
+        return [collector.collect() for _ in range(collects)]
+
+
+#: The async modes: rollout workers, per-step workers, per-step workers pipelined.
+MODES = {"rollout-workers": {"policy_placement": "workers"}, "per-step": {}, "pipelined": {"pipelined": True}}
+
+
+@pytest.fixture(params=sorted(MODES))
+def mode(request) -> dict:
+    return MODES[request.param]
+
+
+def _workers(mode: dict) -> ParallelRolloutCollector:
+    return ParallelRolloutCollector(COUNTING, None, "async", num_workers=2, **SETTINGS, **mode)
+
+
+def test_held_batches_and_held_views_survive_later_collects(mode, no_leaks):
+    reference = _reference(8)
+    kept: dict[int, object] = {}
+    with _workers(mode) as collector:
+        for index in range(8):
+            batch = collector.collect()
+            if index in (1, 4):
+                kept[index] = batch  # the whole batch
+            elif index == 2:
+                kept[index] = batch.final_observations[3:]  # only a view of one array
+            elif index == 5:
+                kept[index] = batch.observations  # only one array, as it is
+            del batch
+        for index in (1, 4):
+            assert_batches_identical(kept[index], reference[index])
+        np.testing.assert_array_equal(kept[2], reference[2].final_observations[3:])
+        assert kept[2].any()  # episodes of 3 steps end in those rows
+        np.testing.assert_array_equal(kept[5], reference[5].observations)
+
+
+def test_dropped_batches_recycle_their_segments(mode, no_leaks):
+    reference = _reference(12)
+    before = our_segments()
+    with _workers(mode) as collector:
+        names = set()
+        for index in range(6):
+            batch = collector.collect()
+            assert_batches_identical(batch, reference[index])
+            names |= our_segments() - before
+            del batch
+        # The working segment the workers attached at start, and one batch segment used again.
+        assert len(names) == 2
+        batch = None
+        for index in range(6, 12):
+            # A training loop's pattern: the previous batch is held while the next is collected.
+            batch = collector.collect()
+            assert_batches_identical(batch, reference[index])
+            names |= our_segments() - before
+        assert len(names) == 3
+    assert our_segments() == before
+
+
+def test_a_batch_outlives_its_collector_and_its_segment_name(mode, no_leaks):
+    reference = _reference(2)
+    before = our_segments()
+    with _workers(mode) as collector:
+        collector.collect()
+        batch = collector.collect()
+    assert our_segments() == before  # every name is gone ...
+    gc.collect()
+    assert_batches_identical(batch, reference[1])  # ... and the memory stays the caller's
+
+
+def test_a_refused_segment_falls_back_to_copying_out(mode, monkeypatch, no_leaks):
+    reference = _reference(4)
+    with _workers(mode) as collector:
+        first = collector.collect()
+
+        def refuse(allocate):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(batch_segments.SharedStorage, "create_unheld", refuse)
+        later = [collector.collect() for _ in range(3)]
+    for batch, expected in zip([first, *later], reference):
+        assert_batches_identical(batch, expected)
+
+
+@pytest.mark.filterwarnings("ignore::parallel_rollouts.StalePolicyWarning")
+@pytest.mark.parametrize("backend", ["sync", "async"])
+def test_views_of_large_final_observations_survive_recycling(backend, no_leaks):
+    """84x84x4 frames: the final observations come from a mapping, so a view's base is not the array."""
+    from benchmarks.envs import FrameImageEnv
+    from benchmarks.workloads import image_policy
+
+    fns = [partial(FrameImageEnv, episode_length=5) for _ in range(16)]
+    options = {"policy_placement": "workers", "num_workers": 2} if backend == "async" else {}
+    with ParallelRolloutCollector(fns, image_policy, "serial", horizon=64, seed=1) as collector:
+        reference = collector.collect()
+    with ParallelRolloutCollector(fns, image_policy, backend, horizon=64, seed=1, **options) as collector:
+        batch = collector.collect()
+        view = batch.final_observations[4, 2:5]
+        del batch
+        gc.collect()
+        for _ in range(3):
+            collector.collect()
+        np.testing.assert_array_equal(view, reference.final_observations[4, 2:5])
+        assert view.any()
+
+
+class KeepingPolicy:
+    """Keeps every observation row it is given: rows of the batch the caller gets."""
+
+    def __init__(self) -> None:
+        self.rows: list[np.ndarray] = []
+
+    def __call__(self, observations):
+        self.rows.append(observations)
+        return (observations[:, 0] > 0).astype(np.int64)
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_policy_rows_in_the_main_process_are_the_batch_s_own(pipelined, no_leaks):
+    keeping = KeepingPolicy()
+    with ParallelRolloutCollector([cartpole] * 4, keeping, "async", horizon=9, seed=2, num_workers=2, pipelined=pipelined) as collector:
+        batches = [collector.collect() for _ in range(3)]
+        for _ in range(3):
+            collector.collect()  # dropped at once: their segments are recycled, the held ones' not
+    calls_per_row = 2 if pipelined else 1  # pipelined: one call on each half of the envs
+    for index, batch in enumerate(batches):
+        for t in range(9):
+            first = (index * 9 + t) * calls_per_row
+            parts = keeping.rows[first : first + calls_per_row]
+            np.testing.assert_array_equal(np.concatenate(parts), batch.observations[t])
+            assert all(np.shares_memory(part, batch.observations) for part in parts)
+
+
+def _open_descriptors() -> int:
+    import os
+
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+def test_kept_batches_hold_no_descriptors_and_no_segment_names(mode, no_leaks):
+    """A program may keep every batch (a dataset): each must not cost a descriptor or a name."""
+    before = our_segments()
+    with _workers(mode) as collector:
+        kept = [collector.collect()]
+        descriptors = _open_descriptors()
+        kept += [collector.collect() for _ in range(30)]
+        assert _open_descriptors() == descriptors
+        # The working segment and the two the pool still recycles keep their names; the rest
+        # are the caller's memory only.
+        assert len(our_segments() - before) <= 3
+    reference = _reference(31)
+    for batch, expected in zip(kept, reference):
+        assert_batches_identical(batch, expected)
