@@ -15,10 +15,10 @@ Every runner asks this object, and only this object, for storage:
 
 ``final_observations`` is the one field that is not rewritten in full by every
 rollout: only rows where an episode ended get a value, and every other row must
-read as zero. Fresh storage takes it from
-:func:`~parallel_rollouts.sparse_memory.sparse_zeros` (a shared segment: from
-its file's zero pages), whose pages the kernel maps lazily, so rows no episode
-ends in cost nothing. Storage written again has only the rows the earlier
+read as zero. Fresh private storage takes it from
+:func:`~parallel_rollouts.sparse_memory.sparse_zeros`, whose pages the kernel
+maps lazily, so rows no episode ends in cost nothing (a shared segment is
+reserved, zeroed, when it is created). Storage written again has only the rows the earlier
 rollout wrote cleared, so the cost follows the number of episode ends, never
 the size of the array.
 

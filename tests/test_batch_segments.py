@@ -9,14 +9,15 @@ arrays are views of a mapping rather than arrays owning their memory.
 
 from __future__ import annotations
 
+import errno
 import gc
+import os
 from functools import partial
 
 import numpy as np
 import pytest
 
 from parallel_rollouts import ParallelRolloutCollector
-from parallel_rollouts.processes import batch_segments
 from tests.batch_compare import assert_batches_identical
 from tests.envs import CountingEnv, cartpole
 from tests.leaks import our_segments
@@ -98,18 +99,28 @@ def test_a_batch_outlives_its_collector_and_its_segment_name(mode, no_leaks):
     assert_batches_identical(batch, reference[1])  # ... and the memory stays the caller's
 
 
-def test_a_refused_segment_falls_back_to_copying_out(mode, monkeypatch, no_leaks):
+def _no_room(descriptor, offset, length):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_segment_shared_memory_has_no_room_for_falls_back_to_copying_out(mode, monkeypatch, no_leaks):
     reference = _reference(4)
+    before = our_segments()
     with _workers(mode) as collector:
         first = collector.collect()
-
-        def refuse(allocate):
-            raise OSError(28, "No space left on device")
-
-        monkeypatch.setattr(batch_segments.SharedStorage, "create_unheld", refuse)
+        # From here on /dev/shm is full: the next segments are refused when reserved (not
+        # found by a write that cannot be backed), and each batch goes through the working one.
+        monkeypatch.setattr(os, "posix_fallocate", _no_room, raising=False)
         later = [collector.collect() for _ in range(3)]
+        assert len(our_segments() - before) == 2  # the working segment and the first batch's
     for batch, expected in zip([first, *later], reference):
         assert_batches_identical(batch, expected)
+
+
+def test_no_room_for_the_working_segment_is_a_clear_error_at_construction(monkeypatch, no_leaks):
+    monkeypatch.setattr(os, "posix_fallocate", _no_room, raising=False)
+    with pytest.raises(OSError, match=r"/dev/shm.*no room.*MiB.*shm-size"):
+        _workers(MODES["per-step"])
 
 
 @pytest.mark.filterwarnings("ignore::parallel_rollouts.StalePolicyWarning")
@@ -162,12 +173,10 @@ def test_policy_rows_in_the_main_process_are_the_batch_s_own(pipelined, no_leaks
 
 
 def _open_descriptors() -> int:
-    import os
-
     return len(os.listdir("/proc/self/fd"))
 
 
-@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
 def test_kept_batches_hold_no_descriptors_and_no_segment_names(mode, no_leaks):
     """A program may keep every batch (a dataset): each must not cost a descriptor or a name."""
     before = our_segments()

@@ -503,7 +503,7 @@ def test_an_interruption_at_any_line_leaves_the_collector_consistent_or_clearly_
     assert outcomes["consistent"] > 0 and outcomes["broken"] > 0
 
 
-_WATCHED_ASYNC = _WATCHED + ("processes.py", "pool.py", "waiting.py", "shared_memory.py")
+_WATCHED_ASYNC = _WATCHED + ("processes.py", "pool.py", "waiting.py", "shared_memory.py", "batch_segments.py")
 
 
 def test_an_async_interruption_at_sampled_lines_leaves_the_collector_consistent_or_clearly_broken(no_leaks):

@@ -27,9 +27,9 @@ class BatchSegments:
     """The main process's batch segments: created on demand, named, released.
 
     ``allocate(allocator, zeroed)`` lays out one rollout's storage (the layout's
-    ``allocate_storage``). Calling the object creates a segment and returns its storage,
-    or ``None`` when the system refuses one (``/dev/shm`` full): the collector then
-    falls back to copying out of the working segment.
+    ``allocate_storage``). Calling the object creates a segment, its memory reserved, and
+    returns its storage, or ``None`` when the system refuses one (``/dev/shm`` without
+    room for it): the collector then falls back to copying out of the working segment.
     """
 
     def __init__(self, allocate: Callable[..., RolloutStorage]) -> None:
@@ -37,12 +37,18 @@ class BatchSegments:
         self._segments: dict[int, SharedStorage] = {}
 
     def __call__(self) -> RolloutStorage | None:
+        shared = None
         try:
             # Held by the caller as a batch, perhaps for long: no descriptor may go with it.
             shared = SharedStorage.create_unheld(self._allocate)
+            self._segments[id(shared.storage)] = shared
         except OSError:
             return None
-        self._segments[id(shared.storage)] = shared
+        except BaseException:
+            # Interrupted after the segment was made: release it rather than lose track of it.
+            if shared is not None and id(shared.storage) not in self._segments:
+                shared.release()
+            raise
         return shared.storage
 
     def name_of(self, storage: RolloutStorage) -> str | None:

@@ -14,6 +14,7 @@ any layout across.
 from __future__ import annotations
 
 import ctypes
+import errno
 import mmap
 import os
 import secrets
@@ -79,6 +80,7 @@ class _Mapping:
     """
 
     def __init__(self, descriptor: int, size: int) -> None:
+        self._address = None  # until mapped: __del__ then has nothing to unmap
         address = _libc.mmap(None, size, _PROT_READ | _PROT_WRITE, _MAP_SHARED, descriptor, 0)
         if address is None or address == _MAP_FAILED:
             error = ctypes.get_errno()
@@ -87,7 +89,8 @@ class _Mapping:
         self.__array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (address, False), "version": 3}
 
     def __del__(self) -> None:
-        _libc.munmap(ctypes.c_void_p(self._address), ctypes.c_size_t(self._size))
+        if self._address is not None:
+            _libc.munmap(ctypes.c_void_p(self._address), ctypes.c_size_t(self._size))
 
 
 def _load_libc():
@@ -171,13 +174,15 @@ class SharedStorage:
         _, size = carve(allocate, None)
         segment = _Segment(name=_new_name(), create=True, size=max(size, 1))
         try:
+            _reserve(segment)
             mapping = np.asarray(_Mapping(segment._fd, segment.size))
+            segment.close()  # its own mapping and descriptor: nothing views them
+            storage, _ = carve(allocate, mapping)
+            return cls(segment, storage, owner=True)
         except BaseException:
+            # An interruption as well: the name must not outlive this call unowned.
             release_segment(segment, owner=True)
             raise
-        segment.close()  # its own mapping and descriptor: nothing views them
-        storage, _ = carve(allocate, mapping)
-        return cls(segment, storage, owner=True)
 
     @classmethod
     def attach(cls, name: str, allocate: Callable[..., RolloutStorage]) -> SharedStorage:
@@ -214,8 +219,40 @@ def _attach_untracked(name: str) -> shared_memory.SharedMemory:
 def create_segment(size: int) -> shared_memory.SharedMemory:
     """A new segment of ``size`` bytes named with this library's prefix, owned by this process."""
     segment = _Segment(name=_new_name(), create=True, size=max(size, 1))
+    try:
+        _reserve(segment)
+    except BaseException:
+        release_segment(segment, owner=True)
+        raise
     _drop_descriptor(segment)
     return segment
+
+
+def _reserve(segment: shared_memory.SharedMemory) -> None:
+    """Allocate the segment's memory now, so that a full ``/dev/shm`` refuses it here.
+
+    Creating a segment only sets its size. Without this, a ``/dev/shm`` too full for it
+    is found by the first write to a page that cannot be allocated: a SIGBUS that kills
+    whichever process writes (a worker, or this one). Reserved, it is an ``OSError``
+    (ENOSPC) now: the collector refuses to start, or writes a batch through its working
+    segment instead of a segment of its own. Where the call does not exist (macOS,
+    Windows) or the file system cannot do it, the segment is left as it was.
+    """
+    reserve = getattr(os, "posix_fallocate", None)
+    descriptor = getattr(segment, "_fd", -1)
+    if reserve is None or not isinstance(descriptor, int) or descriptor < 0:
+        return
+    try:
+        reserve(descriptor, 0, segment.size)
+    except OSError as error:
+        if error.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            return
+        raise OSError(
+            error.errno,
+            f"shared memory (/dev/shm) has no room for a {segment.size / 2**20:.1f} MiB segment of rollout "
+            f"storage: {os.strerror(error.errno)}. Free some, give the container a larger /dev/shm "
+            "(e.g. `docker run --shm-size=2g`), or collect fewer envs or a shorter horizon per collector.",
+        ) from None
 
 
 def _new_name() -> str:

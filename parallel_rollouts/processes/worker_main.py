@@ -20,13 +20,14 @@ Start-up (pickled messages):
 Rollouts (the per-step fast path: 9-byte requests, 1-byte replies, no pickling):
 
     request  = command byte + little-endian int64 argument
-    b"b" 0   begin a rollout          (writes row 0 of this worker's columns)
+    b"b" n   + an n-byte segment name (n = 0: the working segment): begin a rollout
+             into that segment, mapping it first if new (writes row 0 of this worker's columns)
     b"s" t   step t                   (reads actions[t], writes rows t and t + 1)
     b"f" 0   finish                   -> reply b"f" + pickled CompletedEpisodes
     b"a" t   abandon after t steps
-    b"r" 0   + pickled PolicySnapshot, or nothing when the policy did not change:
-             rollout workers: bring the worker's copy of the policy up to date, run
-             a whole rollout with it
+    b"r" n   + an n-byte segment name, then a pickled PolicySnapshot, or nothing when the
+             policy did not change: rollout workers: bring the worker's copy of the policy
+             up to date, run a whole rollout with it into that segment
                               -> reply b"f" + pickled SliceResult, or
                                  b"p" + pickled (exception, steps done) if the policy failed
     b"c" 0   close the envs and exit
