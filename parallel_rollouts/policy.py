@@ -51,20 +51,22 @@ class PolicyOutputWriter:
         self._actions = ActionBatchChecker(action_layout, num_envs, core, "the policy's")
         self.has_values: bool | None = None
         self.has_log_probs: bool | None = None
+        self._actions_alone = False
 
     def write(self, t: int, output: Any, storage: RolloutStorage) -> None:
+        if self._actions_alone and type(output) is np.ndarray:
+            # The common step: one action leaf, and an array of actions alone, as on the first step.
+            storage.actions[0][t] = self._actions.check(output)[0]
+            return
         if isinstance(output, PolicyOutput):
             actions, values, log_probs = output.actions, output.values, output.log_probs
         else:
             actions, values, log_probs = output, None, None
         leaf_actions = self._actions.check(actions)
-        # A policy that returns actions alone, as it did on the first step: nothing else to check.
-        if values is None and log_probs is None and self.has_values is False and self.has_log_probs is False:
-            for leaf_storage, leaf_action in zip(storage.actions, leaf_actions):
-                leaf_storage[t] = leaf_action
-            return
         values = self._check_per_env(values, "values", "has_values")
         log_probs = self._check_per_env(log_probs, "log_probs", "has_log_probs")
+        # Once a policy returned actions alone, later steps may take the common path above.
+        self._actions_alone = not self._layout.is_nested and self.has_values is False and self.has_log_probs is False
         for leaf_storage, leaf_action in zip(storage.actions, leaf_actions):
             leaf_storage[t] = leaf_action
         if values is not None:
@@ -98,6 +100,7 @@ class PolicyOutputWriter:
         """Forget which optional fields were seen; called at the start of every collect."""
         self.has_values = None
         self.has_log_probs = None
+        self._actions_alone = False
 
 
 class RandomActionSampler:

@@ -14,16 +14,6 @@ from .storage import RolloutStorage
 __all__ = ["RolloutLoop"]
 
 
-def _read_only(array: np.ndarray) -> np.ndarray:
-    view = array.view()
-    view.setflags(write=False)  # cheaper than going through `view.flags`, once per leaf and row
-    return view
-
-
-def _storage_rows(storage: RolloutStorage, t: int) -> list[np.ndarray]:
-    return [leaf[t] for leaf in storage.observations]
-
-
 class RolloutLoop:
     """For ``t`` in ``range(horizon)``: policy -> checked actions -> ``step(t)``.
 
@@ -33,6 +23,7 @@ class RolloutLoop:
 
     def __init__(self, observation_layout: SpaceLayout, output_writer: PolicyOutputWriter, policy: Callable[[Any], Any]) -> None:
         self._observation_layout = observation_layout
+        self._nested = observation_layout.is_nested
         self.output_writer = output_writer
         self.policy = policy
         self.steps_done = 0
@@ -41,26 +32,43 @@ class RolloutLoop:
         self,
         storage: RolloutStorage,
         step: Callable[[int], None],
-        policy_observations: Optional[Callable[[RolloutStorage, int], list[np.ndarray]]] = None,
+        policy_rows: Optional[Callable[[int], list[np.ndarray]]] = None,
+        on_step_error: Optional[Callable[[BaseException], None]] = None,
     ) -> None:
-        """Run the rollout; ``policy_observations(storage, t)`` gives the policy's rows.
+        """Run the rollout; ``policy_rows(t)`` gives the policy's rows of step ``t``.
 
         By default the policy gets views of ``storage`` row ``t``; a runner whose
-        storage is not the caller's batch supplies rows that are.
+        storage is not the caller's batch supplies rows that are. Whatever
+        ``policy_rows`` returns must be arrays made for that call (fresh views or
+        copies): they are made read-only before the policy sees them.
+        ``on_step_error(error)`` hears of an exception raised by ``step`` (not by the
+        policy) before it propagates: only a step can leave the envs part-way.
         """
-        rows_of = policy_observations or _storage_rows
+        if policy_rows is None:
+            observations = storage.observations
+            policy_rows = lambda t: [leaf[t] for leaf in observations]  # noqa: E731
         act = self.act
         self.output_writer.reset_rollout()
         self.steps_done = 0
         for t in range(storage.horizon):
-            act(t, storage, rows_of(storage, t))
-            step(t)
+            act(t, storage, policy_rows(t))
+            try:
+                step(t)
+            except BaseException as error:
+                if on_step_error is not None:
+                    on_step_error(error)
+                raise
             self.steps_done = t + 1
 
     def act(self, t: int, storage: RolloutStorage, rows: list[np.ndarray] | None = None) -> None:
-        """Call the policy on ``rows`` (default: views of row ``t``); write its checked output into row ``t``."""
+        """Call the policy on ``rows`` (default: views of row ``t``); write its checked output into row ``t``.
+
+        ``rows`` are arrays made for this call (fresh views or copies), so marking them
+        read-only touches nothing else: the policy cannot corrupt the batch through them.
+        """
         if rows is None:
-            rows = _storage_rows(storage, t)
-        # The policy sees read-only arrays: it cannot corrupt the batch.
-        observations = self._observation_layout.unflatten([_read_only(row) for row in rows])
+            rows = [leaf[t] for leaf in storage.observations]
+        for row in rows:
+            row.setflags(write=False)  # cheaper than going through `row.flags`, once per leaf and row
+        observations = self._observation_layout.unflatten(rows) if self._nested else rows[0]
         self.output_writer.write(t, self.policy(observations), storage)

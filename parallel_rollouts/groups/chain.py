@@ -25,6 +25,10 @@ class GroupChain:
             group.reset_all()
 
     def begin(self, storage: RolloutStorage) -> None:
+        if len(self._groups) == 1 and self._groups[0][:2] == (0, storage.rewards.shape[1]):
+            # One group over every column (sync): the storage is its column slice already.
+            self._groups[0][2].begin(storage)
+            return
         for start, stop, group in self._groups:
             group.begin(storage.columns(start, stop))
 
@@ -47,6 +51,10 @@ class GroupChain:
         if len(errors) == 1:
             raise error
         raise error from errors[0].__cause__
+
+    def step_function(self):
+        """``step``, or with one group that group's own ``step`` (one Python frame less per row)."""
+        return self._groups[0][2].step if len(self._groups) == 1 else self.step
 
     def finish(self) -> CompletedEpisodes:
         return CompletedEpisodes.merge([group.finish() for _, _, group in self._groups])

@@ -79,8 +79,11 @@ class _Mapping:
     when that array, and so every view of it, is gone.
     """
 
+    # Until mapped, __del__ has nothing to unmap; a class attribute, so that this holds even
+    # when an interruption lands before the first line of __init__ runs.
+    _address: int | None = None
+
     def __init__(self, descriptor: int, size: int) -> None:
-        self._address = None  # until mapped: __del__ then has nothing to unmap
         address = _libc.mmap(None, size, _PROT_READ | _PROT_WRITE, _MAP_SHARED, descriptor, 0)
         if address is None or address == _MAP_FAILED:
             error = ctypes.get_errno()

@@ -24,7 +24,7 @@ class LocalRunner(RolloutRunner):
         storage = memory.begin()
         self._guarded(self.stepper.begin, storage)
         try:
-            loop.run(storage, self._guarded_step, self._policy_rows)
+            loop.run(storage, self.stepper.step_function(), memory.policy_rows, self._break)
         except BaseException:
             if not self.broken:
                 # The policy (or its output) failed before step `steps_done` ran:
@@ -40,12 +40,6 @@ class LocalRunner(RolloutRunner):
         episodes = self._guarded(self.stepper.finish)
         writer = loop.output_writer
         return stepped_result(self.stepper, memory, episodes, bool(writer.has_values), bool(writer.has_log_probs))
-
-    def _policy_rows(self, storage, t: int) -> list:
-        return self._memory.policy_rows(t)
-
-    def _guarded_step(self, t: int) -> None:
-        self._guarded(self.stepper.step, t)
 
     def take_warnings(self) -> list:
         return self.stepper.take_warnings()

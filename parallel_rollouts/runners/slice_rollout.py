@@ -58,7 +58,7 @@ class SliceRollout:
         self.group = group
         # Storage that the next rollout overwrites (a worker's shared columns) hands the
         # policy copies, so that a policy keeping its inputs keeps what it was given.
-        self._policy_rows = _copied_rows if private_policy_rows else None
+        self._private_policy_rows = private_policy_rows
         if policy is None:
             policy = RandomActionSampler(layout.action_layout, layout.root_seed, range(env_offset, env_offset + num_envs))
         self.loop = RolloutLoop(
@@ -80,8 +80,9 @@ class SliceRollout:
         group, loop = self.group, self.loop
         group.begin(storage)
         self._env_failed = False
+        policy_rows = _copied_rows(storage) if self._private_policy_rows else None
         try:
-            loop.run(storage, self._step, self._policy_rows)
+            loop.run(storage, group.step, policy_rows, self._note_env_failure)
         except Exception as error:
             if self._env_failed:
                 raise
@@ -91,13 +92,11 @@ class SliceRollout:
         writer = loop.output_writer
         return SliceResult(episodes, bool(writer.has_values), bool(writer.has_log_probs))
 
-    def _step(self, t: int) -> None:
-        try:
-            self.group.step(t)
-        except BaseException:
-            self._env_failed = True
-            raise
+    def _note_env_failure(self, error: BaseException) -> None:
+        self._env_failed = True
 
 
-def _copied_rows(storage: RolloutStorage, t: int) -> list:
-    return [leaf[t].copy() for leaf in storage.observations]
+def _copied_rows(storage: RolloutStorage):
+    """The policy's rows of ``storage`` as copies: the next rollout overwrites the storage."""
+    observations = storage.observations
+    return lambda t: [leaf[t].copy() for leaf in observations]

@@ -43,6 +43,11 @@ class EnvStepper(abc.ABC):
     @abc.abstractmethod
     def step(self, t: int) -> None: ...
 
+    def step_function(self):
+        """What the runner calls as ``step(t)`` in the rollout just begun: :meth:`step`, or a
+        shorter path to the same call (fewer Python frames per row)."""
+        return self.step
+
     @abc.abstractmethod
     def abandon(self, t: int) -> None: ...
 

@@ -66,6 +66,9 @@ class InProcessStepper(EnvStepper):
     def step(self, t: int) -> None:
         self._groups.step(t)
 
+    def step_function(self):
+        return self._groups.step_function()
+
     def abandon(self, t: int) -> None:
         self._groups.abandon(t)
 
