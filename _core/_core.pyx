@@ -13,7 +13,8 @@ and bool masks alike, with no per-element Python.
 """
 
 cimport cython
-from libc.string cimport memcpy
+from libc.math cimport INFINITY, nextafterf
+from libc.string cimport memcpy, memset
 
 import numpy as np
 
@@ -844,6 +845,14 @@ cdef class RowStepper:
         return True
 
 
+# Float leaves are checked against their bounds repeated into a tile of at least this many
+# values: the loop over a block of rows then reads values and bounds side by side, which
+# the compiler turns into vector compares (the per-element loop over float64 bounds it
+# cannot vectorize with the baseline x86-64 instruction set).
+cdef enum:
+    BOUNDS_TILE = 64
+
+
 cdef class _LeafBounds:
     """The bounds of one observation leaf and the typed check of its rows in place."""
 
@@ -853,8 +862,17 @@ cdef class _LeafBounds:
     cdef int type_number
     cdef Py_ssize_t itemsize
     cdef Py_ssize_t elements
+    # Float leaves (no NaN bound): the bounds repeated over `tile` values (0: no tile). For
+    # float32 leaves they are rounded outwards to float32, which decides every float32 value
+    # exactly as the float64 bounds do, and lets the compare stay in float32.
+    cdef Py_ssize_t tile
+    cdef float[::1] low32
+    cdef float[::1] high32
+    cdef double[::1] low64
+    cdef double[::1] high64
 
     def __init__(self, ObservationWriter writer not None, low, high):
+        cdef Py_ssize_t j
         self.writer = writer
         self.low = low
         self.high = high
@@ -866,6 +884,29 @@ cdef class _LeafBounds:
         if not _has_kernel(self.type_number):
             # float16 and the like: no typed kernel; the caller checks such leaves the slow way.
             self.type_number = -1
+        self.tile = 0
+        if self.elements and self.type_number in (cnp.NPY_FLOAT, cnp.NPY_DOUBLE) and not (np.isnan(low).any() or np.isnan(high).any()):
+            self.tile = max(1, BOUNDS_TILE // self.elements) * self.elements
+            if self.type_number == cnp.NPY_FLOAT:
+                self.low32 = np.empty(self.tile, dtype=np.float32)
+                self.high32 = np.empty(self.tile, dtype=np.float32)
+                for j in range(self.tile):
+                    self.low32[j] = _float32_at_or_above(self.low[j % self.elements])
+                    self.high32[j] = _float32_at_or_below(self.high[j % self.elements])
+            else:
+                self.low64 = np.empty(self.tile, dtype=np.float64)
+                self.high64 = np.empty(self.tile, dtype=np.float64)
+                for j in range(self.tile):
+                    self.low64[j] = self.low[j % self.elements]
+                    self.high64[j] = self.high[j % self.elements]
+
+    cdef bint _values_outside(self, const unsigned char* data, Py_ssize_t rows) noexcept nogil:
+        """``rows`` contiguous rows at ``data``: is any value outside (NaN included)?"""
+        if self.tile:
+            if self.type_number == cnp.NPY_FLOAT:
+                return _float32_tiled_outside(<const float*>data, rows * self.elements, self.tile, &self.low32[0], &self.high32[0])
+            return _float64_tiled_outside(<const double*>data, rows * self.elements, self.tile, &self.low64[0], &self.high64[0])
+        return _pointer_outside(data, self.type_number, self.itemsize, self.elements, &self.low[0], &self.high[0], rows)
 
     cdef bint row_outside(self, Py_ssize_t row) except -1:
         """Whether any env's values in observations row ``row`` lie outside the bounds."""
@@ -878,12 +919,9 @@ cdef class _LeafBounds:
             return False
         if self.writer.observation_bytes.strides[1] == self.writer.row_nbytes:
             # The envs' rows lie end to end: one pass over them all.
-            return _pointer_outside(
-                &self.writer.observation_bytes[row, 0, 0], self.type_number, self.itemsize, self.elements,
-                &self.low[0], &self.high[0], self.writer.num_envs,
-            )
+            return self._values_outside(&self.writer.observation_bytes[row, 0, 0], self.writer.num_envs)
         for column in range(self.writer.num_envs):
-            if _pointer_outside(&self.writer.observation_bytes[row, column, 0], self.type_number, self.itemsize, self.elements, &self.low[0], &self.high[0]):
+            if self._values_outside(&self.writer.observation_bytes[row, column, 0], 1):
                 return True
         return False
 
@@ -898,9 +936,60 @@ cdef class _LeafBounds:
                 self.writer.observations[t + 1][np.asarray(columns[:count])], np.asarray(self.low), np.asarray(self.high)
             ) >= 0
         for k in range(count):
-            if _pointer_outside(&self.writer.final_bytes[t, columns[k], 0], self.type_number, self.itemsize, self.elements, &self.low[0], &self.high[0]):
+            if self._values_outside(&self.writer.final_bytes[t, columns[k], 0], 1):
                 return True
         return False
+
+
+cdef inline float _float32_at_or_above(double bound) noexcept:
+    """The least float32 not below ``bound``: a float32 value is >= it exactly when it is >= ``bound``."""
+    cdef float rounded = <float>bound
+    if <double>rounded < bound:
+        rounded = nextafterf(rounded, INFINITY)
+    return rounded
+
+
+cdef inline float _float32_at_or_below(double bound) noexcept:
+    """The greatest float32 not above ``bound``: a float32 value is <= it exactly when it is <= ``bound``."""
+    cdef float rounded = <float>bound
+    if <double>rounded > bound:
+        rounded = nextafterf(rounded, -INFINITY)
+    return rounded
+
+
+cdef bint _float32_tiled_outside(const float* values, Py_ssize_t total, Py_ssize_t tile, const float* low, const float* high) noexcept nogil:
+    """Is any of ``total`` values outside its bounds (``low``/``high`` repeated every ``tile`` values), or NaN?
+
+    No branch in the loop over a tile, so that it compiles to vector compares.
+    """
+    cdef Py_ssize_t start = 0, j
+    cdef float value
+    cdef int outside = 0
+    while start + tile <= total:
+        for j in range(tile):
+            value = values[start + j]
+            outside |= (value < low[j]) | (value > high[j]) | (value != value)
+        start += tile
+    for j in range(total - start):
+        value = values[start + j]
+        outside |= (value < low[j]) | (value > high[j]) | (value != value)
+    return outside != 0
+
+
+cdef bint _float64_tiled_outside(const double* values, Py_ssize_t total, Py_ssize_t tile, const double* low, const double* high) noexcept nogil:
+    """``_float32_tiled_outside`` for float64 values."""
+    cdef Py_ssize_t start = 0, j
+    cdef double value
+    cdef int outside = 0
+    while start + tile <= total:
+        for j in range(tile):
+            value = values[start + j]
+            outside |= (value < low[j]) | (value > high[j]) | (value != value)
+        start += tile
+    for j in range(total - start):
+        value = values[start + j]
+        outside |= (value < low[j]) | (value > high[j]) | (value != value)
+    return outside != 0
 
 
 cdef bint _pointer_outside(
@@ -956,6 +1045,8 @@ cdef class VectorRowRecorder:
     cdef bint next_step
     cdef bint scatter_finals
     cdef Py_ssize_t num_envs
+    # Whether every row and book the books pass writes is contiguous (see _book_contiguous).
+    cdef bint unit_strides
 
     def __init__(self, StepRecorder recorder not None, list writers not None, list checked_leaves not None, reset_steps, counted, step_seconds, autoreset_mode):
         for writer in writers:
@@ -978,6 +1069,17 @@ cdef class VectorRowRecorder:
         self.next_step = autoreset_mode == "NextStep"
         self.scatter_finals = autoreset_mode != "SameStep"
         self.num_envs = recorder.num_envs
+        self.unit_strides = self.num_envs > 0 and (
+            recorder.rewards.strides[1] == sizeof(double)
+            and recorder.terminations.strides[1] == 1
+            and recorder.truncations.strides[1] == 1
+            and recorder.step_episode_seeds.strides[1] == sizeof(int64)
+            and recorder.running_returns.strides[0] == sizeof(double)
+            and recorder.running_lengths.strides[0] == sizeof(int64)
+            and recorder.running_seeds.strides[0] == sizeof(int64)
+            and self.reset_steps.strides[1] == 1
+            and (not self.timed or self.step_seconds.strides[0] == sizeof(double))
+        )
 
     def record(self, Py_ssize_t t, rewards, terminations, truncations, list leaves not None, double seconds):
         cdef StepRecorder rec = self.recorder
@@ -1030,6 +1132,8 @@ cdef class VectorRowRecorder:
             if bounds.row_outside(t + 1):
                 return -1
         share = seconds / n if n else 0.0
+        if self.unit_strides:
+            return self._book_contiguous(t, reward64, reward32, terminated, truncated, share)
         # Row t of each field as a local view: the loop then keeps its pointers in registers.
         cdef double[:] rewards_row = rec.rewards[t]
         cdef unsigned char[:] terminations_row = rec.terminations[t]
@@ -1066,9 +1170,72 @@ cdef class VectorRowRecorder:
             if self.timed:
                 for column in range(n):
                     self.step_seconds[column] += share
+        return self._after_books(t, n_done)
+
+    cdef Py_ssize_t _book_contiguous(
+        self, Py_ssize_t t, const double* reward64, const float* reward32, const unsigned char* terminated,
+        const unsigned char* truncated, double share,
+    ) except -1:
+        """The books of row ``t`` when every row and book is contiguous (the storage's own
+        layout): one simple pass per field, each of which compiles to vector code, and a pass
+        over the ended columns only when there are any."""
+        cdef StepRecorder rec = self.recorder
+        cdef Py_ssize_t n = self.num_envs, column, n_done = 0
+        cdef double* rewards_row = &rec.rewards[t, 0]
+        cdef double* running_returns = &rec.running_returns[0]
+        cdef int64* running_lengths = &rec.running_lengths[0]
+        cdef unsigned char* counted = &self.counted[0]
+        cdef unsigned char* reset_row = &self.reset_steps[t, 0]
+        cdef unsigned char* terminations_row = &rec.terminations[t, 0]
+        cdef unsigned char* truncations_row = &rec.truncations[t, 0]
+        cdef double* step_seconds
+        cdef int any_ended = 0
+        with nogil:
+            if reward64 != NULL:
+                memcpy(rewards_row, reward64, n * sizeof(double))
+            else:
+                for column in range(n):
+                    rewards_row[column] = <double>reward32[column]
+            for column in range(n):
+                terminations_row[column] = terminated[column] != 0
+                truncations_row[column] = truncated[column] != 0
+                any_ended |= terminated[column] | truncated[column]
+            memcpy(&rec.step_episode_seeds[t, 0], &rec.running_seeds[0], n * sizeof(int64))
+            if self.next_step:
+                # A column that ended at the step before spent this one on its reset: it is
+                # marked, and its reward counts in no episode.
+                for column in range(n):
+                    reset_row[column] = counted[column] == 0
+                for column in range(n):
+                    if counted[column]:
+                        running_returns[column] += rewards_row[column]
+                        running_lengths[column] += 1
+                for column in range(n):
+                    counted[column] = (terminated[column] | truncated[column]) == 0
+            else:
+                memset(reset_row, 0, n)
+                for column in range(n):
+                    running_returns[column] += rewards_row[column]
+                    running_lengths[column] += 1
+            if any_ended:
+                for column in range(n):
+                    if terminated[column] or truncated[column]:
+                        rec._end_episode(t, column, n_done)
+                        n_done += 1
+            if self.timed:
+                step_seconds = &self.step_seconds[0]
+                for column in range(n):
+                    step_seconds[column] += share
+        return self._after_books(t, n_done)
+
+    cdef Py_ssize_t _after_books(self, Py_ssize_t t, Py_ssize_t n_done) except -1:
+        """Scatter the terminal rows of the ``n_done`` ended columns and forget their seeds."""
+        cdef StepRecorder rec = self.recorder
+        cdef Py_ssize_t leaf_index, k, column
+        cdef ObservationWriter writer
         if self.scatter_finals and n_done:
             # Row t + 1 holds the terminal observations until a reset overwrites it.
-            for leaf_index in range(n_leaves):
+            for leaf_index in range(len(self.writers)):
                 writer = <ObservationWriter>self.writers[leaf_index]
                 if writer.row_nbytes:
                     for k in range(n_done):

@@ -698,8 +698,9 @@ class VectorRowRecorder:
             if find_out_of_bounds(self._writers[leaf_index]._observations[t + 1], low, high) >= 0:
                 return -1
         recorder._rewards[t] = rewards
-        recorder._terminations[t] = terminations
-        recorder._truncations[t] = truncations
+        # As NumPy's own True: a bool array may hold another nonzero byte (a view of uint8 data).
+        recorder._terminations[t] = terminations.view(np.uint8) != 0
+        recorder._truncations[t] = truncations.view(np.uint8) != 0
         if self._step_seconds is not None:
             self._step_seconds += seconds / self._num_envs
         recorder._step_episode_seeds[t] = recorder._running_seeds

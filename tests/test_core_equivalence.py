@@ -158,15 +158,25 @@ def test_observation_writer_rejects_storage_it_cannot_write_through(core):
 # -- StepRecorder ----------------------------------------------------------------------------
 
 
-def _recorder_state(core, horizon, num_envs, env_offset):
+def _every_other_column(array):
+    """``array``'s values in a view whose last axis steps over every other element."""
+    spread = np.zeros(array.shape[:-1] + (2 * array.shape[-1],), array.dtype)
+    view = spread[..., ::2]
+    view[...] = array
+    return view
+
+
+def _recorder_state(core, horizon, num_envs, env_offset, strided=False):
+    # strided: the rows and books are views with gaps between envs (not the storage's own layout).
+    spread = _every_other_column if strided else (lambda array: array)
     state = {
-        "rewards": np.full((horizon, num_envs), np.nan),
-        "terminations": np.zeros((horizon, num_envs), bool),
-        "truncations": np.zeros((horizon, num_envs), bool),
-        "step_episode_seeds": np.zeros((horizon, num_envs), np.int64),
-        "running_returns": np.zeros(num_envs),
-        "running_lengths": np.zeros(num_envs, np.int64),
-        "running_seeds": np.arange(num_envs, dtype=np.int64) * 10,
+        "rewards": spread(np.full((horizon, num_envs), np.nan)),
+        "terminations": spread(np.zeros((horizon, num_envs), bool)),
+        "truncations": spread(np.zeros((horizon, num_envs), bool)),
+        "step_episode_seeds": spread(np.zeros((horizon, num_envs), np.int64)),
+        "running_returns": spread(np.zeros(num_envs)),
+        "running_lengths": spread(np.zeros(num_envs, np.int64)),
+        "running_seeds": spread(np.arange(num_envs, dtype=np.int64) * 10),
         "completed_returns": np.zeros(horizon * num_envs),
         "completed_lengths": np.zeros(horizon * num_envs, np.int64),
         "completed_env_indices": np.zeros(horizon * num_envs, np.int64),
@@ -966,17 +976,17 @@ def test_row_stepper_adds_each_reset_s_seconds_and_refuses_a_wrong_timing_array(
 VECTOR_MODES = ["NextStep", "SameStep", "Disabled"]
 
 
-def _vector_rows(core, horizon, num_envs, mode, leaf_specs, checked_bounds, counted=None, env_offset=0):
+def _vector_rows(core, horizon, num_envs, mode, leaf_specs, checked_bounds, counted=None, env_offset=0, strided=False):
     """A ``VectorRowRecorder`` over fresh storage; ``leaf_specs`` is ``[(dtype, leaf_shape)]``."""
-    recorder, state = _recorder_state(core, horizon, num_envs, env_offset)
+    recorder, state = _recorder_state(core, horizon, num_envs, env_offset, strided)
     writers = []
     for index, (dtype, shape) in enumerate(leaf_specs):
         state[f"observations{index}"] = np.zeros((horizon + 1, num_envs) + shape, dtype)
         state[f"finals{index}"] = np.zeros((horizon, num_envs) + shape, dtype)
         writers.append(core.ObservationWriter(state[f"observations{index}"], state[f"finals{index}"]))
-    state["reset_steps"] = np.zeros((horizon, num_envs), bool)
+    state["reset_steps"] = _every_other_column(np.zeros((horizon, num_envs), bool)) if strided else np.zeros((horizon, num_envs), bool)
     state["counted"] = np.ones(num_envs, bool) if counted is None else counted.copy()
-    state["step_seconds"] = np.zeros(num_envs)
+    state["step_seconds"] = _every_other_column(np.zeros(num_envs)) if strided else np.zeros(num_envs)
     checked = [(index, low, high) for index, (low, high) in checked_bounds.items()]
     rows = core.VectorRowRecorder(
         recorder, writers, checked, state["reset_steps"], state["counted"], state["step_seconds"], mode
@@ -997,10 +1007,12 @@ vector_leaf_specs = st.lists(
     num_envs=st.integers(1, 5),
     mode=st.sampled_from(VECTOR_MODES),
     leaf_specs=vector_leaf_specs,
+    strided=st.booleans(),
     data=st.data(),
 )
-def test_vector_row_recorder_matches_between_cores(horizon, num_envs, mode, leaf_specs, data):
-    """Same returns (declines included) and the same storage and books, row after row."""
+def test_vector_row_recorder_matches_between_cores(horizon, num_envs, mode, leaf_specs, strided, data):
+    """Same returns (declines included) and the same storage and books, row after row, whether
+    the rows and books are laid out as the storage lays them out or with gaps between envs."""
     counted = data.draw(hnp.arrays(np.bool_, num_envs))
     checked_bounds = {}
     for index, (dtype, shape) in enumerate(leaf_specs):
@@ -1014,6 +1026,8 @@ def test_vector_row_recorder_matches_between_cores(horizon, num_envs, mode, leaf
         flags = [data.draw(hnp.arrays(np.bool_, num_envs)) for _ in range(2)]
         if data.draw(st.integers(0, 5)) == 0:
             flags[0] = flags[0].astype(np.int64)  # not the bool arrays the fast path takes
+        elif data.draw(st.integers(0, 5)) == 0:
+            flags[1] = (flags[1].view(np.uint8) * 2).view(np.bool_)  # bools whose true byte is 2, not 1
         leaves = []
         for dtype, shape in leaf_specs:
             elements = st.floats(-1.5, 1.5, width=32) if np.dtype(dtype).kind == "f" else None
@@ -1027,7 +1041,7 @@ def test_vector_row_recorder_matches_between_cores(horizon, num_envs, mode, leaf
         rows_in.append((rewards, flags[0], flags[1], leaves, float(data.draw(st.integers(0, 9)))))
     outcomes = []
     for core in CORES:
-        rows, recorder, state = _vector_rows(core, horizon, num_envs, mode, leaf_specs, checked_bounds, counted)
+        rows, recorder, state = _vector_rows(core, horizon, num_envs, mode, leaf_specs, checked_bounds, counted, strided=strided)
         returned = []
         for t, (rewards, terminations, truncations, leaves, seconds) in enumerate(rows_in):
             n_done = rows.record(t, rewards, terminations, truncations, list(leaves), seconds)
@@ -1038,6 +1052,69 @@ def test_vector_row_recorder_matches_between_cores(horizon, num_envs, mode, leaf
     for key in s0:
         if key != "done_columns":
             assert np.array_equal(s0[key], s1[key], equal_nan=True), key
+            if s0[key].dtype == np.bool_:  # flags stored as NumPy's own True, whatever byte came in
+                assert np.array_equal(s0[key].view(np.uint8), s1[key].view(np.uint8)), key
+                assert s0[key].view(np.uint8).max(initial=0) <= 1, key
+
+
+# Bounds that float32 cannot hold exactly, and ones it can, for the exactness of the float32 check.
+_AWKWARD_BOUNDS = [0.1, -0.3, 1 / 3, -2.0 / 3, 1e-45, -1e-40, 0.0, -0.0, 1.0, 3.5e38, -3.5e38, 2.5, np.inf, -np.inf]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("side", ["low", "high"])
+def test_both_cores_decide_each_awkward_bound_exactly_for_its_neighbours(dtype, side):
+    """Every bound of the list, as a low or a high bound, against the value nearest to it in the
+    leaf's dtype and that value's two neighbours: outside exactly when NumPy says so in float64."""
+    for bound in _AWKWARD_BOUNDS:
+        low, high = (np.array([bound]), np.array([np.inf])) if side == "low" else (np.array([-np.inf]), np.array([bound]))
+        with np.errstate(over="ignore"):
+            at = dtype(bound)
+        for value in (at, np.nextafter(at, dtype(np.inf)), np.nextafter(at, dtype(-np.inf))):
+            wide = np.float64(value)
+            expected_outside = not (wide >= low[0] and wide <= high[0])
+            for core in CORES:
+                rows, _, _ = _vector_rows(core, 1, 1, "Disabled", [(dtype, (1,))], {0: (low, high)})
+                flags = np.zeros(1, bool)
+                returned = rows.record(0, np.zeros(1), flags, flags.copy(), [np.array([[value]], dtype)], 0.0)
+                assert (returned < 0) == expected_outside, (core.__name__, bound, value)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    num_envs=st.integers(1, 70),
+    elements=st.integers(1, 5),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    data=st.data(),
+)
+def test_both_cores_decide_bounds_exactly_at_the_neighbours_of_awkward_bounds(num_envs, elements, dtype, data):
+    """A value is outside exactly when NumPy says so in float64 (NaN outside), for values one
+    representable step either side of bounds the leaf's dtype cannot hold exactly, and for
+    blocks of many rows (the compiled check walks rows in tiles of bounds)."""
+    bounds = [sorted(data.draw(st.lists(st.sampled_from(_AWKWARD_BOUNDS), min_size=2, max_size=2))) for _ in range(elements)]
+    low, high = (np.array([pair[i] for pair in bounds], dtype=np.float64) for i in (0, 1))
+    near = []
+    with np.errstate(over="ignore"):  # +-3.5e38 is beyond float32: it rounds to infinity
+        for bound in np.concatenate([low, high]):
+            at = dtype(bound)
+            near += [at, np.nextafter(at, dtype(np.inf)), np.nextafter(at, dtype(-np.inf))]
+        low_in_dtype, high_in_dtype = low.astype(dtype), high.astype(dtype)
+    candidates = st.sampled_from(near + [dtype(np.nan), dtype(0.0)])
+    values = np.array(data.draw(st.lists(candidates, min_size=num_envs * elements, max_size=num_envs * elements)), dtype)
+    values = values.reshape(num_envs, elements)
+    if data.draw(st.booleans()):
+        # Mostly inside, so that one value outside is found wherever it sits in the block.
+        inside = np.clip(np.zeros_like(values), low_in_dtype, high_in_dtype)
+        keep = data.draw(st.integers(0, values.size - 1))
+        inside.flat[keep] = values.flat[keep]
+        values = inside
+    wide = values.astype(np.float64)
+    expected_outside = bool((~(wide >= low) | ~(wide <= high)).any())
+    for core in CORES:
+        rows, _, state = _vector_rows(core, 1, num_envs, "Disabled", [(dtype, (elements,))], {0: (low, high)})
+        flags = np.zeros(num_envs, bool)
+        returned = rows.record(0, np.zeros(num_envs), flags, flags.copy(), [values.copy()], 0.0)
+        assert (returned < 0) == expected_outside, core.__name__
 
 
 def _record_all(rows, state, rows_in):
