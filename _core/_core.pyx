@@ -13,6 +13,7 @@ and bool masks alike, with no per-element Python.
 """
 
 cimport cython
+from libc.float cimport FLT_MIN
 from libc.math cimport INFINITY, nextafterf
 from libc.string cimport memcpy, memset
 
@@ -893,6 +894,10 @@ cdef class _LeafBounds:
                 for j in range(self.tile):
                     self.low32[j] = _float32_at_or_above(self.low[j % self.elements])
                     self.high32[j] = _float32_at_or_below(self.high[j % self.elements])
+                if _has_subnormal(self.low) or _has_subnormal(self.high):
+                    # A process with denormals-are-zero set (torch.set_flush_denormal) compares
+                    # a subnormal float32 bound as zero; the float64 compares keep it exact.
+                    self.tile = 0
             else:
                 self.low64 = np.empty(self.tile, dtype=np.float64)
                 self.high64 = np.empty(self.tile, dtype=np.float64)
@@ -939,6 +944,15 @@ cdef class _LeafBounds:
             if self._values_outside(&self.writer.final_bytes[t, columns[k], 0], 1):
                 return True
         return False
+
+
+cdef bint _has_subnormal(const double[::1] bounds) noexcept:
+    """Whether a bound is nonzero and smaller in size than the least normal float32 (checked in float64)."""
+    cdef Py_ssize_t j
+    for j in range(bounds.shape[0]):
+        if bounds[j] != 0 and -<double>FLT_MIN < bounds[j] < <double>FLT_MIN:
+            return True
+    return False
 
 
 cdef inline float _float32_at_or_above(double bound) noexcept:

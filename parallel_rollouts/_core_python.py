@@ -701,7 +701,7 @@ class VectorRowRecorder:
         # As NumPy's own True: a bool array may hold another nonzero byte (a view of uint8 data).
         recorder._terminations[t] = terminations.view(np.uint8) != 0
         recorder._truncations[t] = truncations.view(np.uint8) != 0
-        if self._step_seconds is not None:
+        if self._step_seconds is not None and self._num_envs:
             self._step_seconds += seconds / self._num_envs
         recorder._step_episode_seeds[t] = recorder._running_seeds
         if self._next_step:
