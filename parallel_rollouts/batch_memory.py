@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .storage import RolloutStorage
+from .storage import RolloutStorage, read_only_view
 
 if TYPE_CHECKING:
     from .processes.batch_segments import BatchSegments
@@ -144,6 +144,8 @@ class BatchMemory:
         self._reused: RolloutStorage | None = None
         #: Fresh batches handed out, recycled once the caller has dropped them.
         self._pool: list[_Recycled] = []
+        #: Read-only views of the observations the policy's rows are taken from (one rollout).
+        self._policy_leaves: list[np.ndarray] | None = None
         # [T, N] rows of the reused storage's final_observations that may hold values;
         # None while a rollout is writing into it and has not yet said which.
         self._written_rows: np.ndarray | None = None
@@ -173,6 +175,7 @@ class BatchMemory:
         storage.env_step_seconds.fill(0)
         storage.env_reset_seconds.fill(0)
         self._written = storage
+        self._policy_leaves = None
         return storage
 
     def segment_name(self) -> str:
@@ -187,17 +190,21 @@ class BatchMemory:
         The rows are the batch's own (views of what the caller gets), so a policy that
         keeps them keeps the batch's data, on every backend.
         """
+        leaves = self._policy_leaves
+        if leaves is None:
+            # Read-only views of the batch's observations, made once per rollout: the policy
+            # cannot make its rows writeable again and write into the batch through them.
+            batch = self._written if self._target is None else self._target
+            leaves = self._policy_leaves = [read_only_view(leaf) for leaf in batch.observations]
         if self._target is None:
             if start == 0 and stop is None:
-                return [leaf[t] for leaf in self._written.observations]
-            return [leaf[t, start:stop] for leaf in self._written.observations]
+                return [leaf[t] for leaf in leaves]
+            return [leaf[t, start:stop] for leaf in leaves]
         stop = self._written.rewards.shape[1] if stop is None else stop
-        rows = []
         for source, destination in zip(self._written.observations, self._target.observations):
             np.copyto(destination[t, start:stop], source[t, start:stop])
-            rows.append(destination[t, start:stop])
         self._fed_columns[t] += stop - start
-        return rows
+        return [leaf[t, start:stop] for leaf in leaves]
 
     def finish(self, lost_from_rows: np.ndarray | None = None) -> RolloutStorage:
         """The storage the batch is built from; every row of ``begin()``'s storage is written.
@@ -208,6 +215,7 @@ class BatchMemory:
         whole column is lost, its first observation too).
         """
         storage = self._written
+        self._policy_leaves = None  # a batch the caller drops must not stay referenced here
         self.record_final_rows(storage.horizon)
         if self._target is None:
             _clear_lost_rows(storage, lost_from_rows)
@@ -223,6 +231,7 @@ class BatchMemory:
 
     def abandon(self, rows_done: int) -> None:
         """The rollout was dropped after ``rows_done`` rows; remember what it left behind."""
+        self._policy_leaves = None
         self.record_final_rows(rows_done)
         if self._target is not None:
             # Terminal observations reach the caller's batch only in finish(): none were written.
@@ -242,7 +251,7 @@ class BatchMemory:
     def release(self) -> None:
         """Forget every array (on close: shared working storage must not outlive its pool)."""
         self._working = self._written = self._target = self._reused = None
-        self._fed_columns = self._written_rows = None
+        self._fed_columns = self._written_rows = self._policy_leaves = None
         self._pool = []
         self._segment_pool = []
         if self._segments is not None:

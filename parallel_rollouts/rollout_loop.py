@@ -9,7 +9,7 @@ import numpy as np
 
 from .policy import PolicyOutputWriter
 from .spaces import SpaceLayout
-from .storage import RolloutStorage
+from .storage import RolloutStorage, read_only_view
 
 __all__ = ["RolloutLoop"]
 
@@ -45,7 +45,7 @@ class RolloutLoop:
         policy) before it propagates: only a step can leave the envs part-way.
         """
         if policy_rows is None:
-            observations = storage.observations
+            observations = [read_only_view(leaf) for leaf in storage.observations]
             policy_rows = lambda t: [leaf[t] for leaf in observations]  # noqa: E731
         act = self.act
         self.output_writer.reset_rollout()
@@ -67,7 +67,7 @@ class RolloutLoop:
         read-only touches nothing else: the policy cannot corrupt the batch through them.
         """
         if rows is None:
-            rows = [leaf[t] for leaf in storage.observations]
+            rows = [read_only_view(leaf[t]) for leaf in storage.observations]
         for row in rows:
             row.setflags(write=False)  # cheaper than going through `row.flags`, once per leaf and row
         observations = self._observation_layout.unflatten(rows) if self._nested else rows[0]

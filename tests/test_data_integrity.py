@@ -394,6 +394,43 @@ def test_a_policy_may_keep_its_inputs_by_default_on_every_backend(backend, core)
     assert not policy.kept[0].flags.writeable
 
 
+class TriesToWriteItsInputs:
+    """A policy that turns its observations' write flag back on and overwrites them."""
+
+    def __init__(self) -> None:
+        self.calls = self.refusals = 0
+
+    def __call__(self, observations):
+        self.calls += 1
+        try:
+            observations.flags.writeable = True
+        except ValueError:
+            self.refusals += 1
+        else:
+            observations[...] = -7
+        return np.ones(observations.shape[0], np.int64)
+
+
+@pytest.mark.parametrize(
+    "backend, options",
+    [
+        ("serial", {}), ("sync", {}), ("sync", {"reuse_buffers": True}), ("async", {"num_workers": 2}),
+        ("async", {"num_workers": 2, "pipelined": True}), ("async", {"num_workers": 2, "reuse_buffers": True}),
+    ],
+    ids=["serial", "sync", "sync-reuse", "async", "async-pipelined", "async-reuse"],
+)
+def test_a_policy_cannot_make_its_inputs_writeable_and_change_the_batch(backend, options, core):
+    fns = [partial(CountingEnv, env_id=i, episode_length=5) for i in range(2)]
+    policy = TriesToWriteItsInputs()
+    with ParallelRolloutCollector(fns, policy, backend, horizon=4, seed=0, core=core, **options) as collector:
+        written = collector.collect()
+    with ParallelRolloutCollector(fns, lambda o: np.ones(o.shape[0], np.int64), backend, horizon=4, seed=0, core=core, **options) as collector:
+        untouched = collector.collect()
+    assert policy.refusals == policy.calls >= 4  # every call, every row
+    np.testing.assert_array_equal(written.observations, untouched.observations)
+    assert not (written.observations == -7).any()
+
+
 @pytest.mark.parametrize("backend", ALL_LOCAL)
 def test_with_reused_buffers_policy_inputs_hold_until_the_next_collect_on_every_backend(backend, core):
     policy = KeepsInputs()
