@@ -540,6 +540,45 @@ def test_an_interruption_at_any_line_leaves_the_collector_consistent_or_clearly_
     assert outcomes["consistent"] > 0 and outcomes["broken"] > 0
 
 
+_WATCHED_VECTOR = _WATCHED + ("vector_source.py", "policy.py", "action_checks.py")
+
+
+@pytest.mark.parametrize("mode", ["NEXT_STEP", "DISABLED"])
+def test_an_interruption_at_any_line_of_a_vector_env_source_leaves_it_consistent_or_clearly_broken(mode):
+    """The same for a Gymnasium vector env as the collector's source (one group, its own row)."""
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+    def build():
+        envs = [LoggingEnv(env_id=i, episode_length=3) for i in range(2)]
+        vector_env = SyncVectorEnv([lambda e=env: e for env in envs], autoreset_mode=getattr(AutoresetMode, mode))
+        return envs, ParallelRolloutCollector([lambda: vector_env], ConstantPolicy(2), "sync", horizon=4, seed=0, core="compiled")
+
+    envs, collector = build()
+    with collector:
+        collector.collect()
+        lines_in_a_collect = _lines_in_a_collect(collector, _WATCHED_VECTOR)
+    assert lines_in_a_collect > 50
+    outcomes = {"consistent": 0, "broken": 0}
+    for number in range(1, lines_in_a_collect + 1):
+        envs, collector = build()
+        try:
+            collector.collect()
+            assert _collect_interrupted_at(collector, number, _WATCHED_VECTOR), f"line {number} not reached"
+            where = [env.last.copy() for env in envs]
+            try:
+                batch = collector.collect()
+            except CollectorClosedError as error:
+                assert "interrupted" in str(error) or "KeyboardInterrupt" in str(error), str(error)
+                outcomes["broken"] += 1
+                continue
+            for column in range(len(envs)):
+                np.testing.assert_array_equal(batch.observations[0, column], where[column], err_msg=f"line {number}")
+            outcomes["consistent"] += 1
+        finally:
+            collector.close()
+    assert outcomes["consistent"] > 0 and outcomes["broken"] > 0
+
+
 _WATCHED_ASYNC = _WATCHED + ("processes.py", "pool.py", "waiting.py", "shared_memory.py", "batch_segments.py")
 
 

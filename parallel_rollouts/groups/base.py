@@ -14,9 +14,24 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+from ..errors import CollectorClosedError
 from ..storage import CompletedEpisodes, RolloutStorage
 
-__all__ = ["RolloutGroup"]
+__all__ = ["RolloutGroup", "refused_step"]
+
+
+def refused_step(row: int | None, t: int, first_env: int, last_env: int) -> Exception:
+    """The error for a step (or the end of a rollout) at ``t`` when the envs stand at ``row``.
+
+    ``row`` is None when a step of these envs was interrupted part-way: their state is
+    unknown, so nothing can continue from it.
+    """
+    if row is None:
+        return CollectorClosedError(
+            f"a step of envs {first_env}..{last_env} was interrupted part-way; their state is unknown, "
+            "so no rollout can continue from it. Close this collector and create a new one."
+        )
+    return RuntimeError(f"step {t} requested, but the envs stand at row {row}.")
 
 
 @runtime_checkable

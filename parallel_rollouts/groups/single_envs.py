@@ -38,12 +38,13 @@ from gymnasium import Env
 
 from ..conversion import explain_rejected_row
 from ..env_returns import check_reset_result
-from ..errors import CollectorClosedError, EnvFailure, ObservationError, SpaceError, WorkerError
+from ..errors import EnvFailure, ObservationError, SpaceError, WorkerError
 from ..layout import RolloutLayout
 from ..observation_checks import ObservationChecker
 from ..seeding import EpisodeSeedTable
 from ..spaces import SpaceLayout, check_env_spaces
 from ..storage import CompletedEpisodes, RolloutStorage
+from .base import refused_step
 
 __all__ = ["EnvGroup", "close_each", "describe_failure", "episode_recorder", "make_env", "unstorable_observation"]
 
@@ -324,13 +325,7 @@ class EnvGroup:
         self._stepper = self._row_stepper = None
 
     def _refuse_step(self, t: int) -> None:
-        if self._row is None:
-            first, last = self.env_offset, self.env_offset + self.num_envs - 1
-            raise CollectorClosedError(
-                f"a step of envs {first}..{last} was interrupted part-way; their state is unknown, "
-                "so no rollout can continue from it. Close this collector and create a new one."
-            )
-        raise RuntimeError(f"step {t} requested, but the envs stand at row {self._row}.")
+        raise refused_step(self._row, t, self.env_offset, self.env_offset + self.num_envs - 1)
 
     def close(self) -> list[tuple[int, BaseException]]:
         """Close every env; return ``(env_index, error)`` for those whose ``close`` raised."""

@@ -59,6 +59,7 @@ from ..observation_checks import ObservationChecker
 from ..seeding import EpisodeSeeds
 from ..spaces import SpaceLayout, check_env_spaces
 from ..storage import CompletedEpisodes, RolloutStorage
+from .base import refused_step
 from .single_envs import describe_failure, episode_recorder, unstorable_observation
 
 __all__ = [
@@ -246,6 +247,9 @@ class VectorEnvGroup:
         self._recorder = None
         self._rows = None
         self._final_writers: list = []
+        # The storage row the sub-envs stand at during a rollout; None while a step is under
+        # way (an interruption there leaves the vector env in an unknown state).
+        self._row: int | None = 0
 
     @property
     def episodes_started(self) -> list[int]:
@@ -319,7 +323,13 @@ class VectorEnvGroup:
     # -- one rollout -----------------------------------------------------------------------
 
     def begin(self, storage: RolloutStorage) -> None:
-        """Start a rollout into ``storage``, this group's column slice of the batch."""
+        """Start a rollout into ``storage``, this group's column slice of the batch.
+
+        A rollout that was neither finished nor abandoned (an interruption outside any
+        step) is abandoned first, at the row the sub-envs stand at.
+        """
+        if self._storage is not None:
+            self.abandon(self._row if self._row is not None else -1)
         self._storage = storage
         completed = self._completed = CompletedEpisodes.empty_buffers(storage.horizon * self.num_envs)
         # The episode books of whole rows, kept by the compiled core in one pass per step.
@@ -339,9 +349,20 @@ class VectorEnvGroup:
         )
         for leaf_storage, current in zip(storage.observations, self._current_observations):
             leaf_storage[0] = current[0]
+        self._row = 0
 
     def step(self, t: int) -> None:
         """Step the vector env once with the actions in ``storage.actions[t]``."""
+        if self._row != t:
+            self._refuse_step(t)
+        self._row = None
+        self._step_row(t)
+        self._row = t + 1
+
+    def _refuse_step(self, t: int) -> None:
+        raise refused_step(self._row, t, self.env_offset, self.env_offset + self.num_envs - 1)
+
+    def _step_row(self, t: int) -> None:
         storage = self._storage
         # A copy: the env may keep what it is given, and the storage row is reused.
         actions = self._action_layout.unflatten([leaf[t].copy() for leaf in storage.actions])
@@ -497,6 +518,8 @@ class VectorEnvGroup:
     def finish(self) -> CompletedEpisodes:
         """End the rollout: remember where each sub-env is, return the episodes."""
         storage = self._storage
+        if self._row != storage.horizon:
+            self._refuse_step(storage.horizon)
         for leaf_storage, current in zip(storage.observations, self._current_observations):
             current[0] = leaf_storage[storage.horizon]
         completed = self._completed.head(self._recorder.completed_count)
@@ -504,9 +527,19 @@ class VectorEnvGroup:
         return completed
 
     def abandon(self, t: int) -> None:
-        """Drop the rollout after ``t`` completed steps; the sub-envs stand where row ``t`` says."""
+        """Drop the rollout; the next one starts from the row the sub-envs stand at.
+
+        ``t`` is the number of steps the caller saw complete; when an interruption fell
+        between a step and the caller's count, the group's own record of its row wins. If a
+        step itself was cut short, the sub-envs' state is unknown and this raises
+        :class:`CollectorClosedError`.
+        """
+        if self._storage is None:
+            return
+        if self._row is None:
+            self._refuse_step(t)
         for leaf_storage, current in zip(self._storage.observations, self._current_observations):
-            current[0] = leaf_storage[t]
+            current[0] = leaf_storage[self._row]
         self._storage, self._completed, self._recorder, self._rows, self._final_writers = None, None, None, None, []
 
     def close(self) -> list[tuple[int, BaseException]]:
