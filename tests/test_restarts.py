@@ -106,6 +106,34 @@ def test_a_lost_worker_is_replaced_its_rows_masked_and_the_next_batch_is_whole(m
     assert_valid_rows_replay(batches)
 
 
+def cartpole_pair(marker: str | None = None):
+    """A vector env of two CartPoles; with ``marker``, its second one crashes once (as above)."""
+    second = partial(CrashingCartPole, CRASH_STEP, "exit", marker) if marker else partial(gym.make, "CartPole-v1")
+    return gym.vector.SyncVectorEnv([partial(gym.make, "CartPole-v1"), second])
+
+
+@pytest.mark.parametrize("mode", SERVING_MODES)
+def test_a_lost_worker_hosting_a_vector_env_is_replaced_from_its_own_factory(mode, tmp_path, no_leaks):
+    """Two factories of two sub-envs each, one per worker: the replacement of worker 1 calls
+    factory 1 again (not factories 2 and 3, which its columns would name) and makes its two envs."""
+    def three_batches(fns):
+        collector = ParallelRolloutCollector(fns, None, "async", horizon=HORIZON, seed=5, num_workers=2, max_restarts=1, **MODES[mode])
+        try:
+            return [collector.collect() for _ in range(3)]
+        finally:
+            collector.close()
+
+    first, lost, after = three_batches([cartpole_pair, partial(cartpole_pair, str(tmp_path / "crashed"))])
+    assert first.lost_env_indices.size == 0 and after.lost_env_indices.size == 0
+    np.testing.assert_array_equal(lost.lost_env_indices, [2, 3])
+    assert not lost.valid[-1, 2:].any()  # lost from the crash on
+    assert (after.rewards[:, 2:] > 0).any()  # the replacement's sub-envs step
+    # The other worker's envs are untouched: as in a run where nothing crashes.
+    for batch, reference in zip((first, lost, after), three_batches([cartpole_pair, cartpole_pair])):
+        for field in ("observations", "actions", "rewards", "valid"):
+            np.testing.assert_array_equal(getattr(batch, field)[:, :2], getattr(reference, field)[:, :2], err_msg=field)
+
+
 @pytest.mark.parametrize("mode", SERVING_MODES)
 @pytest.mark.parametrize(
     "how, error, message",

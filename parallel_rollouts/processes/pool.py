@@ -278,7 +278,7 @@ class WorkerPool:
         )
         stop_worker(worker, CLOSE_TIMEOUT)
         old_process = worker.process
-        fresh = launch_worker(mp_context, worker.index, worker.start, worker.stop, pickled)
+        fresh = launch_worker(mp_context, worker.index, *worker.factories, pickled)
         if hasattr(old_process, "close"):
             old_process.close()
         worker.process, worker.connection, worker.waiter = fresh.process, fresh.connection, fresh.waiter

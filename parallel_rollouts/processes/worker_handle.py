@@ -48,6 +48,9 @@ class WorkerHandle:
     wait_seconds: float = 0.0
     #: The read end of a pipe the worker's ``faulthandler`` writes to when it crashes.
     crash_report: Connection | None = None
+    #: The env factories it calls, ``(first, stop)``: its columns (``start``, ``stop``) are
+    #: known only once its envs exist, and differ when a factory makes a vector env.
+    factories: tuple[int, int] = (0, 0)
 
     def describe(self) -> str:
         envs = f"env {self.start}" if self.stop - self.start == 1 else f"envs {self.start}..{self.stop - 1}"
@@ -77,7 +80,7 @@ def stop_worker(worker: WorkerHandle, timeout: float) -> None:
 
 
 def launch_worker(mp_context, index: int, start: int, stop: int, pickled: list[bytes]) -> WorkerHandle:
-    """Start one worker process for envs ``start:stop`` (it makes them and sends their spaces)."""
+    """Start one worker process for env factories ``start:stop`` (it makes the envs and sends their spaces)."""
     parent_end, child_end = mp_context.Pipe(duplex=True)
     crash_report, crash_writer = mp_context.Pipe(duplex=False)
     try:
@@ -95,7 +98,9 @@ def launch_worker(mp_context, index: int, start: int, stop: int, pickled: list[b
     child_end.close()
     crash_writer.close()
     waiter = SpinThenBlock(parent_end, spin_budget_seconds())
-    return WorkerHandle(index, start, stop, process, parent_end, waiter=waiter, crash_report=crash_report)
+    return WorkerHandle(
+        index, start, stop, process, parent_end, waiter=waiter, crash_report=crash_report, factories=(start, stop)
+    )
 
 
 def read_crash_report(worker: WorkerHandle) -> str:
