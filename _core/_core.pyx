@@ -909,8 +909,8 @@ cdef class _LeafBounds:
         """``rows`` contiguous rows at ``data``: is any value outside (NaN included)?"""
         if self.tile:
             if self.type_number == cnp.NPY_FLOAT:
-                return _float32_tiled_outside(<const float*>data, rows * self.elements, self.tile, &self.low32[0], &self.high32[0])
-            return _float64_tiled_outside(<const double*>data, rows * self.elements, self.tile, &self.low64[0], &self.high64[0])
+                return _tiled_outside[float](<const float*>data, rows * self.elements, self.tile, &self.low32[0], &self.high32[0])
+            return _tiled_outside[double](<const double*>data, rows * self.elements, self.tile, &self.low64[0], &self.high64[0])
         return _pointer_outside(data, self.type_number, self.itemsize, self.elements, &self.low[0], &self.high[0], rows)
 
     cdef bint row_outside(self, Py_ssize_t row) except -1:
@@ -971,29 +971,18 @@ cdef inline float _float32_at_or_below(double bound) noexcept:
     return rounded
 
 
-cdef bint _float32_tiled_outside(const float* values, Py_ssize_t total, Py_ssize_t tile, const float* low, const float* high) noexcept nogil:
+ctypedef fused float_value:
+    float
+    double
+
+
+cdef bint _tiled_outside(const float_value* values, Py_ssize_t total, Py_ssize_t tile, const float_value* low, const float_value* high) noexcept nogil:
     """Is any of ``total`` values outside its bounds (``low``/``high`` repeated every ``tile`` values), or NaN?
 
     No branch in the loop over a tile, so that it compiles to vector compares.
     """
     cdef Py_ssize_t start = 0, j
-    cdef float value
-    cdef int outside = 0
-    while start + tile <= total:
-        for j in range(tile):
-            value = values[start + j]
-            outside |= (value < low[j]) | (value > high[j]) | (value != value)
-        start += tile
-    for j in range(total - start):
-        value = values[start + j]
-        outside |= (value < low[j]) | (value > high[j]) | (value != value)
-    return outside != 0
-
-
-cdef bint _float64_tiled_outside(const double* values, Py_ssize_t total, Py_ssize_t tile, const double* low, const double* high) noexcept nogil:
-    """``_float32_tiled_outside`` for float64 values."""
-    cdef Py_ssize_t start = 0, j
-    cdef double value
+    cdef float_value value
     cdef int outside = 0
     while start + tile <= total:
         for j in range(tile):

@@ -39,8 +39,8 @@ class RolloutLoop:
 
         By default the policy gets views of ``storage`` row ``t``; a runner whose
         storage is not the caller's batch supplies rows that are. Whatever
-        ``policy_rows`` returns must be arrays made for that call (fresh views or
-        copies): they are made read-only before the policy sees them.
+        ``policy_rows`` returns is handed to the policy as it is: read-only arrays
+        through which the batch cannot be written.
         ``on_step_error(error)`` hears of an exception raised by ``step`` (not by the
         policy) before it propagates: only a step can leave the envs part-way.
         """
@@ -61,14 +61,10 @@ class RolloutLoop:
             self.steps_done = t + 1
 
     def act(self, t: int, storage: RolloutStorage, rows: list[np.ndarray] | None = None) -> None:
-        """Call the policy on ``rows`` (default: views of row ``t``); write its checked output into row ``t``.
-
-        ``rows`` are arrays made for this call (fresh views or copies), so marking them
-        read-only touches nothing else: the policy cannot corrupt the batch through them.
+        """Call the policy on ``rows`` (default: read-only views of row ``t``); write its checked
+        output into row ``t``. ``rows`` are read-only: the policy cannot corrupt the batch through them.
         """
         if rows is None:
             rows = [read_only_view(leaf[t]) for leaf in storage.observations]
-        for row in rows:
-            row.setflags(write=False)  # cheaper than going through `row.flags`, once per leaf and row
         observations = self._observation_layout.unflatten(rows) if self._nested else rows[0]
         self.output_writer.write(t, self.policy(observations), storage)

@@ -37,8 +37,7 @@ def read_only_view(array: np.ndarray) -> np.ndarray:
         view = array.view()
         view.setflags(write=False)
         return view
-    # The buffer protocol has no NumPy dtype metadata (a bool stays bool, float16 float16);
-    # view() restores the exact dtype in case it was carried in a compatible form.
+    # The buffer's format names the dtype; should it name an equivalent one, keep the leaf's own.
     return view if view.dtype == array.dtype else view.view(array.dtype)
 
 
@@ -183,7 +182,9 @@ class RolloutStorage:
                 np.copyto(destination, source)
 
     def columns(self, start: int, stop: int) -> RolloutStorage:
-        """The envs ``start:stop`` of every array, as views."""
+        """The envs ``start:stop`` of every array, as views (every env: this storage itself)."""
+        if start == 0 and stop == self.rewards.shape[1]:
+            return self
         return self.map(lambda array: array[:, start:stop])
 
 

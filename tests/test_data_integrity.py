@@ -431,6 +431,27 @@ def test_a_policy_cannot_make_its_inputs_writeable_and_change_the_batch(backend,
     assert not (written.observations == -7).any()
 
 
+class RefusesWritableInputs:
+    """A policy that fails unless writing into its observations raises (it runs in a worker)."""
+
+    def __call__(self, observations):
+        try:
+            observations[0] = -7
+        except ValueError:
+            return np.ones(observations.shape[0], np.int64)
+        raise AssertionError("the policy was handed observations it can write into")
+
+
+@pytest.mark.parametrize("options", [{}, {"reuse_buffers": True}], ids=["private-copies", "reused-buffers"])
+def test_a_policy_in_the_workers_gets_read_only_inputs_too(options, core):
+    fns = [partial(CountingEnv, env_id=i, episode_length=5) for i in range(2)]
+    with ParallelRolloutCollector(
+        fns, RefusesWritableInputs(), "async", horizon=4, seed=0, core=core, num_workers=2, policy_placement="workers", **options
+    ) as collector:
+        batch = collector.collect()
+    assert batch.valid.all() and not (batch.observations == -7).any()
+
+
 @pytest.mark.parametrize("backend", ALL_LOCAL)
 def test_with_reused_buffers_policy_inputs_hold_until_the_next_collect_on_every_backend(backend, core):
     policy = KeepsInputs()
@@ -507,22 +528,21 @@ def _interrupt_at_line(number, watched=_WATCHED):
     return global_trace, count
 
 
-@pytest.mark.parametrize("backend", IN_PROCESS)
-def test_an_interruption_at_any_line_leaves_the_collector_consistent_or_clearly_broken(backend):
-    envs = [LoggingEnv(env_id=i, episode_length=3) for i in range(2)]
-    fns = [lambda e=env: e for env in envs]
-    with ParallelRolloutCollector(fns, ConstantPolicy(2), backend, horizon=4, seed=0, core="compiled") as collector:
+def _interrupt_every_line(build, watched=_WATCHED) -> dict:
+    """For each line of a collect in ``watched`` files: a fresh ``build() -> (envs, collector)``,
+    one collect interrupted at that line, then the next collect. Each must either start where every
+    env really stands (consistent) or refuse with a message about the interruption (broken)."""
+    envs, collector = build()
+    with collector:
         collector.collect()
-        lines_in_a_collect = _lines_in_a_collect(collector)
+        lines_in_a_collect = _lines_in_a_collect(collector, watched)
     assert lines_in_a_collect > 50
     outcomes = {"consistent": 0, "broken": 0, "not reached": 0}
     for number in range(1, lines_in_a_collect + 1):
-        envs = [LoggingEnv(env_id=i, episode_length=3) for i in range(2)]
-        fns = [lambda e=env: e for env in envs]
-        collector = ParallelRolloutCollector(fns, ConstantPolicy(2), backend, horizon=4, seed=0, core="compiled")
+        envs, collector = build()
         try:
             collector.collect()
-            if not _collect_interrupted_at(collector, number):
+            if not _collect_interrupted_at(collector, number, watched):
                 outcomes["not reached"] += 1
             where = [env.last.copy() for env in envs]
             try:
@@ -532,12 +552,23 @@ def test_an_interruption_at_any_line_leaves_the_collector_consistent_or_clearly_
                 outcomes["broken"] += 1
                 continue
             # Consistent: the batch starts where every env really stands.
-            for column, env in enumerate(envs):
+            for column in range(len(envs)):
                 np.testing.assert_array_equal(batch.observations[0, column], where[column], err_msg=f"line {number}")
             outcomes["consistent"] += 1
         finally:
             collector.close()
     assert outcomes["consistent"] > 0 and outcomes["broken"] > 0
+    return outcomes
+
+
+@pytest.mark.parametrize("backend", IN_PROCESS)
+def test_an_interruption_at_any_line_leaves_the_collector_consistent_or_clearly_broken(backend):
+    def build():
+        envs = [LoggingEnv(env_id=i, episode_length=3) for i in range(2)]
+        fns = [lambda e=env: e for env in envs]
+        return envs, ParallelRolloutCollector(fns, ConstantPolicy(2), backend, horizon=4, seed=0, core="compiled")
+
+    _interrupt_every_line(build)
 
 
 _WATCHED_VECTOR = _WATCHED + ("vector_source.py", "policy.py", "action_checks.py")
@@ -553,30 +584,8 @@ def test_an_interruption_at_any_line_of_a_vector_env_source_leaves_it_consistent
         vector_env = SyncVectorEnv([lambda e=env: e for env in envs], autoreset_mode=getattr(AutoresetMode, mode))
         return envs, ParallelRolloutCollector([lambda: vector_env], ConstantPolicy(2), "sync", horizon=4, seed=0, core="compiled")
 
-    envs, collector = build()
-    with collector:
-        collector.collect()
-        lines_in_a_collect = _lines_in_a_collect(collector, _WATCHED_VECTOR)
-    assert lines_in_a_collect > 50
-    outcomes = {"consistent": 0, "broken": 0}
-    for number in range(1, lines_in_a_collect + 1):
-        envs, collector = build()
-        try:
-            collector.collect()
-            assert _collect_interrupted_at(collector, number, _WATCHED_VECTOR), f"line {number} not reached"
-            where = [env.last.copy() for env in envs]
-            try:
-                batch = collector.collect()
-            except CollectorClosedError as error:
-                assert "interrupted" in str(error) or "KeyboardInterrupt" in str(error), str(error)
-                outcomes["broken"] += 1
-                continue
-            for column in range(len(envs)):
-                np.testing.assert_array_equal(batch.observations[0, column], where[column], err_msg=f"line {number}")
-            outcomes["consistent"] += 1
-        finally:
-            collector.close()
-    assert outcomes["consistent"] > 0 and outcomes["broken"] > 0
+    outcomes = _interrupt_every_line(build, _WATCHED_VECTOR)
+    assert outcomes["not reached"] == 0
 
 
 _WATCHED_ASYNC = _WATCHED + ("processes.py", "pool.py", "waiting.py", "shared_memory.py", "batch_segments.py")

@@ -25,10 +25,6 @@ class GroupChain:
             group.reset_all()
 
     def begin(self, storage: RolloutStorage) -> None:
-        if len(self._groups) == 1 and self._groups[0][:2] == (0, storage.rewards.shape[1]):
-            # One group over every column (sync): the storage is its column slice already.
-            self._groups[0][2].begin(storage)
-            return
         for start, stop, group in self._groups:
             group.begin(storage.columns(start, stop))
 

@@ -97,6 +97,13 @@ class SliceRollout:
 
 
 def _copied_rows(storage: RolloutStorage):
-    """The policy's rows of ``storage`` as copies: the next rollout overwrites the storage."""
+    """The policy's rows of ``storage`` as read-only copies: the next rollout overwrites the storage."""
     observations = storage.observations
-    return lambda t: [leaf[t].copy() for leaf in observations]
+
+    def rows(t: int) -> list:
+        copies = [leaf[t].copy() for leaf in observations]
+        for copy in copies:
+            copy.setflags(write=False)  # as every policy input is
+        return copies
+
+    return rows
