@@ -14,7 +14,9 @@ and bool masks alike, with no per-element Python.
 
 cimport cython
 from libc.float cimport FLT_MIN
-from libc.math cimport INFINITY, nextafterf
+from libc.limits cimport LLONG_MAX, LLONG_MIN
+from libc.math cimport INFINITY, ceil, floor, nextafterf
+from libc.stdint cimport uint64_t
 from libc.string cimport memcpy, memset
 
 import numpy as np
@@ -582,6 +584,71 @@ cdef Py_ssize_t _first_row_out_of_bounds(
     return -1
 
 
+# Integers of at most this magnitude are exact in float64.
+cdef double EXACT_INTEGER_LIMIT = 9007199254740992.0  # 2 ** 53
+
+
+cdef inline bint _integer_bounds(double low, double high, long long* low_out, long long* high_out) noexcept nogil:
+    """The int64 bounds ``[low_out, high_out]`` that decide ``<double>v >= low and <double>v <= high``
+    exactly for every int64 ``v``; False when there are none this simple (bounds at or past 2**53,
+    NaN), and the float64 comparison is used instead.
+
+    Within ``(-2**53, 2**53)`` a value of smaller magnitude converts exactly, and one of
+    larger magnitude lands past the bound on the same side as the integer itself."""
+    if low == -INFINITY:
+        low_out[0] = LLONG_MIN
+    elif -EXACT_INTEGER_LIMIT < low < EXACT_INTEGER_LIMIT:
+        low_out[0] = <long long>ceil(low)
+    else:
+        return False
+    if high == INFINITY:
+        high_out[0] = LLONG_MAX
+    elif -EXACT_INTEGER_LIMIT < high < EXACT_INTEGER_LIMIT:
+        high_out[0] = <long long>floor(high)
+    else:
+        return False
+    return True
+
+
+cdef Py_ssize_t _first_int64_row_out_of_bounds(
+    const long long* values, Py_ssize_t rows, Py_ssize_t row_elements, const double* low, const double* high
+) noexcept nogil:
+    """``_first_row_out_of_bounds`` for int64 values (integer actions), compared as integers:
+    the conversion of each value to float64 costs more than the comparisons."""
+    cdef Py_ssize_t row, k
+    cdef long long lo, hi
+    cdef unsigned long long width, any_bits, offset
+    cdef bint outside = False
+    for k in range(row_elements):
+        if not _integer_bounds(low[k], high[k], &lo, &hi):
+            return _first_row_out_of_bounds[cython.longlong](values, rows, row_elements, low, high)
+        if hi < lo:
+            return 0  # no value is inside; rows > 0
+        width = <unsigned long long>hi - <unsigned long long>lo
+        if width >> 63:
+            # Bounds more than 2**63 apart: one unsigned comparison a value (below lo wraps past the width).
+            for row in range(rows):
+                outside |= (<unsigned long long>values[row * row_elements + k] - <unsigned long long>lo) > width
+            continue
+        # The offset x = v - lo is outside when x > width: then x or width - x has its top bit
+        # set (a value below lo wraps to x >= 2**63), and neither has when x <= width. So the
+        # top bit of the OR of them all decides, with no comparison per value: a loop the
+        # compiler vectorizes with the baseline instruction set, which has no 64-bit compare.
+        any_bits = 0
+        if row_elements == 1:
+            for row in range(rows):
+                offset = <unsigned long long>values[row] - <unsigned long long>lo
+                any_bits |= offset | (width - offset)
+        else:
+            for row in range(rows):
+                offset = <unsigned long long>values[row * row_elements + k] - <unsigned long long>lo
+                any_bits |= offset | (width - offset)
+        outside |= (any_bits >> 63) != 0
+    if not outside:
+        return -1
+    return _first_row_out_of_bounds[cython.longlong](values, rows, row_elements, low, high)
+
+
 cdef inline bint _is_flat_float64(object bounds):
     return (
         type(bounds) is np.ndarray
@@ -678,7 +745,7 @@ cdef Py_ssize_t _dispatch_out_of_bounds(
     if type_number in (cnp.NPY_UINT, cnp.NPY_ULONG, cnp.NPY_ULONGLONG) and size == 4:
         return _first_row_out_of_bounds[cython.uint](<unsigned int*>data, rows, k, lo, hi)
     if type_number in (cnp.NPY_INT, cnp.NPY_LONG, cnp.NPY_LONGLONG) and size == 8:
-        return _first_row_out_of_bounds[cython.longlong](<long long*>data, rows, k, lo, hi)
+        return _first_int64_row_out_of_bounds(<long long*>data, rows, k, lo, hi)
     if type_number in (cnp.NPY_UINT, cnp.NPY_ULONG, cnp.NPY_ULONGLONG) and size == 8:
         return _first_row_out_of_bounds[cython.ulonglong](<unsigned long long*>data, rows, k, lo, hi)
     if type_number == cnp.NPY_FLOAT:
@@ -1116,10 +1183,8 @@ cdef class VectorRowRecorder:
                 return -1
         terminated = <const unsigned char*>cnp.PyArray_DATA(<cnp.ndarray>terminations)
         truncated = <const unsigned char*>cnp.PyArray_DATA(<cnp.ndarray>truncations)
-        if self.next_step:
-            for column in range(n):
-                if (terminated[column] or truncated[column]) and not self.counted[column]:
-                    return -1
+        if self.next_step and n and _ended_uncounted(terminated, truncated, &self.counted[0], n):
+            return -1
         if rec._completed_count + n > rec.completed_returns.shape[0]:
             for column in range(n):
                 if terminated[column] or truncated[column]:
@@ -1193,6 +1258,8 @@ cdef class VectorRowRecorder:
         cdef unsigned char* truncations_row = &rec.truncations[t, 0]
         cdef double* step_seconds
         cdef int any_ended = 0
+        cdef double old_value, new_value
+        cdef uint64_t old_bits, new_bits, keep_new
         with nogil:
             if reward64 != NULL:
                 memcpy(rewards_row, reward64, n * sizeof(double))
@@ -1209,10 +1276,17 @@ cdef class VectorRowRecorder:
                 # marked, and its reward counts in no episode.
                 for column in range(n):
                     reset_row[column] = counted[column] == 0
+                # A select of bits rather than a branch, so that the loop compiles to vector
+                # code; an uncounted column keeps its value bit for bit.
                 for column in range(n):
-                    if counted[column]:
-                        running_returns[column] += rewards_row[column]
-                        running_lengths[column] += 1
+                    old_value = running_returns[column]
+                    new_value = old_value + rewards_row[column]
+                    memcpy(&old_bits, &old_value, 8)
+                    memcpy(&new_bits, &new_value, 8)
+                    keep_new = 0 - <uint64_t>(counted[column] != 0)
+                    new_bits = (new_bits & keep_new) | (old_bits & ~keep_new)
+                    memcpy(&running_returns[column], &new_bits, 8)
+                    running_lengths[column] += counted[column] != 0
                 for column in range(n):
                     counted[column] = (terminated[column] | truncated[column]) == 0
             else:
@@ -1221,10 +1295,7 @@ cdef class VectorRowRecorder:
                     running_returns[column] += rewards_row[column]
                     running_lengths[column] += 1
             if any_ended:
-                for column in range(n):
-                    if terminated[column] or truncated[column]:
-                        rec._end_episode(t, column, n_done)
-                        n_done += 1
+                n_done = _book_ended(rec, t, terminated, truncated, n)
             if self.timed:
                 step_seconds = &self.step_seconds[0]
                 for column in range(n):
@@ -1249,6 +1320,45 @@ cdef class VectorRowRecorder:
             for k in range(n_done):
                 rec.running_seeds[rec.done_columns[k]] = -1
         return n_done
+
+
+cdef bint _ended_uncounted(
+    const unsigned char* terminated, const unsigned char* truncated, const unsigned char* counted, Py_ssize_t n
+) noexcept nogil:
+    """Whether a column ended that did not count this step (NEXT_STEP: it ended twice in a row).
+
+    A branch-free reduction, which compiles to vector code: the common answer is no."""
+    cdef Py_ssize_t column
+    cdef unsigned char found = 0
+    for column in range(n):
+        found |= ((terminated[column] | truncated[column]) != 0) & (counted[column] == 0)
+    return found != 0
+
+
+cdef Py_ssize_t _book_ended(
+    StepRecorder rec, Py_ssize_t t, const unsigned char* terminated, const unsigned char* truncated, Py_ssize_t n
+) noexcept nogil:
+    """Book the episodes that ended at step ``t``, in column order; return how many.
+
+    The flags are read eight at a time, and only a word holding an end is looked
+    into: ends are rare, so most words are passed with one test."""
+    cdef Py_ssize_t word, column, start, stop, n_done = 0
+    cdef uint64_t ended_bits, truncated_bits
+    for word in range((n + 7) // 8):
+        start = word * 8
+        if start + 8 <= n:
+            memcpy(&ended_bits, terminated + start, 8)
+            memcpy(&truncated_bits, truncated + start, 8)
+            if (ended_bits | truncated_bits) == 0:
+                continue
+            stop = start + 8
+        else:
+            stop = n
+        for column in range(start, stop):
+            if terminated[column] or truncated[column]:
+                rec._end_episode(t, column, n_done)
+                n_done += 1
+    return n_done
 
 
 cdef bint _gather_rows(cnp.ndarray block, unsigned char* dest) except -1:

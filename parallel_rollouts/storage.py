@@ -208,6 +208,18 @@ class CompletedEpisodes:
             seeds=np.empty(capacity, dtype=np.int64),
         )
 
+    @classmethod
+    def buffers_like(cls, previous: CompletedEpisodes | None, capacity: int) -> CompletedEpisodes:
+        """Buffers for ``capacity`` episodes: ``previous`` again when it holds that many.
+
+        A group's buffers are read out by :meth:`head`, a copy, so the next rollout may write
+        them again; their pages then stay mapped instead of being faulted in on every
+        rollout (a vector env of 1,024 sub-envs books into 5 MiB of them at horizon 128).
+        """
+        if previous is not None and previous.returns.shape[0] == capacity:
+            return previous
+        return cls.empty_buffers(capacity)
+
     def head(self, count: int) -> CompletedEpisodes:
         """A copy of the first ``count`` entries."""
         return CompletedEpisodes(*(getattr(self, f.name)[:count].copy() for f in fields(self)))

@@ -172,6 +172,8 @@ class EnvGroup:
         self._stepper = None
         self._row_stepper = None
         self._completed: CompletedEpisodes | None = None
+        # Written again by every rollout (read out by a copy): see CompletedEpisodes.buffers_like.
+        self._episode_buffers: CompletedEpisodes | None = None
         # The storage row the envs stand at during a rollout; None while a step is
         # under way (an interruption there leaves the envs in an unknown state).
         self._row: int | None = 0
@@ -222,7 +224,7 @@ class EnvGroup:
         if self._storage is not None:
             self.abandon(self._row if self._row is not None else -1)
         horizon = storage.horizon
-        self._completed = CompletedEpisodes.empty_buffers(horizon * self.num_envs)
+        self._completed = self._episode_buffers = CompletedEpisodes.buffers_like(self._episode_buffers, horizon * self.num_envs)
         writers = [
             self._core.ObservationWriter(observations, final)
             for observations, final in zip(storage.observations, storage.final_observations)

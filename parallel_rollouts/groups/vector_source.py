@@ -244,6 +244,8 @@ class VectorEnvGroup:
         self._current_observations = observation_layout.allocate((1, n), np.zeros)
         self._storage: RolloutStorage | None = None
         self._completed: CompletedEpisodes | None = None
+        # Written again by every rollout (read out by a copy): see CompletedEpisodes.buffers_like.
+        self._episode_buffers: CompletedEpisodes | None = None
         self._recorder = None
         self._rows = None
         self._final_writers: list = []
@@ -331,7 +333,9 @@ class VectorEnvGroup:
         if self._storage is not None:
             self.abandon(self._row if self._row is not None else -1)
         self._storage = storage
-        completed = self._completed = CompletedEpisodes.empty_buffers(storage.horizon * self.num_envs)
+        completed = self._completed = self._episode_buffers = CompletedEpisodes.buffers_like(
+            self._episode_buffers, storage.horizon * self.num_envs
+        )
         # The episode books of whole rows, kept by the compiled core in one pass per step.
         self._recorder = episode_recorder(
             self._core, storage, self._running_returns, self._running_lengths, self._running_seeds,
@@ -364,8 +368,11 @@ class VectorEnvGroup:
 
     def _step_row(self, t: int) -> None:
         storage = self._storage
-        # A copy: the env may keep what it is given, and the storage row is reused.
-        actions = self._action_layout.unflatten([leaf[t].copy() for leaf in storage.actions])
+        # A copy: the env may keep or change what it is given, and the storage row is the batch's.
+        if self._action_layout.is_nested:
+            actions = self._action_layout.unflatten([leaf[t].copy() for leaf in storage.actions])
+        else:
+            actions = storage.actions[0][t].copy()
         try:
             started = perf_counter()
             observations, rewards, terminations, truncations, info = self.vector_env.step(actions)
@@ -376,7 +383,7 @@ class VectorEnvGroup:
         if mode is not AutoresetMode.SAME_STEP and isinstance(info, dict) and "final_obs" in info:
             # A misdeclared mode: the general path names it.
             return self._step_general(t, observations, rewards, terminations, truncations, info, seconds)
-        leaves = self._fast_leaves(observations)
+        leaves = self._fast_leaves(observations) if self._observation_layout.is_nested else [observations]
         if leaves is None:
             return self._step_general(t, observations, rewards, terminations, truncations, info, seconds)
         # The info rows are stored after the row, as the general path does, with the reset-step
@@ -406,9 +413,7 @@ class VectorEnvGroup:
         return None
 
     def _fast_leaves(self, observations: Any) -> list | None:
-        """The observation as one array per leaf for the compiled row, or None for the general path."""
-        if not self._observation_layout.is_nested:
-            return [observations]
+        """A nested observation as one array per leaf for the compiled row, or None for the general path."""
         try:
             return list(self._observation_layout.flatten(observations))
         except Exception:
