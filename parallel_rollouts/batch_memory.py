@@ -198,7 +198,8 @@ class BatchMemory:
             leaves = self._policy_leaves = [read_only_view(leaf) for leaf in batch.observations]
         if self._target is None:
             if start == 0 and stop is None:
-                return [leaf[t] for leaf in leaves]
+                # One leaf (a Box or Discrete space) without a comprehension's frame: this runs every row.
+                return [leaves[0][t]] if len(leaves) == 1 else [leaf[t] for leaf in leaves]
             return [leaf[t, start:stop] for leaf in leaves]
         stop = self._written.rewards.shape[1] if stop is None else stop
         for source, destination in zip(self._written.observations, self._target.observations):
