@@ -43,6 +43,8 @@ class RolloutLoop:
         through which the batch cannot be written.
         ``on_step_error(error)`` hears of an exception raised by ``step`` (not by the
         policy) before it propagates: only a step can leave the envs part-way.
+        ``policy`` and ``output_writer`` are read once per run: a policy swapped in (a
+        worker's updated copy) takes effect at the next run.
         """
         if policy_rows is None:
             observations = [read_only_view(leaf) for leaf in storage.observations]

@@ -99,3 +99,39 @@ def test_the_episodes_of_one_part_are_copied_so_the_batch_can_write_them():
         array = getattr(merged, name)
         assert array.flags.writeable and not np.shares_memory(array, getattr(part, name)), name
         np.testing.assert_array_equal(array, getattr(part, name))
+
+
+_EPISODE_FIELDS = ("episode_returns", "episode_lengths", "episode_env_indices", "episode_end_steps", "episode_seeds")
+
+
+def _counting_vector_env():
+    import gymnasium as gym
+
+    return gym.vector.SyncVectorEnv(_fns(3), autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+
+
+@pytest.mark.parametrize("source", ["envs", "vector env"])
+@pytest.mark.parametrize("backend", ["serial", "sync"])
+def test_a_held_batch_keeps_its_episodes_while_later_rollouts_book_theirs(backend, source):
+    """Each group writes its episode books into the same buffers every rollout: what a batch
+    holds must be its own copy, unchanged by later rollouts, an abandoned one included."""
+    calls = []
+
+    def policy(observations):
+        calls.append(None)
+        if len(calls) == 20:  # part-way through the third rollout
+            raise RuntimeError("policy failed on purpose")
+        return np.ones(observations.shape[0], np.int64)
+
+    env_fns = _fns(3) if source == "envs" else [_counting_vector_env]
+    with ParallelRolloutCollector(env_fns, policy, backend, horizon=8, seed=0) as collector:
+        first = collector.collect()
+        assert first.episode_returns.size  # the books hold episodes to lose
+        saved = {name: getattr(first, name).copy() for name in _EPISODE_FIELDS}
+        later = [collector.collect()]
+        with pytest.raises(RuntimeError, match="on purpose"):
+            collector.collect()
+        later += [collector.collect() for _ in range(2)]
+        for name in _EPISODE_FIELDS:
+            np.testing.assert_array_equal(getattr(first, name), saved[name], err_msg=name)
+            assert not any(np.shares_memory(getattr(first, name), getattr(batch, name)) for batch in later), name

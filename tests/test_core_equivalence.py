@@ -1185,6 +1185,24 @@ def _record_all(rows, state, rows_in):
     return [rows.record(t, *row) for t, row in enumerate(rows_in)]
 
 
+@pytest.mark.parametrize("num_envs", [8, 16, 19])
+@pytest.mark.parametrize("flag", ["terminations", "truncations"])
+def test_vector_row_recorder_books_an_end_wherever_it_sits_among_the_flags(num_envs, flag):
+    """One end per row, by one flag alone, at every column in turn: first, last of each group of
+    eight flags the compiled books read together, and in the tail after them."""
+    for column in range(num_envs):
+        for core in CORES:
+            rows, recorder, state = _vector_rows(core, 1, num_envs, "Disabled", [(np.float32, (1,))], {})
+            flags = {name: np.zeros(num_envs, bool) for name in ("terminations", "truncations")}
+            flags[flag][column] = True
+            rewards = np.arange(1.0, num_envs + 1.0)
+            leaves = [np.zeros((num_envs, 1), np.float32)]
+            assert rows.record(0, rewards, flags["terminations"], flags["truncations"], leaves, 0.0) == 1, core.__name__
+            assert state["done_columns"][0] == column
+            count = recorder.completed_count
+            assert count == 1 and state["completed_returns"][0] == column + 1.0 and state["completed_lengths"][0] == 1
+
+
 @pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
 def test_vector_row_recorder_keeps_next_step_reset_rows_out_of_the_episodes(core):
     rows, recorder, state = _vector_rows(core, 3, 2, "NextStep", [(np.float32, (2,))], {})
