@@ -25,6 +25,7 @@ from benchmarks import (
     step_profile,
     straggler_plot,
     vector_envs,
+    vector_row_profile,
 )
 from benchmarks.contenders import COLLECTOR_CONTENDERS, PEER_CONTENDERS, unavailable_reason
 from benchmarks.workloads import WORKLOADS
@@ -269,6 +270,24 @@ def test_step_profile_splits_a_transition_and_times_the_null_env(tmp_path):
     assert set(document["parts"]["overhead_us_per_transition"]) == {"hand-loop", "hand-loop-reseeding", "sync"}
     assert 0 < len(document["sync_profile"]) <= 5
     assert set(document["null_env"]) == {"1", "2"}
+
+
+def test_vector_row_profile_splits_both_rows_and_puts_back_what_it_clocked(tmp_path):
+    from parallel_rollouts.groups.vector_source import VectorEnvGroup
+    from parallel_rollouts.policy import PolicyOutputWriter
+    from parallel_rollouts.rollout_loop import RolloutLoop
+
+    clocked = (VectorEnvGroup.begin, VectorEnvGroup.step, PolicyOutputWriter.write, RolloutLoop.run)
+    path = tmp_path / "vector_rows.json"
+    vector_row_profile.main(["--num-envs", "64", "--horizon", "8", "--rounds", "1", "--part-collects", "2", "--output", str(path)])
+    document = _load(path)
+    assert (VectorEnvGroup.begin, VectorEnvGroup.step, PolicyOutputWriter.write, RolloutLoop.run) == clocked
+    for loops in (document["cartpole_vector"], document["null_vector"]):
+        assert set(loops["us_per_row"]) == {"bare loop", "sync"} and all(v > 0 for v in loops["us_per_row"].values())
+    assert set(document["bare_parts"]) == {"policy", "action store", "env.step", "stores of observations, rewards and flags", "total"}
+    sync_parts = document["sync_parts"]
+    assert {"policy", "action check and store", "env.step", "compiled row (record)", "per-collect work outside the rows"} < sync_parts.keys()
+    assert sync_parts["env.step"] > 0 and sync_parts["compiled row (record)"] > 0 and sync_parts["policy"] > 0
 
 
 @pytest.mark.parametrize("contender", instruction_counts.CONTENDERS)
