@@ -91,7 +91,7 @@ class _Recycled:
         # (or list/dict slot), self.arrays, and getrefcount's argument. Counted by index,
         # here and below, so that no loop variable or iterator holds an extra one.
         self.baseline = [sys.getrefcount(self.arrays[index]) for index in range(len(self.arrays))]
-        self.written_rows: np.ndarray | None = None
+        self.written_rows: _WrittenFinalRows | None = None
 
     def unreferenced(self) -> bool:
         arrays, baseline = self.arrays, self.baseline
@@ -148,7 +148,7 @@ class BatchMemory:
         self._policy_leaves: list[np.ndarray] | None = None
         # [T, N] rows of the reused storage's final_observations that may hold values;
         # None while a rollout is writing into it and has not yet said which.
-        self._written_rows: np.ndarray | None = None
+        self._written_rows: _WrittenFinalRows | None = None
 
     @property
     def reuses_buffers(self) -> bool:
@@ -236,7 +236,7 @@ class BatchMemory:
         self.record_final_rows(rows_done)
         if self._target is not None:
             # Terminal observations reach the caller's batch only in finish(): none were written.
-            self._note_written_rows(self._target, np.zeros_like(self._target.terminations))
+            self._note_written_rows(self._target, _WrittenFinalRows(False, None))
         self._target = None
 
     def record_final_rows(self, steps: int) -> None:
@@ -285,7 +285,7 @@ class BatchMemory:
             self._segment_pool.append(_Recycled(storage))
         return storage
 
-    def _note_written_rows(self, storage: RolloutStorage, written: np.ndarray) -> None:
+    def _note_written_rows(self, storage: RolloutStorage, written: _WrittenFinalRows) -> None:
         if storage is self._reused:
             self._written_rows = written
         for entry in self._pool + self._segment_pool:
@@ -345,26 +345,45 @@ def _field_arrays(value) -> list[np.ndarray]:
     return [value]
 
 
-def _ended_rows(storage: RolloutStorage, rows: int) -> np.ndarray:
-    """``[T, N]``: where an episode ended in the first ``rows`` rows."""
+class _WrittenFinalRows:
+    """Which ``final_observations`` rows a rollout may have written: whether any, and where
+    (a ``[T, N]`` mask) only when a leaf's rows are big enough to be cleared one by one."""
+
+    def __init__(self, any_written: bool, mask: np.ndarray | None) -> None:
+        self.any = any_written
+        self.mask = mask
+
+
+def _ended_rows(storage: RolloutStorage, rows: int) -> _WrittenFinalRows:
+    """Where an episode ended in the first ``rows`` rows."""
+    terminations, truncations = storage.terminations[:rows], storage.truncations[:rows]
+    if not (terminations.any() or truncations.any()):
+        return _WrittenFinalRows(False, None)
+    if all(_clears_whole(leaf) for leaf in storage.final_observations):
+        return _WrittenFinalRows(True, None)  # no [T, N] mask to build: every leaf is zeroed whole
     written = np.zeros_like(storage.terminations)
-    np.logical_or(storage.terminations[:rows], storage.truncations[:rows], out=written[:rows])
-    return written
+    np.logical_or(terminations, truncations, out=written[:rows])
+    return _WrittenFinalRows(True, written)
 
 
-def _clear_final_rows(storage: RolloutStorage, written_rows: np.ndarray | None) -> None:
+def _clears_whole(leaf: np.ndarray) -> bool:
+    # Small rows (CartPole's 16 bytes): zeroing the whole leaf costs less than selecting rows
+    # by a [T, N] mask (60 against 370 µs at T=128, N=1024).
+    rows = leaf.shape[0] * leaf.shape[1]
+    return leaf.nbytes <= _FILL_BYTES_PER_ROW * rows
+
+
+def _clear_final_rows(storage: RolloutStorage, written: _WrittenFinalRows | None) -> None:
     """Zero the final-observation rows a rollout wrote (all of them when it is not known which)."""
-    if written_rows is None:
+    if written is None:
         for leaf in storage.final_observations:
             leaf.fill(0)
-    elif written_rows.any():
+    elif written.any:
         for leaf in storage.final_observations:
-            if leaf.nbytes <= _FILL_BYTES_PER_ROW * written_rows.size:
-                # Small rows (CartPole's 16 bytes): zeroing the whole leaf costs less than
-                # selecting rows by a [T, N] mask (60 against 370 µs at T=128, N=1024).
+            if _clears_whole(leaf):
                 leaf.fill(0)
             else:
-                leaf[written_rows] = 0
+                leaf[written.mask] = 0
 
 
 #: Below this many bytes per ``[t, env]`` row, :func:`_clear_final_rows` zeroes a whole leaf.

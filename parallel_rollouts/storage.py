@@ -229,9 +229,17 @@ class CompletedEpisodes:
         """Concatenate and order by time step, then env index, whatever the grouping of envs."""
         if len(parts) == 1:
             # One group books its episodes in that order already (by step, then column), so no
-            # sort; still copies, so that the batch's arrays are its own and writable (a Ray
-            # actor's come back read-only).
-            return cls(*(np.array(getattr(parts[0], f.name)) for f in fields(cls)))
+            # sort. The batch's arrays must be its own and writable: a group's `finish()` hands
+            # over fresh copies, taken as they are; anything else (a Ray actor's come back
+            # read-only, views) is copied.
+            return cls(*(_own_writable(getattr(parts[0], f.name)) for f in fields(cls)))
         joined = cls(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls)))
         order = np.lexsort((joined.env_indices, joined.end_steps))
         return cls(*(getattr(joined, f.name)[order] for f in fields(cls)))
+
+
+def _own_writable(array: np.ndarray) -> np.ndarray:
+    """``array`` itself when it owns its writable memory, else a copy that does."""
+    if type(array) is np.ndarray and array.flags.owndata and array.flags.writeable:
+        return array
+    return np.array(array)

@@ -77,8 +77,22 @@ def test_rows_a_policy_kept_pin_their_batch():
     np.testing.assert_array_equal(np.stack(kept[:4]), snapshot)
 
 
-def test_final_observations_of_a_recycled_batch_hold_only_this_rollouts_ends():
-    fns = [partial(CountingEnv, env_id=i + 1, episode_length=2 + 3 * i) for i in range(2)]
+class _WideCountingEnv(CountingEnv):
+    """CountingEnv's observation repeated into 128-byte rows: cleared row by row, not whole."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        from gymnasium import spaces
+
+        self.observation_space = spaces.Box(-1e6, 1e6, shape=(32,), dtype=np.float32)
+
+    def _observation(self, last_action: float) -> np.ndarray:
+        return np.tile(super()._observation(last_action), 8)
+
+
+@pytest.mark.parametrize("env_class", [CountingEnv, _WideCountingEnv], ids=["16-byte rows", "128-byte rows"])
+def test_final_observations_of_a_recycled_batch_hold_only_this_rollouts_ends(env_class):
+    fns = [partial(env_class, env_id=i + 1, episode_length=2 + 3 * i) for i in range(2)]
     with ParallelRolloutCollector(fns, ConstantPolicy(2), "sync", horizon=7, seed=0) as collector:
         for _ in range(8):
             batch = collector.collect()
