@@ -146,8 +146,8 @@ class BatchMemory:
         self._pool: list[_Recycled] = []
         #: Read-only views of the observations the policy's rows are taken from (one rollout).
         self._policy_leaves: list[np.ndarray] | None = None
-        # [T, N] rows of the reused storage's final_observations that may hold values;
-        # None while a rollout is writing into it and has not yet said which.
+        # Which rows of the reused storage's final_observations may hold values; None
+        # while a rollout is writing into it and has not yet said which.
         self._written_rows: _WrittenFinalRows | None = None
 
     @property
