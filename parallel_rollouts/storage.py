@@ -213,8 +213,9 @@ class CompletedEpisodes:
         """Buffers for ``capacity`` episodes: ``previous`` again when it holds that many.
 
         A group's buffers are read out by :meth:`head`, a copy, so the next rollout may write
-        them again; their pages then stay mapped instead of being faulted in on every
-        rollout (a vector env of 1,024 sub-envs books into 5 MiB of them at horizon 128).
+        them again; they are then not allocated, and the pages a rollout writes not faulted
+        in, afresh on every rollout (5 MiB of them for a vector env of 1,024 sub-envs at
+        horizon 128).
         """
         if previous is not None and previous.returns.shape[0] == capacity:
             return previous
