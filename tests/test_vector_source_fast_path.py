@@ -81,8 +81,9 @@ CASES = {
 }
 
 
-def _note_each_row(monkeypatch, outcomes: list) -> None:
-    """Record, for every row, whether the compiled call took it (True) or declined it (False)."""
+def _note_each_row(monkeypatch, outcomes: list, decline: bool = False) -> None:
+    """Record, for every row, whether the compiled call took it (True) or declined it (False);
+    with ``decline``, decline every row without calling it: the general path takes them all."""
     step = VectorEnvGroup.step
 
     def noting_step(self, t):
@@ -90,7 +91,7 @@ def _note_each_row(monkeypatch, outcomes: list) -> None:
 
         class Noting:
             def record(_, *arguments):
-                n_done = rows.record(*arguments)
+                n_done = -1 if decline else rows.record(*arguments)
                 outcomes.append(n_done >= 0)
                 return n_done
 
@@ -122,8 +123,10 @@ def test_the_compiled_row_gives_the_general_path_s_batch(case, monkeypatch):
     compiled, compiled_warnings = _collect(CASES[case])
     assert any(taken), f"{case}: the compiled row never took a row"
     monkeypatch.setattr(VectorEnvGroup, "step", step)
-    monkeypatch.setattr(VectorEnvGroup, "_fast_leaves", lambda self, observations: None)
+    declined = []
+    _note_each_row(monkeypatch, declined, decline=True)
     general, general_warnings = _collect(CASES[case])
+    assert declined and not any(declined), f"{case}: the general run reached the compiled row"
     for expected, got in zip(general, compiled):
         assert_batches_identical(expected, got)
     assert compiled_warnings == general_warnings
