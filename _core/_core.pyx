@@ -636,6 +636,8 @@ cdef Py_ssize_t _first_int64_row_out_of_bounds(
         # compiler vectorizes with the baseline instruction set, which has no 64-bit compare.
         any_bits = 0
         if row_elements == 1:
+            # The same loop over contiguous values (a Discrete action a row), which it vectorizes;
+            # the strided one below it does not.
             for row in range(rows):
                 offset = <unsigned long long>values[row] - <unsigned long long>lo
                 any_bits |= offset | (width - offset)

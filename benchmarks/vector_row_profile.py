@@ -22,7 +22,6 @@ Per row (one step of the whole vector env):
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
@@ -36,6 +35,7 @@ from parallel_rollouts.policy import PolicyOutputWriter
 from parallel_rollouts.rollout_loop import RolloutLoop
 
 from .machine import machine_record
+from .report import write_json
 from .vector_envs import bare_vector_loop, cartpole_vector, lean_policy
 
 __all__ = ["NullVectorEnv", "main"]
@@ -243,12 +243,11 @@ def main(argv: list[str] | None = None) -> int:
         for name, value in parts.items():
             print(f"    {name:42s} {value:8.2f}")
     if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
         document = {
             "machine": machine_record(), "settings": vars(args) | {"output": str(args.output)},
             "cartpole_vector": cartpole, "null_vector": null, "bare_parts": bare_parts, "sync_parts": sync_parts,
         }
-        args.output.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        write_json(document, args.output)
         print(f"wrote {args.output.resolve()}")
     return 0
 
