@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import os
 import random
+import signal
+import subprocess
+import sys
 import threading
+import time
 from functools import partial
 
 import gymnasium as gym
@@ -168,6 +172,91 @@ class MissionEnv(WalkEnv):
     def step(self, action):
         observation, *rest = super().step(action)
         return {"state": observation, "mission": "go"}, *rest
+
+
+class ExitInStepEnv(WalkEnv):
+    """Calls ``sys.exit(0)`` in ``step``, as a script-style env might on an error."""
+
+    def step(self, action):
+        raise SystemExit(0)
+
+
+class InterruptInStepEnv(WalkEnv):
+    """Raises ``KeyboardInterrupt`` itself in ``step`` (no Ctrl-C was pressed)."""
+
+    def step(self, action):
+        raise KeyboardInterrupt
+
+
+class EnvBug(BaseException):
+    """Neither an ``Exception`` nor one of the builtin ``BaseException`` subclasses."""
+
+
+class BaseExceptionEnv(WalkEnv):
+    def step(self, action):
+        raise EnvBug("step broke")
+
+
+class CtrlCInStepEnv(WalkEnv):
+    """The user presses Ctrl-C while ``step`` runs; with ``swallow``, the env catches the interrupt and goes on."""
+
+    swallow = False
+
+    def step(self, action):
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            if not self.swallow:
+                raise
+        return super().step(action)
+
+
+class SwallowingCtrlCEnv(CtrlCInStepEnv):
+    swallow = True
+
+
+class HangInResetEnv(WalkEnv):
+    """``reset`` never returns (as an env waiting on a server that is down)."""
+
+    def reset(self, *, seed=None, options=None):
+        while True:
+            time.sleep(3600)
+
+
+class RaisingCloseEnv(WalkEnv):
+    def close(self):
+        raise RuntimeError("the simulator is already gone")
+
+
+# A child that runs until its parent has gone (it is reparented), so that none outlives the test run.
+_CHILD = "import os, time\nparent = os.getppid()\nwhile os.getppid() == parent:\n    time.sleep(0.2)"
+#: The children every ProcessEnv started in this process, for the tests to stop.
+STARTED: list[subprocess.Popen] = []
+
+
+class ProcessEnv(WalkEnv):
+    """Starts a child process (a simulator server); stops it in ``close()`` unless it is ``LeakyEnv``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._server = subprocess.Popen([sys.executable, "-c", _CHILD])
+        STARTED.append(self._server)
+
+    def close(self):
+        self._server.terminate()
+        self._server.wait(30)
+
+
+class LeakyEnv(ProcessEnv):
+    """Leaves its child running when closed."""
+
+    def close(self):
+        pass
+
+
+def unregistered_namespace() -> gym.Env:
+    """A factory that makes an id whose namespace no imported package registered (as 'ALE/...' without ale_py)."""
+    return gym.make("NoSuchNamespace/Foo-v0")
 
 
 def unpicklable_factory():

@@ -14,6 +14,7 @@ from parallel_rollouts import ConfigurationError, check_env
 from parallel_rollouts.conformance import CheckStatus
 from parallel_rollouts.conformance.aliasing import NO_ALIASING
 from parallel_rollouts.conformance.autoreset import AUTORESET
+from parallel_rollouts.conformance.closing import CLOSES
 from parallel_rollouts.conformance.determinism import SAME_SEED, SAME_SEED_SPAWNED
 from parallel_rollouts.conformance.global_random import NO_GLOBAL_RANDOM
 from parallel_rollouts.conformance.pickling import PICKLES, REBUILDS
@@ -24,7 +25,7 @@ from tests.leaks import ResourceSnapshot
 
 SINGLE_ENV_CHECKS = {
     STORABLE, PICKLES, REBUILDS, ACTION_SAMPLING, SPACES_HONOURED, SAME_SEED, SAME_SEED_SPAWNED, NO_ALIASING,
-    NO_GLOBAL_RANDOM,
+    NO_GLOBAL_RANDOM, CLOSES,
 }
 
 # Each broken env, the check it breaks, and words the reason must contain.
@@ -75,7 +76,7 @@ def test_a_correct_env_passes_every_check():
     timing = report.timing
     assert timing.steps > 0 and timing.resets > 0
     assert timing.step_mean_s > 0 and timing.step_p99_s > 0 and timing.reset_mean_s > 0
-    assert "timing" in str(report) and "OK: 9 checks, 0 failed" in str(report)
+    assert "timing" in str(report) and "OK: 10 checks, 0 failed" in str(report)
 
 
 def test_an_id_registered_here_only_fails_to_rebuild_in_a_spawned_process():

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 BROKEN_MODULE = textwrap.dedent(
     """
+    import time
+
     import gymnasium
 
 
@@ -33,16 +37,38 @@ BROKEN_MODULE = textwrap.dedent(
 
     def make_good():
         return gymnasium.make("CartPole-v1")
+
+
+    class ExitInStep(gymnasium.Wrapper):
+        def step(self, action):
+            raise SystemExit(0)
+
+
+    def make_exiting():
+        return ExitInStep(gymnasium.make("CartPole-v1"))
+
+
+    class HangInReset(gymnasium.Wrapper):
+        # Says that it has started waiting, then waits for ever.
+        def reset(self, **kwargs):
+            open("waiting", "w").close()
+            while True:
+                time.sleep(3600)
+
+
+    def make_hanging():
+        return HangInReset(gymnasium.make("CartPole-v1"))
     """
 )
 
 
+def _command(*arguments: str) -> tuple[list[str], dict]:
+    return [sys.executable, "-m", "parallel_rollouts", *arguments], {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+
+
 def _run(*arguments: str, cwd: Path) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "parallel_rollouts", *arguments],
-        cwd=cwd, env=environment, capture_output=True, text=True, timeout=300,
-    )
+    command, environment = _command(*arguments)
+    return subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture
@@ -54,22 +80,85 @@ def workdir(tmp_path: Path) -> Path:
 def test_check_exits_zero_on_a_conforming_env_and_prints_the_table(workdir):
     result = _run("check", "CartPole-v1", "--max-steps", "200", "--json", "out.json", cwd=workdir)
     assert result.returncode == 0, result.stderr
-    assert "Conformance of CartPole-v1" in result.stdout and "OK: 9 checks, 0 failed" in result.stdout
+    assert "Conformance of CartPole-v1" in result.stdout and "OK: 10 checks, 0 failed" in result.stdout
     written = json.loads((workdir / "out.json").read_text())
-    assert written["check"]["ok"] is True and len(written["check"]["checks"]) == 9
+    assert written["check"]["ok"] is True and len(written["check"]["checks"]) == 10
 
 
 def test_check_exits_one_when_a_check_fails_with_a_factory_from_the_current_directory(workdir):
     result = _run("check", "my_envs:make", "--max-steps", "200", cwd=workdir)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "no observation aliasing" in result.stdout and "FAIL" in result.stdout
-    assert "FAILED: 9 checks, 1 failed" in result.stdout
+    assert "FAILED: 10 checks, 1 failed" in result.stdout
 
 
 def test_an_unknown_env_exits_two_with_the_reason(workdir):
     result = _run("check", "NoSuchEnv-v0", cwd=workdir)
     assert result.returncode == 2
     assert "not a registered Gymnasium env" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        pytest.param("../my_envs:make", "names '../my_envs', which is not a module name", id="path"),
+        pytest.param("my_envs:nothing", "module 'my_envs' has no 'nothing', and no env id 'nothing' is registered",
+                     id="missing"),
+        pytest.param("my_envs:gymnasium", "my_envs.gymnasium is a module, not callable", id="not-callable"),
+        pytest.param("script:make", "names module 'script', which raised SystemExit(3) when imported", id="import"),
+        pytest.param("builtins:dict", "the env factory returned dict {}, not a gymnasium.Env", id="not-an-env"),
+    ],
+)
+def test_a_target_that_cannot_be_resolved_exits_two_naming_it(workdir, target, message):
+    (workdir / "script.py").write_text("import sys\nsys.exit(3)\n")
+    result = _run("check", target, cwd=workdir)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("target", "reason"),
+    [
+        pytest.param("builtins:exit", "the factory raised SystemExit(None)", id="factory"),
+        pytest.param("my_envs:make_exiting", "the env raised SystemExit(0)", id="env"),
+    ],
+)
+def test_an_env_or_factory_calling_exit_is_a_failed_check(workdir, target, reason):
+    result = _run("check", target, "--max-steps", "50", cwd=workdir)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert reason in result.stdout and "FAILED:" in result.stdout
+
+
+@pytest.mark.timeout(300)
+def test_an_env_hanging_in_reset_is_a_failed_check_at_the_timeout(workdir):
+    result = _run("check", "my_envs:make_hanging", "--timeout", "1", "--json", "out.json", cwd=workdir)
+    assert result.returncode == 1, result.stdout + result.stderr
+    checks = {check["name"]: check for check in json.loads((workdir / "out.json").read_text())["check"]["checks"]}
+    assert checks["observations in space"]["status"] == "fail"
+    assert checks["observations in space"]["reason"].startswith(
+        "did not finish within 1 s: stopped in my_envs.HangInReset.reset"
+    )
+
+
+def test_strict_fails_on_a_warning(workdir):
+    result = _run("check", "tests.conformance_envs:WalkEnv", "--max-steps", "10", "--strict", cwd=REPO_ROOT)
+    assert "OK: 10 checks, 0 failed, 1 warned" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 1
+    assert "--strict: 1 check(s) warned ('same seed, same trajectory')" in result.stderr
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_stops_check_with_status_130(workdir):
+    command, environment = _command("check", "my_envs:make_hanging")
+    with subprocess.Popen(command, cwd=workdir, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as process:
+        while not (workdir / "waiting").exists():  # the env is in reset, inside a check; pytest-timeout bounds this
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stdout + stderr
+    assert stderr.strip().endswith("parallel-rollouts: interrupted") and "Traceback" not in stderr
 
 
 def test_env_kwargs_are_passed_to_gymnasium_make(workdir):

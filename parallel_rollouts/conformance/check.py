@@ -11,15 +11,21 @@ import numpy as np
 from ..errors import ConfigurationError
 from .aliasing import NO_ALIASING, check_no_aliasing
 from .autoreset import AUTORESET, check_autoreset_mode
+from .children import running_children
+from .closing import CLOSES, check_closes
 from .determinism import SAME_SEED, SAME_SEED_SPAWNED, check_in_process, check_spawned
 from .global_random import NO_GLOBAL_RANDOM, check_no_global_random
-from .pickling import check_factory_pickles, rebuild_in_spawned_process
+from .guard import CheckGuard, Guarded
+from .interrupts import watch_user_interrupts
+from .pickling import PICKLES, REBUILDS, check_factory_pickles, rebuild_in_spawned_process
 from .report import CheckResult, CheckStatus, ConformanceReport, Timing
-from .spaces_check import ACTION_SAMPLING, SPACES_HONOURED, check_action_sampling, check_spaces, check_storable
-from .target import EnvTarget, build_env, resolve_target
+from .spaces_check import ACTION_SAMPLING, SPACES_HONOURED, STORABLE, check_action_sampling, check_spaces, check_storable
+from .target import EnvTarget, as_env, resolve_target, spaces_of
 from .trajectory import Trajectory
 
-__all__ = ["check_env"]
+__all__ = ["BUILDS", "check_env"]
+
+BUILDS = "factory builds an env"
 
 
 def check_env(
@@ -28,6 +34,7 @@ def check_env(
     seed: int = 0,
     max_steps: int = 1000,
     episodes: int = 2,
+    timeout: float = 60.0,
     spawn_timeout: float = 120.0,
     env_kwargs: Mapping[str, Any] | None = None,
     wrappers: Sequence[Callable] = (),
@@ -44,6 +51,10 @@ def check_env(
         The reset seed of every run (episode ``k`` of a run is reset with ``seed + k``).
     max_steps, episodes:
         Each run stops after ``episodes`` episodes have ended or ``max_steps`` steps.
+    timeout:
+        Seconds each check may run the env in this process (building it, its runs,
+        closing it). Enforced with ``SIGALRM``, so only when ``check_env`` is called
+        in the main thread on a POSIX system; elsewhere the checks run unbounded.
     spawn_timeout:
         Seconds the freshly spawned process may take to build the env and run it.
     env_kwargs, wrappers:
@@ -63,81 +74,120 @@ def check_env(
     same trajectory on two fresh envs, on a reused env and in a spawned process,
     over episodes that end; no observation is changed after it was returned; no
     draw from ``np.random`` or ``random``; for a vector env, the declared autoreset
-    mode is the one it implements. An error the env raises during a check fails
-    that check; an error of the factory itself here propagates.
+    mode is the one it implements; ``close()`` returns and leaves no child process
+    of the env running (a warning naming their pids).
+
+    Whatever the factory or the env raises fails the check it was raised in, with
+    the error and where it was raised (``SystemExit``, ``KeyboardInterrupt`` and
+    other ``BaseException`` subclasses included), and the other checks still run; a
+    check that runs past ``timeout`` fails, and the in-process checks after it are
+    not run. When the factory itself fails, the report holds only that failure
+    (check :data:`BUILDS`). A Ctrl-C (``SIGINT``) during the checks still raises
+    ``KeyboardInterrupt`` here: a ``KeyboardInterrupt`` counts as the env's only
+    when no ``SIGINT`` arrived.
 
     Raises
     ------
     ConfigurationError
-        When ``env_fn_or_id`` names no env, or a check's limits are invalid.
+        When ``env_fn_or_id`` names no env (a module that cannot be imported, a name
+        it does not have, an unregistered id), the factory returns something that is
+        not an env, or a check's limits are invalid.
+    KeyboardInterrupt
+        When the user interrupted the checks.
     """
     for name, value in (("max_steps", max_steps), ("episodes", episodes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigurationError(f"`{name}` must be an int >= 1; got {value!r}.")
-    if not isinstance(spawn_timeout, (int, float)) or spawn_timeout <= 0:
-        raise ConfigurationError(f"`spawn_timeout` must be a positive number of seconds; got {spawn_timeout!r}.")
+    for name, value in (("timeout", timeout), ("spawn_timeout", spawn_timeout)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ConfigurationError(f"`{name}` must be a positive number of seconds; got {value!r}.")
     target = resolve_target(env_fn_or_id, env_kwargs, wrappers)
+    children_before = running_children()
     # The checks run the env under pinned global random states (and a bad env draws from them):
     # the caller's states are put back afterwards.
     numpy_state, python_state = np.random.get_state(), random.getstate()
     try:
-        return _run_checks(target, seed, max_steps, episodes, spawn_timeout)
+        with watch_user_interrupts() as interrupts:
+            guard = CheckGuard(float(timeout), interrupts)
+            return _run_checks(target, guard, children_before, seed, max_steps, episodes, spawn_timeout)
     finally:
         np.random.set_state(numpy_state)
         random.setstate(python_state)
 
 
-def _run_checks(target: EnvTarget, seed: int, max_steps: int, episodes: int, spawn_timeout: float) -> ConformanceReport:
+def _run_checks(
+    target: EnvTarget,
+    guard: CheckGuard,
+    children_before: Mapping[int, str],
+    seed: int,
+    max_steps: int,
+    episodes: int,
+    spawn_timeout: float,
+) -> ConformanceReport:
     factory = target.factory
     report = ConformanceReport(target.description)
     results = report.results
     limits = (seed, max_steps, episodes)
 
-    env, vector = build_env(factory)
+    built = guard.run(BUILDS, factory, culprit="the factory")
+    if built.instead is not None:
+        results.append(_nothing_else_ran(built.instead))
+        return report
+    env, vector = as_env(built.value)
+    layout = None
     try:
-        storable, layout = check_storable(env, vector)
-        results.append(storable)
-        results.append(check_factory_pickles(factory))
-        rebuilt, spawned = rebuild_in_spawned_process(factory, env, vector, *limits, spawn_timeout)
-        results.append(rebuilt)
-        results.append(_guarded(ACTION_SAMPLING, check_action_sampling, env, seed))
+        storable = guard.run(STORABLE, check_storable, env, vector)
+        if storable.instead is None:
+            storable_result, layout = storable.value
+        results.append(storable.instead or storable_result)
+        results.append(_result(guard.run(PICKLES, check_factory_pickles, factory)))
+        results.append(_result(guard.run(ACTION_SAMPLING, check_action_sampling, env, seed)))
         if vector:
-            results.append(_guarded(AUTORESET, check_autoreset_mode, env, *limits))
+            results.append(_result(guard.run(AUTORESET, check_autoreset_mode, env, *limits)))
+        spaces = spaces_of(env, vector)
     finally:
-        env.close()
+        closed = guard.run(CLOSES, env.close, cleanup=True)
     runs: list[Trajectory] = []
     if layout is not None:
         # The whole step budget, however many episodes end: it also times the env's calls.
-        honoured = _guarded(SPACES_HONOURED, check_spaces, factory, vector, layout, seed, max_steps, max_steps)
-        results.append(honoured[0] if isinstance(honoured, tuple) else honoured)
-        runs += [honoured[1]] if isinstance(honoured, tuple) else []
-    same_seed = _guarded(SAME_SEED, check_in_process, factory, vector, *limits)
-    if isinstance(same_seed, tuple):
-        same_seed, seeded_runs = same_seed
-        runs += seeded_runs
-    results.append(same_seed)
-    if same_seed.status is CheckStatus.FAIL:
-        results.append(CheckResult(SAME_SEED_SPAWNED, CheckStatus.WARN,
-                                   "not judged: not deterministic in this process (see above)"))
+        honoured = guard.run(SPACES_HONOURED, check_spaces, factory, vector, layout, seed, max_steps, max_steps)
+        if honoured.instead is None:
+            runs.append(honoured.value[1])
+        results.append(honoured.instead or honoured.value[0])
+    # After the first runs here: an env that hung in this process is not also waited for in another.
+    if guard.timed_out_in is None:
+        rebuilt, spawned = rebuild_in_spawned_process(factory, spaces, vector, *limits, spawn_timeout)
     else:
-        results.append(check_spawned(seeded_runs[0], spawned))
-    results.append(_guarded(NO_ALIASING, check_no_aliasing, factory, vector, *limits))
-    results.append(_guarded(NO_GLOBAL_RANDOM, check_no_global_random, factory, vector, *limits))
+        rebuilt, spawned = guard.not_run(REBUILDS), None
+    results.append(rebuilt)
+    same_seed = guard.run(SAME_SEED, check_in_process, factory, vector, *limits)
+    if same_seed.instead is not None:
+        results += [same_seed.instead, CheckResult(SAME_SEED_SPAWNED, CheckStatus.WARN,
+                                                   "not judged: the same-seed runs here did not end (see above)")]
+    else:
+        same_seed_result, seeded_runs = same_seed.value
+        runs += seeded_runs
+        results.append(same_seed_result)
+        if same_seed_result.status is CheckStatus.FAIL:
+            results.append(CheckResult(SAME_SEED_SPAWNED, CheckStatus.WARN,
+                                       "not judged: not deterministic in this process (see above)"))
+        else:
+            results.append(check_spawned(seeded_runs[0], spawned))
+    results.append(_result(guard.run(NO_ALIASING, check_no_aliasing, factory, vector, *limits)))
+    results.append(_result(guard.run(NO_GLOBAL_RANDOM, check_no_global_random, factory, vector, *limits)))
+    results.append(check_closes(closed, children_before))
     report.timing = _timing(runs)
     return report
 
 
-def _guarded(name: str, check: Callable, *arguments: Any) -> Any:
-    """Run one check; an exception the env raises during it fails that check instead of ending the rest."""
-    try:
-        return check(*arguments)
-    except Exception as error:
-        return CheckResult(
-            name,
-            CheckStatus.FAIL,
-            f"the env raised {type(error).__name__} during this check: {error}",
-            "an env must survive seeded resets and random actions from its action space, episode ends included",
-        )
+def _result(guarded: Guarded) -> CheckResult:
+    """The result of a check that returns only its result."""
+    return guarded.instead or guarded.value
+
+
+def _nothing_else_ran(failure: CheckResult) -> CheckResult:
+    return CheckResult(failure.name, failure.status,
+                       f"{failure.reason} (the other checks need an env: none was run)", failure.fix)
 
 
 def _timing(runs: list[Trajectory]) -> Timing | None:

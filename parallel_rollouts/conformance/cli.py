@@ -4,7 +4,11 @@ Also ``python -m parallel_rollouts ...``. TARGET is a registered env id
 (``CartPole-v1``, ``ale_py:ALE/Pong-v5``) or ``module:factory`` naming a
 zero-argument function that returns an env (the current directory is searched
 first, as ``python -m`` does). Exit status: 0 when every check passed or only
-warned, 1 when a check failed, 2 for a target or an argument that is not valid.
+warned, 1 when a check failed (the factory or the env raised, ran past
+``--timeout``, or broke a rule; with ``--strict``, also when a check warned), 2
+for a target that cannot be resolved (a module that cannot be imported, a name
+it lacks or that is not callable, an unregistered id, a factory that returns no
+env) or an argument that is not valid, 130 when interrupted with Ctrl-C.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from ..errors import ConfigurationError
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,7 +39,10 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--seed", type=int, default=0, help="reset seed of every run (default 0)")
     check.add_argument("--max-steps", type=int, default=1000, help="steps per run at most (default 1000)")
     check.add_argument("--episodes", type=int, default=2, help="episodes that end per run (default 2)")
+    check.add_argument("--timeout", type=float, default=60.0,
+                       help="seconds each check may run the env in this process (default 60)")
     check.add_argument("--spawn-timeout", type=float, default=120.0, help="seconds for the spawned process")
+    check.add_argument("--strict", action="store_true", help="exit 1 when a check warned, too")
     check.add_argument("--advise", action="store_true", help="then run the backend advisor")
     _add_common(check)
     _add_advice_options(check)
@@ -96,12 +103,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 seed=arguments.seed,
                 max_steps=arguments.max_steps,
                 episodes=arguments.episodes,
+                timeout=arguments.timeout,
                 spawn_timeout=arguments.spawn_timeout,
                 env_kwargs=arguments.env_kwargs,
             )
             print(report, flush=True)
             output["check"] = report.to_dict()
             status = EXIT_OK if report.ok else EXIT_FAILED
+            if arguments.strict and report.warnings:
+                names = ", ".join(repr(result.name) for result in report.warnings)
+                print(f"parallel-rollouts: --strict: {len(report.warnings)} check(s) warned ({names}), so the "
+                      "check fails; fix them, or run without --strict to accept warnings.", file=sys.stderr)
+                status = EXIT_FAILED
             if arguments.advise:
                 print(flush=True)
                 output["advice"] = _advise(arguments)
@@ -110,6 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigurationError as error:
         print(f"parallel-rollouts: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("parallel-rollouts: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if arguments.json:
         with open(arguments.json, "w", encoding="utf-8") as file:
             json.dump(output, file, indent=2)

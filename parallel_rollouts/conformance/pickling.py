@@ -17,7 +17,7 @@ import cloudpickle
 from ..spaces import _same_space
 from .report import CheckResult, CheckStatus
 from .spawned import SpawnedFailure, run_spawned
-from .target import build_env
+from .target import build_env, spaces_of
 from .trajectory import Trajectory, run_trajectory
 
 __all__ = ["PICKLES", "REBUILDS", "SpawnedRun", "check_factory_pickles", "rebuild_in_spawned_process"]
@@ -54,8 +54,7 @@ def _rebuild_and_run(factory: Callable, seed: int, max_steps: int, episodes: int
     """In the spawned process: build the env, run the reference trajectory, close it."""
     env, vector = build_env(factory)
     try:
-        observation_space = env.single_observation_space if vector else env.observation_space
-        action_space = env.single_action_space if vector else env.action_space
+        observation_space, action_space = spaces_of(env, vector)
         trajectory = run_trajectory(env, seed, max_steps, episodes, vector)
     finally:
         env.close()
@@ -64,9 +63,9 @@ def _rebuild_and_run(factory: Callable, seed: int, max_steps: int, episodes: int
 
 
 def rebuild_in_spawned_process(
-    factory: Callable, env: Any, vector: bool, seed: int, max_steps: int, episodes: int, timeout: float
+    factory: Callable, spaces: tuple[Any, Any], vector: bool, seed: int, max_steps: int, episodes: int, timeout: float
 ) -> tuple[CheckResult, SpawnedRun | None]:
-    """Build the env in a fresh spawned process and compare its spaces with ``env``'s (built here)."""
+    """Build the env in a fresh spawned process; compare its spaces with ``spaces`` (observation, action) from here."""
     try:
         reply = run_spawned(_rebuild_and_run, (factory, seed, max_steps, episodes), timeout)
     except Exception as error:
@@ -82,8 +81,7 @@ def rebuild_in_spawned_process(
         if reply.kind == "timeout":
             fix = "make building, resetting and stepping the env finish in a fresh process, or raise spawn_timeout"
         return CheckResult(REBUILDS, CheckStatus.FAIL, f"in a fresh spawned process: {last_line}", fix), None
-    observation_space = env.single_observation_space if vector else env.observation_space
-    action_space = env.single_action_space if vector else env.action_space
+    observation_space, action_space = spaces
     for role, here, there in (
         ("observation", observation_space, reply.observation_space),
         ("action", action_space, reply.action_space),

@@ -20,7 +20,7 @@ from gymnasium import spaces
 from ..errors import SpaceError
 from ..spaces import SpaceLayout
 from .report import CheckResult, CheckStatus
-from .target import build_env
+from .target import build_env, spaces_of
 from .trajectory import Trajectory, leaves_of, run_trajectory
 
 __all__ = ["ACTION_SAMPLING", "SPACES_HONOURED", "STORABLE", "check_action_sampling", "check_spaces", "check_storable"]
@@ -31,8 +31,7 @@ ACTION_SAMPLING = "action sampling seeded"
 
 
 def check_storable(env: Any, vector: bool) -> tuple[CheckResult, SpaceLayout | None]:
-    observation_space = env.single_observation_space if vector else env.observation_space
-    action_space = env.single_action_space if vector else env.action_space
+    observation_space, action_space = spaces_of(env, vector)
     try:
         layout = SpaceLayout(observation_space, "observation")
         SpaceLayout(action_space, "action")

@@ -35,7 +35,8 @@ def _child(connection, payload: bytes) -> None:
         function, arguments = cloudpickle.loads(payload)
         result = ("ok", function(*arguments))
     except BaseException as error:  # everything goes back to the parent, which reports it
-        result = ("error", f"{type(error).__name__}: {error}", traceback.format_exc())
+        message = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        result = ("error", message, traceback.format_exc())
     try:
         connection.send(result)
     except Exception as error:  # the result itself does not pickle

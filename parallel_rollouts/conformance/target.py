@@ -23,7 +23,7 @@ from ..errors import ConfigurationError
 from ..make import _make_env, _resolve_spec
 from ..groups.vector_source import is_vector_env
 
-__all__ = ["EnvTarget", "build_env", "resolve_target"]
+__all__ = ["EnvTarget", "as_env", "build_env", "resolve_target", "spaces_of"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def resolve_target(
             _only_for_ids(env_fn_or_id, env_kwargs, wrappers)
             return EnvTarget(factory, env_fn_or_id)
     if isinstance(env_fn_or_id, (str, EnvSpec)):
-        spec = _resolve_spec(env_fn_or_id)
+        spec = _resolve_id(env_fn_or_id)
         factory = partial(_make_env, spec, dict(env_kwargs or {}), tuple(wrappers))
         name = env_fn_or_id if isinstance(env_fn_or_id, str) else spec.id
         extras = [f"{key}={value!r}" for key, value in (env_kwargs or {}).items()]
@@ -76,20 +76,59 @@ def _only_for_ids(what: str, env_kwargs: Any, wrappers: Sequence[Callable]) -> N
 
 
 def _factory_in_module(text: str) -> Callable | None:
-    """``"package.module:name"`` naming a callable that is not a registered env id, else None."""
-    module_name, _, attribute = text.partition(":")
-    if not module_name or not attribute or not attribute.isidentifier():
+    """``"package.module:name"`` naming a callable that is not a registered env id, else None.
+
+    The module part of any ``"module:rest"`` is imported here, whatever ``rest`` is, so that
+    every way an import fails is said as a ``ConfigurationError`` naming the module.
+    """
+    module_name, colon, attribute = text.partition(":")
+    if not colon:
         return None
+    module = _import_target_module(text, module_name)
+    if not attribute.isidentifier() or not callable(getattr(module, attribute, None)):
+        return None  # "package:EnvId": importing the package registered the id
+    return partial(_call_in_module, module_name, attribute)
+
+
+def _import_target_module(text: str, module_name: str) -> Any:
+    if not module_name or not all(part.isidentifier() for part in module_name.split(".")):
+        raise ConfigurationError(
+            f"{text!r} names {module_name!r}, which is not a module name: write the module dotted, as "
+            "`python -m` takes it ('package.module:factory', no '/', '../' or '.py'), and run from the "
+            "directory that holds it."
+        )
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except ImportError as error:
         raise ConfigurationError(
             f"{text!r} names module {module_name!r}, which cannot be imported ({error}). Run from the directory "
             "that holds it, or install the package that provides it."
         ) from error
-    if not callable(getattr(module, attribute, None)):
-        return None  # "package:EnvId": importing the package registered the id
-    return partial(_call_in_module, module_name, attribute)
+    except (Exception, SystemExit) as error:  # the module's own code failed as it was imported
+        what = f"SystemExit({error.code!r})" if isinstance(error, SystemExit) else f"{type(error).__name__}: {error}"
+        raise ConfigurationError(
+            f"{text!r} names module {module_name!r}, which raised {what} when imported. Fix the module, or keep "
+            "its script code under `if __name__ == \"__main__\":`."
+        ) from error
+
+
+def _resolve_id(target: str | EnvSpec) -> EnvSpec:
+    """The spec of a registered id; for ``"module:name"`` that names neither, say both."""
+    try:
+        return _resolve_spec(target)
+    except ConfigurationError as error:
+        module_name, colon, attribute = target.partition(":") if isinstance(target, str) else ("", "", "")
+        if not colon or not attribute.isidentifier():
+            raise
+        found = getattr(importlib.import_module(module_name), attribute, None)
+        what = (
+            f"module {module_name!r} has no {attribute!r}" if found is None
+            else f"{module_name}.{attribute} is a {type(found).__name__}, not callable"
+        )
+        raise ConfigurationError(
+            f"{target!r}: {what}, and no env id {attribute!r} is registered. Name a zero-argument function "
+            "that returns an env, or a registered env id."
+        ) from error
 
 
 def _call_in_module(module_name: str, attribute: str) -> Any:
@@ -109,10 +148,21 @@ def _callable_name(factory: Any) -> str:
 
 def build_env(factory: Callable[[], Any]) -> tuple[Any, bool]:
     """Call the factory; return the env and whether it is a vector env. A non-env is a ``ConfigurationError``."""
-    env = factory()
+    return as_env(factory())
+
+
+def as_env(env: Any) -> tuple[Any, bool]:
+    """What a factory returned, and whether it is a vector env; ``ConfigurationError`` if it is not an env."""
     vector = is_vector_env(env)
     if not vector and not (hasattr(env, "reset") and hasattr(env, "step") and hasattr(env, "action_space")):
         raise ConfigurationError(
             f"the env factory returned {type(env).__name__} {env!r:.80}, not a gymnasium.Env or VectorEnv."
         )
     return env, vector
+
+
+def spaces_of(env: Any, vector: bool) -> tuple[Any, Any]:
+    """The observation and action spaces of one env (a vector env's single ones)."""
+    if vector:
+        return env.single_observation_space, env.single_action_space
+    return env.observation_space, env.action_space

@@ -1,0 +1,130 @@
+"""Run each in-process check so that it always ends in a result: within a time limit, whatever the env raises.
+
+Whatever the env (or its factory) raises during a check fails that check with the
+error and where it was raised, ``SystemExit``, ``KeyboardInterrupt`` and other
+``BaseException`` subclasses included, and the other checks still run. A check
+that does not finish within the time limit fails too, naming where it was
+stopped; the in-process checks after it are not run, since an env that hung once
+will most likely hang again. Two things still end ``check_env``: the user's
+Ctrl-C (see :mod:`.interrupts`), and an exception raised by a timer the caller
+armed before (see :mod:`.watchdog`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gymnasium.error import UnregisteredEnv
+
+from .interrupts import UserInterrupts
+from .report import CheckResult, CheckStatus
+from .watchdog import Deadline, deadline
+
+__all__ = ["CheckGuard", "Guarded"]
+
+_ENV_FIX = (
+    "a factory must build the env without arguments, and the env must survive seeded resets and random "
+    "actions from its action space, episode ends included"
+)
+_TIMEOUT_FIX = (
+    "make reset, step and close return in bounded time (an env that waits on a server, a lock or a pipe should "
+    "time out itself); if the env is only slow, raise the limit (--timeout, check_env(timeout=...)) or lower "
+    "--max-steps"
+)
+_FIXES: tuple[tuple[type[BaseException], str], ...] = (
+    (SystemExit, "an env must not call sys.exit() or exit(): raise an exception instead, which a collector "
+                 "reports with the env's index"),
+    (KeyboardInterrupt, "an env must not raise KeyboardInterrupt, which reads as the user stopping the run: "
+                        "raise another exception"),
+    (UnregisteredEnv, "import the package that registers the env inside the factory (e.g. `import ale_py` "
+                      "before gymnasium.make('ALE/...')), or pass the id as 'package:EnvId'"),
+)
+_WATCHDOG_FILE = os.path.join(os.path.dirname(__file__), "watchdog.py")
+
+
+@dataclass(frozen=True)
+class Guarded:
+    """What a guarded call gave: its value, or the result to report instead of the check's own."""
+
+    value: Any = None
+    instead: CheckResult | None = None
+
+
+class CheckGuard:
+    """Runs the in-process checks of one ``check_env`` call, each within ``timeout`` seconds."""
+
+    def __init__(self, timeout: float, interrupts: UserInterrupts) -> None:
+        self.timeout = timeout
+        self.interrupts = interrupts
+        #: The check that ran out of time first, if one did: the in-process checks after it are not run.
+        self.timed_out_in: str | None = None
+
+    def run(
+        self, name: str, function: Callable, *arguments: Any, cleanup: bool = False, culprit: str = "the env"
+    ) -> Guarded:
+        """``function(*arguments)`` as the check called ``name``; ``culprit`` is who raised, in the reason.
+
+        A ``cleanup`` (closing an env) runs even after a check timed out, and its own
+        timeout does not stop the checks after it.
+        """
+        if self.timed_out_in is not None and not cleanup:
+            return Guarded(instead=self.not_run(name))
+        error: BaseException | None = None
+        value = None
+        limit: Deadline | None = None
+        try:
+            with deadline(self.timeout) as limit:
+                value = function(*arguments)
+        except BaseException as raised:
+            error = raised
+        if self.interrupts.requested:  # the user's Ctrl-C, even one the env caught and dropped
+            raise error if isinstance(error, KeyboardInterrupt) else KeyboardInterrupt()
+        if limit is not None and limit.foreign_error is not None:
+            raise limit.foreign_error
+        if limit is not None and limit.expired:
+            if not cleanup:
+                self.timed_out_in = name
+            where = _where_raised(error) if error is not None else "the check's own code"
+            return Guarded(instead=CheckResult(
+                name, CheckStatus.FAIL, f"did not finish within {self.timeout:g} s: stopped in {where}", _TIMEOUT_FIX
+            ))
+        if error is not None:
+            return Guarded(instead=CheckResult(
+                name,
+                CheckStatus.FAIL,
+                f"{culprit} raised {_describe(error)} during this check, in {_where_raised(error)}",
+                next((fix for kind, fix in _FIXES if isinstance(error, kind)), _ENV_FIX),
+            ))
+        return Guarded(value)
+
+    def not_run(self, name: str) -> CheckResult:
+        return CheckResult(
+            name, CheckStatus.WARN,
+            f"not run: the env did not finish '{self.timed_out_in}' within {self.timeout:g} s (see above)",
+        )
+
+
+def _describe(error: BaseException) -> str:
+    """``SystemExit(0)``, ``KeyboardInterrupt``, ``ValueError('bad action')``: the type, and the message if any."""
+    if isinstance(error, SystemExit):
+        return f"SystemExit({error.code!r})"
+    message = str(error)
+    return f"{type(error).__name__}({message!r})" if message else type(error).__name__
+
+
+def _where_raised(error: BaseException) -> str:
+    """The innermost frame of the error's traceback (the watchdog's own left out): ``module.function, line N``."""
+    innermost = None
+    traceback = error.__traceback__
+    while traceback is not None:
+        if traceback.tb_frame.f_code.co_filename != _WATCHDOG_FILE:
+            innermost = traceback
+        traceback = traceback.tb_next
+    if innermost is None:
+        return "an unknown place"
+    code = innermost.tb_frame.f_code
+    module = innermost.tb_frame.f_globals.get("__name__", "?")
+    return f"{module}.{getattr(code, 'co_qualname', code.co_name)}, line {innermost.tb_lineno}"

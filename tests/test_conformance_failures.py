@@ -1,0 +1,130 @@
+"""check_env always reports: whatever the env raises, if it hangs, if it leaves processes behind.
+
+The user's Ctrl-C is the one thing that still ends it (with ``KeyboardInterrupt``).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import threading
+
+import pytest
+
+from parallel_rollouts import ConfigurationError, check_env
+from parallel_rollouts.conformance import CheckStatus
+from parallel_rollouts.conformance.check import BUILDS
+from parallel_rollouts.conformance.closing import CLOSES
+from parallel_rollouts.conformance.determinism import SAME_SEED
+from parallel_rollouts.conformance.pickling import REBUILDS
+from parallel_rollouts.conformance.spaces_check import SPACES_HONOURED
+from parallel_rollouts.conformance.watchdog import deadline
+from tests import conformance_envs as envs
+
+
+@pytest.mark.parametrize(
+    ("factory", "raised", "fix"),
+    [
+        pytest.param(envs.ExitInStepEnv, r"raised SystemExit\(0\)", "must not call sys.exit", id="SystemExit"),
+        pytest.param(envs.InterruptInStepEnv, "raised KeyboardInterrupt during", "must not raise KeyboardInterrupt",
+                     id="KeyboardInterrupt"),
+        pytest.param(envs.BaseExceptionEnv, r"raised EnvBug\('step broke'\)", "must survive", id="BaseException"),
+    ],
+)
+def test_an_env_raising_a_base_exception_fails_the_checks_it_raised_in(factory, raised, fix):
+    report = check_env(factory, max_steps=30)
+    result = report.result(SAME_SEED)
+    assert result.status is CheckStatus.FAIL, report
+    assert result.reason.startswith("the env ") and f"{factory.__name__}.step, line" in result.reason
+    assert re.search(raised, result.reason), result.reason
+    assert fix in result.fix
+    assert not report.ok
+    assert report.result(CLOSES).status is CheckStatus.PASS  # the checks after it still ran
+
+
+def test_a_factory_that_raises_is_a_failed_check_naming_the_fix():
+    report = check_env(envs.unregistered_namespace, max_steps=30)
+    assert [result.name for result in report.results] == [BUILDS]
+    result = report.result(BUILDS)
+    assert result.status is CheckStatus.FAIL and not report.ok
+    assert "the factory raised NamespaceNotFound" in result.reason and "NoSuchNamespace" in result.reason
+    assert "none was run" in result.reason
+    assert "import ale_py" in result.fix
+
+
+@pytest.mark.timeout(120)  # pytest-timeout arms its own SIGALRM timer: check_env must keep it
+def test_an_env_hanging_in_reset_fails_at_the_timeout_and_the_checks_after_it_are_not_run():
+    previous_handler = signal.getsignal(signal.SIGALRM)
+    report = check_env(envs.HangInResetEnv, max_steps=30, timeout=1)
+    result = report.result(SPACES_HONOURED)
+    assert result.status is CheckStatus.FAIL, report
+    assert "did not finish within 1 s: stopped in tests.conformance_envs.HangInResetEnv.reset" in result.reason
+    assert "--timeout" in result.fix
+    for name in (REBUILDS, SAME_SEED):
+        assert report.result(name).status is CheckStatus.WARN
+        assert report.result(name).reason.startswith("not run: the env did not finish 'observations in space'")
+    assert signal.getsignal(signal.SIGALRM) is previous_handler
+
+
+def test_a_timer_armed_before_is_kept():
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 1000.0)
+        with deadline(500.0) as limit:
+            assert signal.getitimer(signal.ITIMER_REAL)[0] <= 500.0
+        assert limit.enforced and not limit.expired
+        assert 500.0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 1000.0
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert fired == []
+
+
+def test_outside_the_main_thread_the_checks_run_without_a_timeout():
+    reports = []
+    thread = threading.Thread(target=lambda: reports.append(check_env(envs.WalkEnv, max_steps=30, timeout=1)))
+    thread.start()
+    thread.join(300)
+    assert reports and reports[0].ok, reports
+
+
+def test_leftover_child_processes_are_a_warning_naming_their_pids():
+    envs.STARTED.clear()
+    try:
+        report = check_env(envs.LeakyEnv, max_steps=30)
+        result = report.result(CLOSES)
+        assert result.status is CheckStatus.WARN, report
+        leaked = [child.pid for child in envs.STARTED if child.poll() is None]
+        assert leaked and all(f"pid {pid} (" in result.reason for pid in leaked), (leaked, result.reason)
+        assert "still running after every env was closed" in result.reason and "close()" in result.fix
+        assert report.ok  # a warning
+    finally:
+        for child in envs.STARTED:
+            child.kill()
+            child.wait(30)
+
+
+def test_an_env_that_stops_its_children_in_close_passes():
+    report = check_env(envs.ProcessEnv, max_steps=30)
+    assert report.result(CLOSES).status is CheckStatus.PASS, report
+
+
+def test_a_close_that_raises_fails_closes_cleanly():
+    report = check_env(envs.RaisingCloseEnv, max_steps=30)
+    result = report.result(CLOSES)
+    assert result.status is CheckStatus.FAIL
+    assert "raised RuntimeError('the simulator is already gone')" in result.reason
+
+
+@pytest.mark.parametrize("factory", [envs.CtrlCInStepEnv, envs.SwallowingCtrlCEnv], ids=["raised", "swallowed"])
+def test_the_users_ctrl_c_during_a_check_still_stops_check_env(factory):
+    with pytest.raises(KeyboardInterrupt):
+        check_env(factory, max_steps=30)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, True, "5"])
+def test_a_bad_timeout_names_the_argument(bad):
+    with pytest.raises(ConfigurationError, match="`timeout` must be a positive number of seconds"):
+        check_env(envs.WalkEnv, timeout=bad)
