@@ -2,8 +2,11 @@
 
 One module per family of checks: ``pickling`` (the factory in a spawned
 process), ``spaces_check``, ``determinism``, ``aliasing``, ``global_random``,
-``autoreset`` (vector envs); ``report`` holds the results, ``check`` runs them
-all, ``advisor`` times the backends, ``cli`` is the command line.
+``autoreset`` (vector envs), ``closing`` (``close()`` and leftover child
+processes); ``report`` holds the results, ``check`` runs them all, ``guard``
+runs each within its time limit (``watchdog``) and turns what the env raises
+into a failed check, telling the user's Ctrl-C apart (``interrupts``);
+``advisor`` times the backends, ``cli`` is the command line.
 """
 
 from .advice import Advice, Option, OptionResult
