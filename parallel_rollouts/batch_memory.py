@@ -7,8 +7,8 @@ Every runner asks this object, and only this object, for storage:
   as it is, the same arrays again (``reuse_buffers=True``), or, when the system
   refuses a segment, a shared working copy that workers write into;
 - ``policy_rows(t, start, stop)`` gives the observation rows the policy is called with:
-  rows of the batch the caller gets, so that a policy may keep them (copied out of the
-  working copy first when there is one);
+  private read-only copies of the rows (:mod:`~parallel_rollouts.policy_inputs`), never
+  the batch's memory (rows of a working copy are copied into the batch first);
 - ``finish()`` gives the storage the batch is built from: the same arrays, or the
   caller's private copy of the working storage;
 - ``abandon(rows_done)`` records a dropped rollout.
@@ -24,11 +24,11 @@ the size of the array.
 
 Storage is written again in two cases: ``reuse_buffers=True`` (the caller asked
 for it), and a fresh batch whose arrays nobody references any more. A returned
-batch is the caller's for as long as the caller (or a policy that kept one of
-its rows, or a view of any of its arrays) holds it; once every array is
-unreferenced, its memory is recycled for a later batch instead of being
-returned to the system and faulted in again page by page, which costs more than
-the rollout's copies for image observations.
+batch is the caller's for as long as the caller (or a view of any of its
+arrays) holds it; the policy's rows are copies and hold nothing of it. Once
+every array is unreferenced, its memory is recycled for a later batch instead
+of being returned to the system and faulted in again page by page, which costs
+more than the rollout's copies for image observations.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .storage import RolloutStorage, read_only_view
+from .policy_inputs import policy_rows_of
+from .storage import RolloutStorage
 
 if TYPE_CHECKING:
     from .processes.batch_segments import BatchSegments
@@ -144,8 +145,6 @@ class BatchMemory:
         self._reused: RolloutStorage | None = None
         #: Fresh batches handed out, recycled once the caller has dropped them.
         self._pool: list[_Recycled] = []
-        #: Read-only views of the observations the policy's rows are taken from (one rollout).
-        self._policy_leaves: list[np.ndarray] | None = None
         # Which rows of the reused storage's final_observations may hold values; None
         # while a rollout is writing into it and has not yet said which.
         self._written_rows: _WrittenFinalRows | None = None
@@ -175,7 +174,6 @@ class BatchMemory:
         storage.env_step_seconds.fill(0)
         storage.env_reset_seconds.fill(0)
         self._written = storage
-        self._policy_leaves = None
         return storage
 
     def segment_name(self) -> str:
@@ -187,25 +185,17 @@ class BatchMemory:
     def policy_rows(self, t: int, start: int = 0, stop: int | None = None) -> list[np.ndarray]:
         """Row ``t`` of every observation leaf for env columns ``start:stop``, as the policy gets it.
 
-        The rows are the batch's own (views of what the caller gets), so a policy that
-        keeps them keeps the batch's data, on every backend.
+        The rows are the policy's own read-only copies, on every backend and with
+        ``reuse_buffers`` either way: a policy may keep them and they never change, and
+        nothing it does to them (NumPy or PyTorch) reaches the batch.
         """
-        leaves = self._policy_leaves
-        if leaves is None:
-            # Read-only views of the batch's observations, made once per rollout: the policy
-            # cannot make its rows writeable again and write into the batch through them.
-            batch = self._written if self._target is None else self._target
-            leaves = self._policy_leaves = [read_only_view(leaf) for leaf in batch.observations]
-        if self._target is None:
-            if start == 0 and stop is None:
-                # One leaf (a Box or Discrete space) without a comprehension's frame: this runs every row.
-                return [leaves[0][t]] if len(leaves) == 1 else [leaf[t] for leaf in leaves]
-            return [leaf[t, start:stop] for leaf in leaves]
-        stop = self._written.rewards.shape[1] if stop is None else stop
-        for source, destination in zip(self._written.observations, self._target.observations):
-            np.copyto(destination[t, start:stop], source[t, start:stop])
-        self._fed_columns[t] += stop - start
-        return [leaf[t, start:stop] for leaf in leaves]
+        if self._target is not None:
+            stop = self._written.rewards.shape[1] if stop is None else stop
+            for source, destination in zip(self._written.observations, self._target.observations):
+                np.copyto(destination[t, start:stop], source[t, start:stop])
+            self._fed_columns[t] += stop - start
+            return policy_rows_of(self._target.observations, t, start, stop)
+        return policy_rows_of(self._written.observations, t, start, stop)
 
     def finish(self, lost_from_rows: np.ndarray | None = None) -> RolloutStorage:
         """The storage the batch is built from; every row of ``begin()``'s storage is written.
@@ -216,7 +206,6 @@ class BatchMemory:
         whole column is lost, its first observation too).
         """
         storage = self._written
-        self._policy_leaves = None  # a batch the caller drops must not stay referenced here
         self.record_final_rows(storage.horizon)
         if self._target is None:
             _clear_lost_rows(storage, lost_from_rows)
@@ -232,7 +221,6 @@ class BatchMemory:
 
     def abandon(self, rows_done: int) -> None:
         """The rollout was dropped after ``rows_done`` rows; remember what it left behind."""
-        self._policy_leaves = None
         self.record_final_rows(rows_done)
         if self._target is not None:
             # Terminal observations reach the caller's batch only in finish(): none were written.
@@ -252,7 +240,7 @@ class BatchMemory:
     def release(self) -> None:
         """Forget every array (on close: shared working storage must not outlive its pool)."""
         self._working = self._written = self._target = self._reused = None
-        self._fed_columns = self._written_rows = self._policy_leaves = None
+        self._fed_columns = self._written_rows = None
         self._pool = []
         self._segment_pool = []
         if self._segments is not None:

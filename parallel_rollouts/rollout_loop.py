@@ -8,8 +8,9 @@ from typing import Any, Optional
 import numpy as np
 
 from .policy import PolicyOutputWriter
+from .policy_inputs import policy_rows_of
 from .spaces import SpaceLayout
-from .storage import RolloutStorage, read_only_view
+from .storage import RolloutStorage
 
 __all__ = ["RolloutLoop"]
 
@@ -37,18 +38,18 @@ class RolloutLoop:
     ) -> None:
         """Run the rollout; ``policy_rows(t)`` gives the policy's rows of step ``t``.
 
-        By default the policy gets views of ``storage`` row ``t``; a runner whose
-        storage is not the caller's batch supplies rows that are. Whatever
-        ``policy_rows`` returns is handed to the policy as it is: read-only arrays
-        through which the batch cannot be written.
+        By default the policy gets private read-only copies of ``storage`` row ``t``
+        (:mod:`~parallel_rollouts.policy_inputs`); a runner that must do more for each
+        row supplies its own. Whatever ``policy_rows`` returns is handed to the policy as
+        it is: arrays through which no route (NumPy or PyTorch) writes the batch.
         ``on_step_error(error)`` hears of an exception raised by ``step`` (not by the
         policy) before it propagates: only a step can leave the envs part-way.
         ``policy`` and ``output_writer`` are read once per run: a policy swapped in (a
         worker's updated copy) takes effect at the next run.
         """
         if policy_rows is None:
-            observations = [read_only_view(leaf) for leaf in storage.observations]
-            policy_rows = lambda t: [leaf[t] for leaf in observations]  # noqa: E731
+            observations = storage.observations
+            policy_rows = lambda t: policy_rows_of(observations, t)  # noqa: E731
         # The body of act(), inlined: one Python frame less on every row.
         write, policy, nested, unflatten = self.output_writer.write, self.policy, self._nested, self._observation_layout.unflatten
         self.output_writer.reset_rollout()
@@ -65,10 +66,10 @@ class RolloutLoop:
             self.steps_done = t + 1
 
     def act(self, t: int, storage: RolloutStorage, rows: list[np.ndarray] | None = None) -> None:
-        """Call the policy on ``rows`` (default: read-only views of row ``t``); write its checked
-        output into row ``t``. ``rows`` are read-only: the policy cannot corrupt the batch through them.
+        """Call the policy on ``rows`` (default: private read-only copies of row ``t``); write its
+        checked output into row ``t``. The policy cannot corrupt the batch through ``rows``.
         """
         if rows is None:
-            rows = [read_only_view(leaf[t]) for leaf in storage.observations]
+            rows = policy_rows_of(storage.observations, t)
         observations = self._observation_layout.unflatten(rows) if self._nested else rows[0]
         self.output_writer.write(t, self.policy(observations), storage)

@@ -18,27 +18,9 @@ from .spaces import SpaceLayout
 from .sparse_memory import sparse_zeros
 from .typed_actions import allocate_typed_actions
 
-__all__ = ["CompletedEpisodes", "RolloutStorage", "read_only_view"]
+__all__ = ["CompletedEpisodes", "RolloutStorage"]
 
 Allocator = Callable[..., np.ndarray]
-
-
-def read_only_view(array: np.ndarray) -> np.ndarray:
-    """A view of ``array`` that cannot be made writeable again.
-
-    ``setflags(write=False)`` on a view of a writeable array can be undone by whoever
-    holds the view (``view.flags.writeable = True``); a view through a read-only buffer
-    cannot. What the policy is handed is taken from such a view, so it cannot write into
-    the batch. A dtype the buffer protocol cannot carry falls back to a plain read-only view.
-    """
-    try:
-        view = np.asarray(memoryview(array).toreadonly())
-    except (TypeError, ValueError, BufferError):
-        view = array.view()
-        view.setflags(write=False)
-        return view
-    # The buffer's format names the dtype; should it name an equivalent one, keep the leaf's own.
-    return view if view.dtype == array.dtype else view.view(array.dtype)
 
 
 @dataclass

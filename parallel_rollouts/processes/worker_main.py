@@ -99,8 +99,6 @@ class ShippedPolicy:
 
     #: A pickled :class:`~parallel_rollouts.runners.policy_shipping.PolicySnapshot`.
     snapshot: bytes | None
-    #: Hand the policy copies of its rows (the shared rows are rewritten by the next collect).
-    private_policy_rows: bool = True
 
 
 @dataclass(frozen=True)
@@ -178,9 +176,7 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes], crash
                     # Each worker is one of as many processes as cores: one thread each,
                     # not a full-machine thread pool per worker.
                     sys.modules["torch"].set_num_threads(1)
-                rollout = SliceRollout(
-                    group, env_offset, groups[-1][1], layout, policy, private_policy_rows=order.policy.private_policy_rows
-                )
+                rollout = SliceRollout(group, env_offset, groups[-1][1], layout, policy)
         except Exception as error:
             connection.send(("error", _picklable(error, env_offset)))
             return

@@ -58,7 +58,6 @@ class RolloutWorkersRunner(RolloutRunner):
         self.layout = pool.layout
         self._memory = memory
         self._shipper = shipper
-        self._private_policy_rows = not memory.reuses_buffers
 
     @classmethod
     def build(
@@ -83,7 +82,7 @@ class RolloutWorkersRunner(RolloutRunner):
             num_workers,
             context,
             step_timeout,
-            policy=protocol.ShippedPolicy(snapshot, private_policy_rows=not reuse_buffers),
+            policy=protocol.ShippedPolicy(snapshot),
             max_restarts=max_restarts,
         )
         # Fresh batches are written straight into segments of their own: nothing is copied out.
@@ -148,7 +147,7 @@ class RolloutWorkersRunner(RolloutRunner):
         snapshot = None
         if self._shipper is not None:
             snapshot = pickle.dumps(self._shipper.resend(), protocol=pickle.HIGHEST_PROTOCOL)
-        return protocol.ShippedPolicy(snapshot, private_policy_rows=self._private_policy_rows)
+        return protocol.ShippedPolicy(snapshot)
 
     def take_warnings(self) -> list:
         return self.pool.take_warnings()

@@ -53,12 +53,8 @@ class SliceRollout:
         num_envs: int,
         layout: RolloutLayout,
         policy: Any,
-        private_policy_rows: bool = False,
     ) -> None:
         self.group = group
-        # Storage that the next rollout overwrites (a worker's shared columns) hands the
-        # policy copies, so that a policy keeping its inputs keeps what it was given.
-        self._private_policy_rows = private_policy_rows
         if policy is None:
             policy = RandomActionSampler(layout.action_layout, layout.root_seed, range(env_offset, env_offset + num_envs))
         self.loop = RolloutLoop(
@@ -80,9 +76,10 @@ class SliceRollout:
         group, loop = self.group, self.loop
         group.begin(storage)
         self._env_failed = False
-        policy_rows = _copied_rows(storage) if self._private_policy_rows else None
         try:
-            loop.run(storage, group.step, policy_rows, self._note_env_failure)
+            # The loop's own rows: private read-only copies, whatever storage this is (a
+            # worker's shared columns that the next rollout rewrites, an actor's batch).
+            loop.run(storage, group.step, None, self._note_env_failure)
         except Exception as error:
             if self._env_failed:
                 raise
@@ -95,15 +92,3 @@ class SliceRollout:
     def _note_env_failure(self, error: BaseException) -> None:
         self._env_failed = True
 
-
-def _copied_rows(storage: RolloutStorage):
-    """The policy's rows of ``storage`` as read-only copies: the next rollout overwrites the storage."""
-    observations = storage.observations
-
-    def rows(t: int) -> list:
-        copies = [leaf[t].copy() for leaf in observations]
-        for copy in copies:
-            copy.setflags(write=False)  # as every policy input is
-        return copies
-
-    return rows

@@ -1,0 +1,170 @@
+"""No route from the policy's observations to the batch: not NumPy's, not PyTorch's.
+
+Each row handed to a policy must leave nothing writeable within reach (its ``base`` chain,
+the exporters of the buffers it was made from), and ``torch.from_numpy`` /
+``torch.as_tensor`` on it, then an in-place write, must leave the batch as it would be
+without. Rows a policy keeps must not change under it, later collects included.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from functools import partial
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from parallel_rollouts import ParallelRolloutCollector
+from tests.batch_compare import assert_batches_identical
+from tests.envs import CountingEnv, SpaceEnv
+
+HORIZON = 4
+DICT_SPACE = spaces.Dict(
+    {"frame": spaces.Box(0, 255, shape=(3, 5), dtype=np.uint8), "position": spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)}
+)
+ENV_FNS = {
+    "box": [partial(CountingEnv, env_id=i, episode_length=3) for i in range(4)],
+    "dict": [partial(SpaceEnv, DICT_SPACE, spaces.Discrete(4), max_length=3) for _ in range(4)],
+}
+MODES = {
+    "serial": ("serial", {}),
+    "sync": ("sync", {}),
+    "async": ("async", {"num_workers": 2}),
+    "async-pipelined": ("async", {"num_workers": 2, "pipelined": True}),
+    "rollout-workers": ("async", {"num_workers": 2, "policy_placement": "workers"}),
+}
+
+
+def writeable_within_reach(row: np.ndarray) -> list:
+    """Every object reachable from ``row`` through ``base`` and buffer exporters that can be written.
+
+    An array counts if it is writeable or its write flag can be turned back on (the flag is
+    put back); a memoryview if it is not read-only; anything else if it exports a writeable
+    buffer, or no buffer at all (a holder of memory this walk cannot judge).
+    """
+    found, seen, pending = [], set(), [row, memoryview(row)]
+    while pending:
+        holder = pending.pop()
+        if holder is None or id(holder) in seen:
+            continue
+        seen.add(id(holder))
+        if isinstance(holder, np.ndarray):
+            if holder.flags.writeable:
+                found.append(holder)
+            else:
+                try:
+                    holder.flags.writeable = True
+                except ValueError:
+                    pass
+                else:
+                    holder.flags.writeable = False
+                    found.append(holder)
+            pending.append(holder.base)
+        elif isinstance(holder, memoryview):
+            if not holder.readonly:
+                found.append(holder)
+            pending.append(holder.obj)
+        else:
+            try:
+                view = memoryview(holder)
+            except TypeError:
+                found.append(holder)
+                continue
+            if not view.readonly:
+                found.append(holder)
+            view.release()
+    return found
+
+
+def _leaf_rows(observations) -> list[np.ndarray]:
+    return list(observations.values()) if isinstance(observations, dict) else [observations]
+
+
+def _num_envs(observations) -> int:
+    return len(_leaf_rows(observations)[0])
+
+
+class ScribblingPolicy:
+    """Checks what it is handed, then (``torch=True``) writes every row through torch; keeps the rows.
+
+    On every call: each row kept from earlier calls (this collect's or an earlier one's) must
+    still hold what it held when this policy last saw it; with ``reach=True`` nothing writeable
+    may be within reach of the new rows. Then ``torch.from_numpy(row).fill_`` and
+    ``torch.as_tensor(row).add_`` write each row in place. Action 1 for every env. It raises on
+    a failed check, so it also tells from inside a rollout worker.
+    """
+
+    def __init__(self, reach: bool, torch: bool) -> None:
+        self.reach, self.torch = reach, torch
+        self.calls = 0
+        self.kept: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def __call__(self, observations):
+        self.calls += 1
+        for row, held in self.kept:
+            if not np.array_equal(row, held):
+                raise AssertionError(f"a row handed to the policy changed under it: {held!r} became {row!r}")
+        for row in _leaf_rows(observations):
+            reachable = writeable_within_reach(row) if self.reach else []
+            if reachable:
+                raise AssertionError(f"writeable objects within reach of a policy row: {[type(h).__name__ for h in reachable]}")
+            if self.torch:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)  # torch: "The given NumPy array is not writable"
+                    torch.from_numpy(row).fill_(7)
+                    torch.as_tensor(row).add_(3)
+            self.kept.append((row, row.copy()))
+        return np.ones(_num_envs(observations), dtype=np.int64)
+
+
+def _ones(observations):
+    return np.ones(_num_envs(observations), dtype=np.int64)
+
+
+def _two_batches(fns, policy, backend, options, reuse_buffers):
+    with ParallelRolloutCollector(fns, policy, backend, horizon=HORIZON, seed=3, reuse_buffers=reuse_buffers, **options) as collector:
+        return [copy.deepcopy(collector.collect()) for _ in range(2)]
+
+
+@pytest.fixture(scope="module")
+def untouched():
+    """Two batches per observation kind, collected with a policy that only reads."""
+    return {kind: _two_batches(fns, _ones, "serial", {}, False) for kind, fns in ENV_FNS.items()}
+
+
+def _collect_and_compare(policy, mode, reuse_buffers, kind, untouched):
+    backend, options = MODES[mode]
+    batches = _two_batches(ENV_FNS[kind], policy, backend, options, reuse_buffers)
+    for batch, expected in zip(batches, untouched[kind]):
+        assert_batches_identical(batch, expected)
+    if options.get("policy_placement") != "workers":  # there the policy's checks ran in the workers
+        calls_per_row = 2 if options.get("pipelined") else 1
+        assert policy.calls == 2 * HORIZON * calls_per_row
+
+
+def _case_id(mode: str, reuse_buffers: bool, kind: str) -> str:
+    return f"{mode}-{'reused' if reuse_buffers else 'fresh'}-{kind}"
+
+
+CASES_LIST = [(mode, reuse, kind) for mode in MODES for reuse in (False, True) for kind in ENV_FNS]
+
+
+@pytest.mark.parametrize("mode, reuse_buffers, kind", CASES_LIST, ids=[_case_id(*case) for case in CASES_LIST])
+def test_nothing_writeable_is_within_reach_of_a_policy_row(mode, reuse_buffers, kind, untouched):
+    _collect_and_compare(ScribblingPolicy(reach=True, torch=False), mode, reuse_buffers, kind, untouched)
+
+
+@pytest.mark.parametrize(
+    "mode, reuse_buffers, kind",
+    # Rollout workers with fresh buffers copied each row before; the reach test covers them.
+    [case for case in CASES_LIST if case[:2] != ("rollout-workers", False)],
+    ids=[_case_id(*case) for case in CASES_LIST if case[:2] != ("rollout-workers", False)],
+)
+def test_torch_writes_into_policy_rows_reach_neither_the_batch_nor_rows_kept_earlier(mode, reuse_buffers, kind, untouched):
+    policy = ScribblingPolicy(reach=False, torch=True)
+    _collect_and_compare(policy, mode, reuse_buffers, kind, untouched)
+    if MODES[mode][1].get("policy_placement") != "workers":
+        assert all(np.all(row == 10) for row, _ in policy.kept)  # each write landed in that row alone
