@@ -223,6 +223,18 @@ class HangInResetEnv(WalkEnv):
             time.sleep(3600)
 
 
+class SwallowingHangEnv(WalkEnv):
+    """Hangs in ``reset`` and catches everything raised there (a bare ``except:``), then carries on."""
+
+    def reset(self, *, seed=None, options=None):
+        try:
+            while True:
+                time.sleep(3600)
+        except BaseException:
+            pass
+        return super().reset(seed=seed, options=options)
+
+
 class RaisingCloseEnv(WalkEnv):
     def close(self):
         raise RuntimeError("the simulator is already gone")

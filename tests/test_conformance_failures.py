@@ -67,6 +67,22 @@ def test_an_env_hanging_in_reset_fails_at_the_timeout_and_the_checks_after_it_ar
     assert signal.getsignal(signal.SIGALRM) is previous_handler
 
 
+@pytest.mark.timeout(120)
+def test_an_env_that_swallows_the_timeout_still_fails_at_it():
+    report = check_env(envs.SwallowingHangEnv, max_steps=30, timeout=1)
+    result = report.result(SPACES_HONOURED)
+    assert result.status is CheckStatus.FAIL, report
+    assert result.reason.startswith("did not finish within 1 s"), result.reason
+
+
+def test_a_sigalrm_from_elsewhere_does_not_end_the_block():
+    from parallel_rollouts.conformance.watchdog import deadline
+
+    with deadline(100.0) as limit:
+        signal.raise_signal(signal.SIGALRM)
+    assert limit.enforced and not limit.expired
+
+
 def test_a_timer_armed_before_is_kept():
     from parallel_rollouts.conformance.watchdog import deadline
 

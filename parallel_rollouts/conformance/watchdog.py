@@ -8,7 +8,8 @@ exception it raises unwinds the env's stack, running its ``finally`` blocks.
 
 Limits, said where the limit is offered (``check_env(timeout=...)``): the limit
 works only in the main thread of a POSIX process (``SIGALRM`` and
-``setitimer``); elsewhere the code runs unbounded. Code that neither runs
+``setitimer``), and not while a ``SIGALRM`` handler set outside Python is in
+place; elsewhere the code runs unbounded. Code that neither runs
 bytecode nor returns from a system call (a C extension spinning without
 checking for signals) is not interrupted until it does.
 
@@ -31,6 +32,8 @@ __all__ = ["CheckTimeout", "Deadline", "can_time_out", "deadline"]
 # After the first alarm, it fires again at this interval until the block has been left: an env
 # that swallows the exception (a bare `except:`) or hangs again in its `finally` is stopped again.
 _REPEAT_S = 1.0
+# An alarm this much before any timer was due was not ours (``kill -ALRM``).
+_EARLY_S = 0.05
 
 
 class CheckTimeout(BaseException):
@@ -67,13 +70,13 @@ def deadline(seconds: float) -> Iterator[Deadline]:
 
     Where :func:`can_time_out` is false the block runs unbounded and ``enforced`` is false.
     """
-    if not can_time_out():
+    previous_handler = signal.getsignal(signal.SIGALRM) if can_time_out() else None
+    if previous_handler is None:  # no SIGALRM here, or a handler set outside Python that could not be put back
         yield Deadline(seconds, enforced=False)
         return
     state = Deadline(seconds, enforced=True)
     now = time.monotonic()
     own_due = now + seconds
-    previous_handler = signal.getsignal(signal.SIGALRM)
     previous_delay, previous_interval = signal.setitimer(signal.ITIMER_REAL, 0)
     previous_due = now + previous_delay if previous_delay > 0 else None
     active = True
@@ -83,7 +86,9 @@ def deadline(seconds: float) -> Iterator[Deadline]:
         if not active:
             return  # an alarm that was already on its way when the block was left
         current = time.monotonic()
-        if previous_due is not None and current >= previous_due:
+        if current < min(own_due, previous_due or own_due) - _EARLY_S:
+            return  # a SIGALRM sent by someone else: the repeating timer still comes
+        if previous_due is not None and current >= previous_due - _EARLY_S:
             # The caller's own timer fell due first: what it asked for happens now.
             previous_due = None
             signal.setitimer(signal.ITIMER_REAL, max(own_due - current, 1e-3), _REPEAT_S)
@@ -112,3 +117,5 @@ def deadline(seconds: float) -> Iterator[Deadline]:
         if previous_due is not None:
             remaining = max(previous_due - time.monotonic(), 1e-3)
             signal.setitimer(signal.ITIMER_REAL, remaining, previous_interval)
+        elif previous_delay > 0 and previous_interval > 0:  # a repeating timer that fell due in the block
+            signal.setitimer(signal.ITIMER_REAL, previous_interval, previous_interval)
