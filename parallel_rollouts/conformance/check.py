@@ -19,7 +19,9 @@ from .guard import CheckGuard, Guarded
 from .interrupts import watch_user_interrupts
 from .pickling import PICKLES, REBUILDS, check_factory_pickles, rebuild_in_spawned_process
 from .report import CheckResult, CheckStatus, ConformanceReport, Timing
-from .spaces_check import ACTION_SAMPLING, SPACES_HONOURED, STORABLE, check_action_sampling, check_spaces, check_storable
+from .spaces_check import (
+    ACTION_SAMPLING, SPACES_HONOURED, STORABLE, check_action_sampling, check_spaces, check_storable,
+)
 from .target import EnvTarget, as_env, resolve_target, spaces_of
 from .trajectory import Trajectory
 
