@@ -201,9 +201,8 @@ class BatchMemory:
         """The storage the batch is built from; every row of ``begin()``'s storage is written.
 
         ``lost_from_rows[env]`` (``[N]``, ``horizon`` where nothing is lost): from that row on,
-        the env's rows hold no valid data (its worker was lost); they are zeroed, the
-        observation of that row itself, written before the loss, is kept (``-1``: the
-        whole column is lost, its first observation too).
+        the env's rows hold no valid data (its worker was lost); every field of them is
+        zeroed, the observation of that row included (``-1``: the whole column is lost).
         """
         storage = self._written
         self.record_final_rows(storage.horizon)
@@ -312,15 +311,15 @@ _TOTALS = ("env_step_seconds", "env_reset_seconds")
 
 
 def _clear_lost_rows(storage: RolloutStorage, lost_from_rows: np.ndarray | None) -> None:
-    """Zero each env's rows from ``lost_from_rows[env]`` on (observations: from the row after)."""
+    """Zero every field of each env's rows from ``lost_from_rows[env]`` on, the bootstrap row
+    included: the batch contract promises zeros, not what a lost worker left half-written."""
     if lost_from_rows is None:
         return
     for column in np.flatnonzero(lost_from_rows < storage.horizon).tolist():
-        row = int(lost_from_rows[column])
+        first = max(int(lost_from_rows[column]), 0)
         for field in fields(storage):
             if field.name in _TOTALS:
                 continue
-            first = row + 1 if field.name == "observations" else max(row, 0)
             for array in _field_arrays(getattr(storage, field.name)):
                 array[first:, column] = 0
 

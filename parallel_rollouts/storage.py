@@ -209,7 +209,12 @@ class CompletedEpisodes:
 
     @classmethod
     def merge(cls, parts: Sequence[CompletedEpisodes]) -> CompletedEpisodes:
-        """Concatenate and order by time step, then env index, whatever the grouping of envs."""
+        """Concatenate and order by time step, then env index, whatever the grouping of envs.
+
+        No parts (every worker of a rollout was lost and replaced) is no episode booked.
+        """
+        if not parts:
+            return cls.empty_buffers(0)
         if len(parts) == 1:
             # One group books its episodes in that order already (by step, then column), so no
             # sort. The batch's arrays must be its own and writable: a group's `finish()` hands

@@ -504,3 +504,73 @@ def test_each_actor_draws_its_own_stream_and_the_same_seed_replays_it():
     assert 0.4 < np.mean(first[0].actions[:, 0] == first[0].actions[:, 2]) < 0.6
     for one, two in zip(first, again):
         np.testing.assert_array_equal(one.actions, two.actions)
+
+
+def test_every_actor_lost_in_one_collect_is_replaced_and_the_rest_replays(tmp_path):
+    from tests.test_restarts import CRASH_STEP, HORIZON, NUM_ENVS, assert_valid_rows_replay
+    from tests.envs import CrashingCartPole
+
+    fns = [partial(CrashingCartPole, CRASH_STEP, "exit", str(tmp_path / f"crashed-{env}")) for env in range(NUM_ENVS)]
+    with ParallelRolloutCollector(fns, None, "ray", horizon=HORIZON, seed=5, num_workers=2, max_restarts=2) as collector:
+        batches = [collector.collect() for _ in range(3)]
+    first, lost, after = batches
+    assert first.valid.all() and after.valid.all() and after.lost_env_indices.size == 0
+    np.testing.assert_array_equal(lost.lost_env_indices, [0, 1, 2, 3])
+    assert not lost.valid.any() and not lost.observations.any() and lost.episode_env_indices.size == 0
+    assert_valid_rows_replay(batches)
+
+
+def test_an_actor_killed_between_collects_loses_its_slice_of_the_next_and_the_one_after_is_whole():
+    import os
+    import signal
+
+    from tests.test_restarts import HORIZON, NUM_ENVS, assert_valid_rows_replay
+
+    with ParallelRolloutCollector(
+        [cartpole] * NUM_ENVS, None, "ray", horizon=HORIZON, seed=5, num_workers=2, max_restarts=1
+    ) as collector:
+        batches = [collector.collect()]
+        os.kill(ray.get(collector._backend._actors[1].pid.remote()), signal.SIGKILL)
+        batches += [collector.collect(), collector.collect()]
+    first, lost, after = batches
+    # An actor runs its rollout unseen, so its death is seen only when the rollout is asked of it.
+    np.testing.assert_array_equal(lost.lost_env_indices, [2, 3])
+    assert not lost.valid[:, 2:].any() and lost.valid[:, :2].all() and not lost.observations[:, 2:].any()
+    assert first.valid.all() and after.valid.all() and after.lost_env_indices.size == 0
+    assert_valid_rows_replay(batches)
+
+
+class _DiesWhenRemade:
+    """CartPole, but the first one made after ``armed`` exists ends its process (once)."""
+
+    def __init__(self, armed: str, spent: str) -> None:
+        self.armed, self.spent = armed, spent
+
+    def __call__(self):
+        import os
+
+        import gymnasium as gym
+
+        if os.path.exists(self.armed) and not os.path.exists(self.spent):
+            open(self.spent, "w").close()
+            os._exit(3)
+        return gym.make("CartPole-v1")
+
+
+def test_a_replacement_actor_that_dies_while_starting_is_replaced_again(tmp_path):
+    from tests.envs import CrashingCartPole
+    from tests.test_restarts import CRASH_STEP, HORIZON, NUM_ENVS, assert_valid_rows_replay
+
+    armed, spent = tmp_path / "armed", tmp_path / "spent"
+    fns = [cartpole] * NUM_ENVS
+    # Env 3 crashes in the second collect and arms env 2's factory, which then ends the
+    # first replacement while it makes its envs; the second replacement starts.
+    fns[2] = _DiesWhenRemade(str(armed), str(spent))
+    fns[3] = partial(CrashingCartPole, CRASH_STEP, "exit", str(armed))
+    with ParallelRolloutCollector(fns, None, "ray", horizon=HORIZON, seed=5, num_workers=2, max_restarts=2) as collector:
+        batches = [collector.collect() for _ in range(3)]
+    assert spent.exists(), "the first replacement did not die as the test meant it to"
+    first, lost, after = batches
+    np.testing.assert_array_equal(lost.lost_env_indices, [2, 3])
+    assert first.valid.all() and after.valid.all() and after.lost_env_indices.size == 0
+    assert_valid_rows_replay(batches)

@@ -42,32 +42,36 @@ def collector_for(fns, mode: str, **kwargs) -> ParallelRolloutCollector:
 
 def assert_valid_rows_replay(batches) -> None:
     """Every valid row of every column replays on plain CartPole from the recorded seeds and actions;
-    an env's episodes after a loss use seeds it never used before."""
+    no env ever starts two episodes from one seed, before or after a loss.
+
+    An env's first row starts a fresh episode, not the one running at the end of the batch
+    before, only where its worker was replaced: before this rollout (the env is listed in this
+    batch) or after the last row of the one before (listed there). Its first row's episode
+    seed tells which, since a replacement never reuses a seed.
+    """
     for env_index in range(batches[0].num_envs):
         env = gym.make("CartPole-v1")
         next_observation = None
-        seeds_before_loss: set[int] = set()
-        lost = False
+        used_seeds: set[int] = set()
+        running_seed = None
+        listed_before = False
         for collect, batch in enumerate(batches):
-            if env_index in batch.lost_env_indices:
-                lost = True
-                if batch.valid[0, env_index] and not (batch.valid[:, env_index]).all():
-                    pass  # lost part-way: the rows before the loss continue the episode
-                elif batch.valid[:, env_index].all():
-                    next_observation = None  # replaced before the rollout: starts afresh at row 0
+            listed = env_index in batch.lost_env_indices
+            if next_observation is not None and int(batch.step_episode_seeds[0, env_index]) != running_seed:
+                assert listed or listed_before, f"env {env_index} starts afresh in collect {collect} without a loss listed"
+                next_observation = None
+            listed_before = listed
             for t in range(batch.horizon):
                 where = f"collect {collect}, row {t}, env {env_index}"
                 if not batch.valid[t, env_index]:
                     assert batch.rewards[t, env_index] == 0 and not batch.dones[t, env_index], where
                     next_observation = None
                     continue
-                seed = int(batch.step_episode_seeds[t, env_index])
+                seed = running_seed = int(batch.step_episode_seeds[t, env_index])
                 if next_observation is None:
-                    if lost:
-                        assert seed not in seeds_before_loss, f"seed {seed} reused after a loss at {where}"
+                    assert seed not in used_seeds, f"seed {seed} used for a second episode at {where}"
+                    used_seeds.add(seed)
                     next_observation, _ = env.reset(seed=seed)
-                if not lost:
-                    seeds_before_loss.add(seed)
                 np.testing.assert_array_equal(batch.observations[t, env_index], next_observation, err_msg=where)
                 observation, reward, terminated, truncated, _ = env.step(int(batch.actions[t, env_index]))
                 assert batch.rewards[t, env_index] == reward, where

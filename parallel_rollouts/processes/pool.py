@@ -269,10 +269,21 @@ class WorkerPool:
 
         Call :meth:`raise_losses` first. The new worker is ready but in no rollout: its
         envs join at the next ``BEGIN``. ``policy``: the copy a rollout worker starts from.
-        Raises what the new worker's start-up raises (a factory that fails, spaces that differ).
+        A replacement that dies while starting up is a loss like any other: replaced again
+        while restarts are left. Raises what the new worker's start-up raises otherwise (a
+        factory that fails, spaces that differ).
         """
+        while True:
+            try:
+                self._start_replacement(worker, policy)
+                return
+            except WorkerDiedError as death:
+                self.raise_losses([(worker, death)])
+
+    def _start_replacement(self, worker: WorkerHandle, policy: protocol.ShippedPolicy | None) -> None:
         mp_context, pickled, order = self._launch
         self._restarts.used += 1
+        worker.phase = "make"
         logger.warning(
             "%s was lost; replacing it (restart %d of %d)", worker.describe(), self._restarts.used, self._restarts.max_restarts
         )
@@ -299,8 +310,25 @@ class WorkerPool:
         attach = replace(order, column_offset=worker.start, incarnation=worker.incarnation)
         if policy is not None:
             attach = replace(attach, policy=policy)
-        worker.connection.send(("attach", attach))
+        try:
+            worker.connection.send(("attach", attach))
+        except OSError:
+            pass  # it died after sending its spaces: the ready reply below reports how
         raise_startup_errors([startup_reply(worker, "ready")])
+
+    def found_dead(self) -> list[tuple[WorkerHandle, WorkerError]]:
+        """``(worker, error)`` for each worker whose process has already ended, without
+        waiting: checked before a request that would otherwise lose a whole rollout to it."""
+        sentinels = {worker.process.sentinel: worker for worker in self.workers}
+        ended = wait(list(sentinels), 0)
+        losses = []
+        for sentinel in ended:
+            worker = sentinels[sentinel]
+            worker.alive = False
+            worker.phase = "between rollouts"
+            worker.process.join(1.0)
+            losses.append((worker, died_error(worker, "between two rollouts.")))
+        return sorted(losses, key=lambda loss: loss[0].index)
 
     def _record_death(self, worker: WorkerHandle, loss: WorkerError) -> WorkerError:
         """The loss, with the phase the worker was in and its crash report as the traceback."""

@@ -89,6 +89,12 @@ class _SkeletonPickler(cloudpickle.CloudPickler):
         # One dict lookup per pickled object: exact types only.
         self._special = {storage_type: self._storage_id for storage_type in storage_types}
         self._special.update({kind: self._generator_id(describe) for kind, describe in generator_kinds().items()})
+        torch = sys.modules.get("torch")
+        if cpu_only and torch is not None:
+            # A tensor on the meta device (or any device without storage) pickles without one,
+            # so the storage check below never sees it: check the tensors themselves.
+            for tensor_type in (torch.Tensor, torch.nn.Parameter):
+                self._special[tensor_type] = self._refuse_off_cpu
         self.storages: list = []
         self._storage_index: dict[int, int] = {}
         self._generator_index: dict[int, int] = {}
@@ -108,14 +114,26 @@ class _SkeletonPickler(cloudpickle.CloudPickler):
 
         return generator_id
 
+    def _refuse_off_cpu(self, tensor: Any) -> None:
+        """``None`` (pickle the tensor as usual) for a CPU tensor; refuse any other device."""
+        self._require_cpu(tensor.device)
+        return None
+
+    def _require_cpu(self, device: Any) -> None:
+        if device.type != "cpu":
+            raise ConfigurationError(
+                f"{self._destination} to run it on their CPUs, but it holds a tensor on {device}"
+                + (" (a meta tensor holds no data to run with)" if device.type == "meta" else "")
+                + ". Keep a GPU policy in the main process (policy_placement='main'), or move it to the CPU "
+                "(`policy.to('cpu')`; materialize meta tensors first, e.g. `module.to_empty(device='cpu')` and load "
+                "the weights)."
+            )
+
     def _storage_id(self, storage: Any) -> Any:
         typed = type(storage) is self._typed_storage
         untyped = storage._untyped_storage if typed else storage
-        if self._cpu_only and untyped.device.type != "cpu":
-            raise ConfigurationError(
-                f"{self._destination} to run it on their CPUs, but it holds a tensor on {untyped.device}. "
-                "Keep a GPU policy in the main process (policy_placement='main'), or move it to the CPU."
-            )
+        if self._cpu_only:
+            self._require_cpu(untyped.device)
         # Tensors sharing memory (tied weights, views) share one untyped storage:
         # ship it once so that the copy's tensors share it too.
         index = self._storage_index.get(untyped._cdata)

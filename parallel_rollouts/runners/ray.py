@@ -428,16 +428,29 @@ class RayRunner(RolloutRunner):
                 self._actors[index] = None
             dead = kept
         for index, _ in dead:
-            self._restarts_left -= 1
-            start, stop = self._slices[index]
-            logger.warning("%s died; restarting it with fresh episodes", self._describe(index))
-            self._kill(index)
-            self._incarnations[index] += 1
-            self._actors[index] = self._create_actor(index)
-            policy = None if self._shipper is None else self._ray.put(self._shipper.resend())
-            started = [self._start(self._actors[index], policy)]
-            self._wait_for_placement(started)
-            self._forwarded.extend(record for records in self._get_all(started) for record in records)
+            while True:
+                try:
+                    self._start_replacement(index)
+                    break
+                except WorkerDiedError as death:
+                    # The replacement died while starting up: a loss like any other.
+                    if self._restarts_left == 0:
+                        raise self._died_error(
+                            [(index, death)],
+                            f" while starting up as a replacement, and no restarts are left "
+                            f"(max_restarts={self._options.max_restarts})",
+                        ) from death
+
+    def _start_replacement(self, index: int) -> None:
+        self._restarts_left -= 1
+        logger.warning("%s died; restarting it with fresh episodes", self._describe(index))
+        self._kill(index)
+        self._incarnations[index] += 1
+        self._actors[index] = self._create_actor(index)
+        policy = None if self._shipper is None else self._ray.put(self._shipper.resend())
+        started = [self._start(self._actors[index], policy)]
+        self._wait_for_placement(started)
+        self._forwarded.extend(record for records in self._get_all(started) for record in records)
 
     def _kill(self, index: int) -> None:
         try:

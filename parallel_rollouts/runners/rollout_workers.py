@@ -97,6 +97,13 @@ class RolloutWorkersRunner(RolloutRunner):
         if self._shipper is not None:
             snapshot = self._shipper.snapshot()
             update = b"" if snapshot.empty else pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
+        # A worker found dead now (killed between rollouts) is replaced before any row is
+        # written: its envs start fresh episodes in a whole batch, which lists them.
+        found_dead = pool.found_dead()
+        self._guarded(pool.raise_losses, found_dead)
+        for worker, _ in found_dead:
+            self._guarded(pool.replace, worker, self._replacement_policy())
+        replaced_first = [index for worker, _ in found_dead for index in range(worker.start, worker.stop)]
         storage = memory.begin()
         # Rows a worker records mark where it got to, should it be lost part-way (a seed is never negative).
         storage.step_episode_seeds.fill(NOT_RECORDED)
@@ -136,9 +143,10 @@ class RolloutWorkersRunner(RolloutRunner):
             memory.abandon(pool.layout.horizon)
             raise
         episodes = CompletedEpisodes.merge([result.episodes for result in results] or [CompletedEpisodes.empty_buffers(0)])
-        lost = np.zeros(0, dtype=np.int64) if lost_from_rows is None else np.flatnonzero(lost_from_rows < pool.layout.horizon)
+        lost = [] if lost_from_rows is None else np.flatnonzero(lost_from_rows < pool.layout.horizon).tolist()
+        lost = np.array(sorted(set(lost) | set(replaced_first)), dtype=np.int64)
         return RolloutResult(
-            memory.finish(lost_from_rows), episodes, has_values, has_log_probs, lost.astype(np.int64),
+            memory.finish(lost_from_rows), episodes, has_values, has_log_probs, lost,
             lost_from_rows=lost_from_rows, env_wait_seconds=pool.take_wait_seconds(),
         )
 

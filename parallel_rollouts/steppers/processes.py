@@ -40,6 +40,7 @@ class ProcessStepper(EnvStepper):
         # row each worker's step in flight is for.
         self._lost_from: np.ndarray | None = None
         self._replaced: list[int] = []
+        self._replaced_between: list[int] = []
         self._rows_in_flight: dict[int, int] = {}
 
     @classmethod
@@ -59,7 +60,9 @@ class ProcessStepper(EnvStepper):
             raise RuntimeError("worker processes write only into shared storage: the working copy or a batch segment.")
         segment = segment.encode() if segment else segment
         self._lost_from = None
-        self._replaced = []
+        # Envs whose worker was replaced since the last rollout (lost while one was dropped):
+        # they start this one at fresh episodes, which the batch lists.
+        self._replaced, self._replaced_between = self._replaced_between, []
         self.pool.take_wait_seconds()
         # A worker found dead here (killed between rollouts) loses no row of this one: its
         # replacement begins with the others, its envs at the start of fresh episodes.
@@ -79,11 +82,18 @@ class ProcessStepper(EnvStepper):
         self.step_end(self.pool.workers)
 
     def abandon(self, t: int) -> None:
-        self.pool.request(protocol.ABANDON, t, self._active(self.pool.workers))
+        self._replaced_between.extend(self._request_replacing_losses(protocol.ABANDON, t, self.pool.workers))
 
     def finish(self) -> CompletedEpisodes:
-        payloads = self.pool.request(protocol.FINISH, 0, self._active(self.pool.workers))
-        return CompletedEpisodes.merge([pickle.loads(payload) for payload in payloads])
+        """The episodes the rollout's workers booked.
+
+        A worker lost after its last step (before or while it answers) wrote every row of
+        its envs, but the books of the episodes they ended in this rollout went with it:
+        its envs are listed as replaced, their rows kept, those episodes not booked.
+        """
+        replies = []
+        self._replaced.extend(self._request_replacing_losses(protocol.FINISH, 0, self.pool.workers, replies))
+        return CompletedEpisodes.merge([pickle.loads(reply[1:]) for reply in replies])
 
     def lost_from_rows(self) -> np.ndarray | None:
         """``[N]``: the first row of each env lost in this rollout (horizon: none); ``None``: none lost."""
@@ -112,7 +122,7 @@ class ProcessStepper(EnvStepper):
         self._take_replies(replies, losses)
 
     def abandon_part(self, t: int, workers: list) -> None:
-        self.pool.request(protocol.ABANDON, t, self._active(workers))
+        self._replaced_between.extend(self._request_replacing_losses(protocol.ABANDON, t, workers))
 
     def close(self) -> None:
         self.working_storage = None
@@ -128,6 +138,24 @@ class ProcessStepper(EnvStepper):
             return workers
         horizon = self.layout.horizon
         return [worker for worker in workers if lost[worker.start] == horizon]
+
+    def _request_replacing_losses(self, command: bytes, argument: int, workers: list, replies: list | None = None) -> list[int]:
+        """Send ``command`` to those of ``workers`` still in the rollout; replace the ones lost
+        before or while answering (or raise when that is not allowed). The envs of the replaced
+        workers; their replies, if ``replies`` is given, are appended to it."""
+        active = self._active(workers)
+        self.pool.send(command, argument, active)
+        answers, losses = self.pool.receive_all(active)
+        answers = [answer for answer in answers if answer is not None]
+        self.pool.raise_failures(answers)
+        self.pool.raise_losses(losses)
+        replaced = []
+        for worker, _ in losses:
+            self.pool.replace(worker)
+            replaced.extend(range(worker.start, worker.stop))
+        if replies is not None:
+            replies.extend(answers)
+        return replaced
 
     def _take_replies(self, replies: list, losses: list) -> None:
         """Raise what the envs raised; replace lost workers (or raise when that is not allowed)."""
