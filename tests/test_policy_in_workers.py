@@ -219,3 +219,36 @@ def test_a_function_imported_by_name_is_warned_about_once_naming_it():
             collector.collect()
             collector.collect()
     assert sum(issubclass(record.category, StalePolicyWarning) for record in recorded) == 1
+
+
+# -- devices the workers cannot use -----------------------------------------------------------
+
+
+class _MetaPolicy(torch.nn.Module):
+    """A module whose weights live on the meta device (no data): pickling it needs no storage."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 2, device="meta")
+
+    def forward(self, observations):
+        return np.zeros(len(observations), dtype=np.int64)
+
+
+@pytest.mark.parametrize("holder", ["module", "tensor in a closure"])
+def test_a_policy_holding_meta_tensors_is_refused_before_any_worker_starts(holder, monkeypatch, no_leaks):
+    from parallel_rollouts.processes.pool import WorkerPool
+
+    if holder == "module":
+        policy = _MetaPolicy()
+    else:
+        weights = torch.zeros(3, device="meta")
+
+        def policy(observations):
+            return np.zeros(len(observations), dtype=np.int64) + int(weights.shape[0] > 5)
+
+    started = []
+    monkeypatch.setattr(WorkerPool, "start", lambda *args, **kwargs: started.append(1))
+    with pytest.raises(ValueError, match=r"holds a tensor on meta \(a meta tensor holds no data.*to_empty"):
+        in_workers(counting_envs(), policy, horizon=4)
+    assert not started
