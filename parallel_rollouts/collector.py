@@ -126,7 +126,9 @@ class ParallelRolloutCollector:
         its envs' rows from the loss on as not ``valid`` (zeroed) and lists the
         envs in ``lost_env_indices``; ``async`` keeps the rows written before the
         loss (rollout workers: all but the last row they recorded), Ray actors
-        lose the slice's whole rollout. Once the restarts are spent, a loss raises a
+        lose the slice's whole rollout. A worker found dead at the start of a
+        collect is replaced before any row (``async``): that batch is whole and
+        lists its envs. Once the restarts are spent, a loss raises a
         :class:`WorkerDiedError` listing every loss. See ``docs/async-backend.md``.
     ray_options:
         Ray backend only: ``{"address", "num_cpus", "num_gpus", "max_restarts",
