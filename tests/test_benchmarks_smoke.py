@@ -18,6 +18,7 @@ from benchmarks import (
     core_microbench,
     env_timing_overhead,
     instruction_counts,
+    policy_inputs,
     report,
     run_rollout_benchmark,
     soak,
@@ -235,6 +236,21 @@ def test_timing_overhead_writes_a_ratio_per_round(mode, tmp_path):
     result = _load(path)
     assert len(result["rounds"]) == 3 and "machine" in result
     assert all(row["timed"] > 0 and row["untimed"] > 0 and row["ratio"] > 0 for row in result["rounds"])
+
+
+def test_policy_inputs_benchmark_sets_copies_against_real_views_of_the_batch(tmp_path):
+    leaves = [np.arange(24, dtype=np.float32).reshape(3, 2, 4)]
+    views = policy_inputs.ViewRows()(leaves, 1)
+    # The "before" side is the zero-copy rows: views of the batch, not copies.
+    assert np.shares_memory(views[0], leaves[0]) and not views[0].flags.writeable
+    path = tmp_path / "policy_inputs.json"
+    assert policy_inputs.main(["--quick", "--envs", "cartpole", "--modes", "sync,async", "--out", str(path)]) == 0
+    result = _load(path)
+    (group,) = result["groups"]
+    assert "machine" in result and set(group["modes"]) == {"sync", "async"}
+    for entry in group["modes"].values():
+        assert len(entry["copies_vs_views"]["per_round"]) == 2 and entry["copies_vs_views"]["median"] > 0
+        assert set(entry["copies_transitions_per_s"]) == THROUGHPUT_KEYS
 
 
 def test_straggler_plot_finds_the_slow_env_and_writes_the_picture(tmp_path):
