@@ -1,4 +1,4 @@
-"""Build the compiled hot path, ``parallel_rollouts._core``, from ``_core/``.
+"""Build the compiled hot path, ``parallel_rollouts.core._core``, from ``src/parallel_rollouts/core/_core.pyx``.
 
 All package metadata lives in ``pyproject.toml``; this file only declares the
 extension. Cython directives are set here, once. Two environment variables
@@ -10,8 +10,9 @@ change the build:
   machines without a C compiler: the package then runs its pure-Python core
   and warns that it does.
 
-The extension is always generated from ``_core/_core.pyx`` (shipped in the
-sdist); the generated C lives under ``build/``, one copy per kind of build.
+The extension is always generated from ``src/parallel_rollouts/core/_core.pyx``
+(shipped in the sdist, not in the wheel); the generated C lives under ``build/``,
+one copy per kind of build.
 """
 
 import os
@@ -37,7 +38,7 @@ COMPILER_DIRECTIVES = {
 }
 
 NO_COMPILER_HINT = (
-    "Building the compiled core `parallel_rollouts._core` failed. It needs a C compiler "
+    "Building the compiled core `parallel_rollouts.core._core` failed. It needs a C compiler "
     "(Linux: gcc, e.g. `apt install build-essential`; macOS: `xcode-select --install`; Windows: "
     "the 'Desktop development with C++' workload of Visual Studio Build Tools). To install "
     "without it, set PARALLEL_ROLLOUTS_NO_EXTENSION=1 and run the install again: the package "
@@ -80,8 +81,8 @@ class BuildExtWithHint(build_ext):
 
 EXTENSIONS = [
     Extension(
-        "parallel_rollouts._core",
-        sources=["_core/_core.pyx"],
+        "parallel_rollouts.core._core",
+        sources=["src/parallel_rollouts/core/_core.pyx"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     )
 ]

@@ -30,7 +30,7 @@ from types import ModuleType
 
 import numpy as np
 
-from parallel_rollouts.core import load_core
+from parallel_rollouts.core.selector import load_core
 
 from .cli import parse_counts
 from .machine import format_machine_record, machine_record

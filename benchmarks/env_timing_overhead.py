@@ -85,7 +85,7 @@ class _CoreWithoutTiming:
 
 def _reset_without_timing(group, column: int):
     """``EnvGroup._reset_env`` without the two clock reads."""
-    from parallel_rollouts.env_returns import check_reset_result
+    from parallel_rollouts.checks.env_returns import check_reset_result
 
     seed = group._episode_seeds[column].seed_of(group._episodes_started[column])
     observation, _info = check_reset_result(group.envs[column].reset(seed=seed))
@@ -155,7 +155,7 @@ def measure_kernel(rounds: int, num_envs: int, steps: int = 20000) -> list[dict]
 
     import numpy as np
 
-    from parallel_rollouts import _core as core
+    from parallel_rollouts.core import _core as core
 
     def stepper(timed: bool):
         horizon = steps

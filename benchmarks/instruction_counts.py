@@ -77,6 +77,9 @@ def _child(workload: str, contender: str, num_envs: int, horizon: int, seed: int
     if tree:
         # The package from the other tree, the benchmark code from this one: import the
         # package first, then drop the tree so that ``benchmarks`` still resolves here.
+        # A tree of the src/ layout holds the package in src/; older trees at their root.
+        if (Path(tree) / "src" / "parallel_rollouts").is_dir():
+            tree = str(Path(tree) / "src")
         sys.path.insert(0, tree)
         import parallel_rollouts
 

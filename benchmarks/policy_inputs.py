@@ -2,7 +2,7 @@
 
 Each collector contender runs twice in one process, interleaved round by round (their order
 alternating between rounds): as shipped (``copies``: one ``bytes`` copy per leaf per row,
-:mod:`parallel_rollouts.policy_inputs`) and with the earlier zero-copy rows put back for its
+:mod:`parallel_rollouts.data.policy_inputs`) and with the earlier zero-copy rows put back for its
 collects alone (``views``: read-only views of the batch, one per leaf per rollout, indexed per
 row; the rows a torch policy could write the batch through). Reported per workload and mode:
 the per-round ratio copies / views of transitions/s (median, min, max), the same ratio of this
@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from parallel_rollouts import batch_memory, policy_inputs, rollout_loop
+from parallel_rollouts.data import batch_memory, policy_inputs
+from parallel_rollouts.policy import loop as rollout_loop
 
 from .contenders import make_contender
 from .machine import format_machine_record, machine_record

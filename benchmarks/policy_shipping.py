@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from parallel_rollouts.runners.policy_shipping import PolicyReplica, PolicyShipper
+from parallel_rollouts.policy.shipping import PolicyReplica, PolicyShipper
 
 
 def small_mlp() -> torch.nn.Module:

@@ -31,8 +31,8 @@ import numpy as np
 
 from parallel_rollouts import ParallelRolloutCollector
 from parallel_rollouts.groups import vector_source
-from parallel_rollouts.policy import PolicyOutputWriter
-from parallel_rollouts.rollout_loop import RolloutLoop
+from parallel_rollouts.policy.output import PolicyOutputWriter
+from parallel_rollouts.policy.loop import RolloutLoop
 
 from .machine import machine_record
 from .report import write_json

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 
 from parallel_rollouts import RolloutBatch
-from parallel_rollouts.batch import TIMING_FIELDS
+from parallel_rollouts.data.batch import TIMING_FIELDS
 
 
 def _leaves(value, path=""):

@@ -1,6 +1,6 @@
 import pytest
 
-from parallel_rollouts.core import compiled_core_error
+from parallel_rollouts.core.selector import compiled_core_error
 from tests.leaks import ResourceSnapshot
 
 # Every collector test runs on both cores. The compiled core must be built for

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-import parallel_rollouts.core as core_module
+import parallel_rollouts.core.selector as core_module
 from parallel_rollouts import (
     ActionError,
     CollectorClosedError,

@@ -103,7 +103,7 @@ def test_final_observations_of_a_recycled_batch_hold_only_this_rollouts_ends(env
 
 def test_the_episodes_of_one_part_are_copied_so_the_batch_can_write_them():
     # A Ray actor's arrays come back read-only; with one actor there is one part to merge.
-    from parallel_rollouts.storage import CompletedEpisodes
+    from parallel_rollouts.data.storage import CompletedEpisodes
 
     part = CompletedEpisodes(*(np.arange(3, dtype=dtype) for dtype in (np.float64,) + (np.int64,) * 4))
     for array in (part.returns, part.lengths, part.env_indices, part.end_steps, part.seeds):

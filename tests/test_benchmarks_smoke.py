@@ -290,8 +290,8 @@ def test_step_profile_splits_a_transition_and_times_the_null_env(tmp_path):
 
 def test_vector_row_profile_splits_both_rows_and_puts_back_what_it_clocked(tmp_path):
     from parallel_rollouts.groups.vector_source import VectorEnvGroup
-    from parallel_rollouts.policy import PolicyOutputWriter
-    from parallel_rollouts.rollout_loop import RolloutLoop
+    from parallel_rollouts.policy.output import PolicyOutputWriter
+    from parallel_rollouts.policy.loop import RolloutLoop
 
     clocked = (VectorEnvGroup.begin, VectorEnvGroup.step, PolicyOutputWriter.write, RolloutLoop.run)
     path = tmp_path / "vector_rows.json"

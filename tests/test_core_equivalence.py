@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from parallel_rollouts import _core as compiled
-from parallel_rollouts import _core_python as python_core
-from parallel_rollouts.seeding import EpisodeSeedTable, episode_seed
+from parallel_rollouts.core import _core as compiled
+from parallel_rollouts.core import twin as python_core
+from parallel_rollouts.config.seeding import EpisodeSeedTable, episode_seed
 
 DTYPES = [
     np.uint8, np.int8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64,
@@ -1001,8 +1001,8 @@ def test_row_stepper_refuses_parts_that_disagree(core):
 
 
 def test_the_compiled_core_imports_no_module_of_the_package():
-    # Its slow paths are handed in by parallel_rollouts.core (use_slow_paths), never imported.
-    source = (Path(__file__).resolve().parents[1] / "_core" / "_core.pyx").read_text(encoding="utf-8")
+    # Its slow paths are handed in by parallel_rollouts.core.selector (use_slow_paths), never imported.
+    source = (Path(__file__).resolve().parents[1] / "src" / "parallel_rollouts" / "core" / "_core.pyx").read_text(encoding="utf-8")
     assert not re.search(r"^\s*(from|import|cimport)\s+parallel_rollouts", source, re.MULTILINE)
     assert "use_slow_paths" in dir(compiled)
 

@@ -8,7 +8,7 @@ import pytest
 from gymnasium.vector import AutoresetMode
 
 from parallel_rollouts import ConfigurationError, ParallelRolloutCollector
-from parallel_rollouts.seeding import episode_seed
+from parallel_rollouts.config.seeding import episode_seed
 from tests.batch_compare import assert_batches_identical
 from tests.envs import CountingEnv, cartpole
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from parallel_rollouts.errors import EnvFailure, WorkerDiedError, WorkerError
-from parallel_rollouts.failures import merged_failure
+from parallel_rollouts.checks.failures import merged_failure
 
 
 def _failure(env_index: int) -> EnvFailure:

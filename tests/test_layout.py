@@ -11,8 +11,8 @@ from gymnasium.vector import AutoresetMode
 from parallel_rollouts import ParallelRolloutCollector
 from parallel_rollouts.groups import EnvGroup, GroupChain, RolloutGroup, VectorEnvGroup
 from parallel_rollouts.groups.gymnasium_envs import GymnasiumGroup
-from parallel_rollouts.layout import RolloutLayout
-from parallel_rollouts.spec import RolloutSpec
+from parallel_rollouts.config.layout import RolloutLayout
+from parallel_rollouts.config.spec import RolloutSpec
 
 
 def _spec(**changes):

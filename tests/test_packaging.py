@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 import parallel_rollouts
-import parallel_rollouts.core as core_module
+import parallel_rollouts.core.selector as core_module
 from parallel_rollouts import CoreFallbackWarning, CoreUnavailableError, ParallelRolloutCollector
 from tests.envs import counting
 
 PACKAGE_DIR = Path(parallel_rollouts.__file__).resolve().parent
-REPO_ROOT = PACKAGE_DIR.parent
+REPO_ROOT = PACKAGE_DIR.parents[1]  # the package lives in src/
 
 COLLECT_WITH_AUTO_AND_COMPILED = """
 import warnings
@@ -76,7 +76,7 @@ def test_a_source_tree_shadowing_the_built_package_falls_back_once_and_says_why(
     assert "WARNINGS 1" in output  # two collectors, one warning
     warning = next(line for line in output.splitlines() if line.startswith("WARNING "))
     assert "runs its pure-Python core" in warning
-    assert f"the source tree at {tmp_path.resolve()} shadows the installed package at {PACKAGE_DIR}" in warning
+    assert f"the copy of the package at {(tmp_path / 'parallel_rollouts').resolve()} shadows the installed package at {PACKAGE_DIR}" in warning
     error = next(line for line in output.splitlines() if line.startswith("ERROR "))
     assert "core='compiled' was requested but cannot be used" in error
     assert "shadows the installed package" in error
@@ -93,18 +93,18 @@ def test_forcing_the_pure_python_core_is_silent(tmp_path):
 
 def test_a_missing_extension_says_how_to_build_or_install_without_it(monkeypatch, tmp_path):
     package = _copy_sources_without_extension(tmp_path)
-    monkeypatch.setattr(core_module, "_PACKAGE_DIR", package)
+    monkeypatch.setattr(core_module, "_EXTENSION_DIR", package / "core")
     monkeypatch.setattr(sys, "path", [str(tmp_path)])
     reason = core_module._why_missing()
-    assert f"`parallel_rollouts._core` is not in {package}: it was not built" in reason
+    assert f"`parallel_rollouts.core._core` is not in {package / 'core'}: it was not built" in reason
     assert "PARALLEL_ROLLOUTS_NO_EXTENSION=1" in reason
     assert "python -m pip install ." in reason
 
 
 def test_an_extension_built_for_another_python_is_named(monkeypatch, tmp_path):
     package = _copy_sources_without_extension(tmp_path)
-    (package / "_core.cpython-39-x86_64-linux-gnu.so").write_bytes(b"")
-    monkeypatch.setattr(core_module, "_PACKAGE_DIR", package)
+    (package / "core" / "_core.cpython-39-x86_64-linux-gnu.so").write_bytes(b"")
+    monkeypatch.setattr(core_module, "_EXTENSION_DIR", package / "core")
     monkeypatch.setattr(sys, "path", [str(tmp_path)])
     reason = core_module._why_missing()
     assert "found _core.cpython-39-x86_64-linux-gnu.so, built for another Python or platform" in reason
@@ -126,8 +126,7 @@ def test_the_fallback_warning_is_emitted_once_per_process(monkeypatch):
 def test_a_wheel_built_without_the_extension_runs_the_pure_python_core_and_says_so(tmp_path):
     # A copy of what the build reads, so that nothing built earlier in the checkout leaks in.
     project = tmp_path / "project"
-    _copy_sources_without_extension(project)
-    shutil.copytree(REPO_ROOT / "_core", project / "_core", ignore=shutil.ignore_patterns("*.c", "*.html"))
+    _copy_sources_without_extension(project / "src")
     for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE"):
         shutil.copy2(REPO_ROOT / name, project / name)
     wheel_dir = tmp_path / "wheels"
@@ -146,7 +145,7 @@ def test_a_wheel_built_without_the_extension_runs_the_pure_python_core_and_says_
         archive.extractall(site)
     assert "parallel_rollouts/py.typed" in names
     assert "parallel_rollouts/make.py" in names
-    assert not [name for name in names if name.startswith("parallel_rollouts/_core.")]
+    assert not [name for name in names if name.startswith("parallel_rollouts/core/_core.")]
     shutil.copytree(REPO_ROOT / "tests", tmp_path / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     output = _run(COLLECT_WITH_AUTO_AND_COMPILED, tmp_path, [site, tmp_path])
     assert "CORE python python" in output

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import parallel_rollouts
 from parallel_rollouts import ParallelRolloutCollector, PolicyOutput, errors
@@ -17,6 +18,47 @@ def test_all_is_sorted_and_every_name_exists():
         assert hasattr(parallel_rollouts, name), name
     public_errors = [name for name in errors.__all__]
     assert set(public_errors) <= set(parallel_rollouts.__all__)
+
+
+def test_every_public_name_is_documented_and_says_its_contract():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    documentation = (root / "README.md").read_text(encoding="utf-8") + "".join(
+        path.read_text(encoding="utf-8") for path in sorted((root / "docs").glob("*.md"))
+    )
+    undocumented = [name for name in parallel_rollouts.__all__ if name != "__version__" and f"{name}" not in documentation]
+    assert not undocumented, f"public names the README and docs never mention: {undocumented}"
+    without_docstring = [
+        name for name in parallel_rollouts.__all__
+        if callable(getattr(parallel_rollouts, name)) and not (getattr(parallel_rollouts, name).__doc__ or "").strip()
+    ]
+    assert not without_docstring, f"public names without a docstring: {without_docstring}"
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "from parallel_rollouts import make_collector, check_env, advise, active_core, ParallelRolloutCollector",
+        "from parallel_rollouts.seeding import episode_seed",
+        "import parallel_rollouts.seeding as seeding; assert seeding.episode_seed(0, 1, 2) >= 0",
+        "from parallel_rollouts.sb3 import ParallelVecEnv",
+        "from parallel_rollouts.collector import ParallelRolloutCollector",
+        "from parallel_rollouts.vector_env import ParallelVectorEnv",
+        "from parallel_rollouts.make import make_collector",
+        "from parallel_rollouts.errors import WorkerDiedError",
+    ],
+)
+def test_every_documented_import_path_works_in_a_fresh_interpreter(statement):
+    """Moved modules keep their documented paths (an alias gives the module at its new path)."""
+    subprocess.run([sys.executable, "-c", statement], check=True, capture_output=True, text=True, timeout=120)
+
+
+def test_an_old_path_is_the_module_at_its_new_one():
+    import parallel_rollouts.config.seeding
+    import parallel_rollouts.seeding
+
+    assert parallel_rollouts.seeding is parallel_rollouts.config.seeding
 
 
 def test_exceptions_subclass_the_builtin_a_caller_catches():

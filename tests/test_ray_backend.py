@@ -19,7 +19,7 @@ from parallel_rollouts import (
     WorkerDiedError,
     WorkerError,
 )
-from parallel_rollouts.seeding import episode_seed
+from parallel_rollouts.config.seeding import episode_seed
 from tests.batch_compare import assert_batches_identical
 from tests.bounds import assert_returns
 from tests.envs import ConstantPolicy, CountingEnv, FaultyEnv, HangingCloseEnv, ObservationDependentPolicy, cartpole

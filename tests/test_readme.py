@@ -18,7 +18,7 @@ import pytest
 
 import parallel_rollouts
 
-REPO_ROOT = Path(parallel_rollouts.__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[1]
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
 FENCE = re.compile(r"^```python([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
@@ -63,7 +63,7 @@ def test_docs_python_block_runs_as_a_script_outside_the_checkout(page, line, cod
 def _run_block_outside_the_checkout(where: str, line: int, code: str, tmp_path) -> None:
     # Only the package is importable, as after `pip install .`: not examples/, tests/ or benchmarks/.
     site = tmp_path / "site"
-    shutil.copytree(REPO_ROOT / "parallel_rollouts", site / "parallel_rollouts", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO_ROOT / "src" / "parallel_rollouts", site / "parallel_rollouts", ignore=shutil.ignore_patterns("__pycache__"))
     script = tmp_path / "snippet.py"
     # A fallback to the pure-Python core would mean the copied package lost its extension. (The
     # warning category lives in the package, which `-W` cannot import at start-up: set it here.)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from parallel_rollouts import ParallelRolloutCollector
-from parallel_rollouts.seeding import episode_seed
+from parallel_rollouts.config.seeding import episode_seed
 from tests.envs import ConstantPolicy, CountingEnv
 
 BACKENDS = ["serial", "sync"]

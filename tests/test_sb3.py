@@ -29,7 +29,7 @@ from stable_baselines3.common.vec_env import (
 
 from parallel_rollouts import ActionError, ObservationError, VectorEnvClosedError, WorkerError
 from parallel_rollouts.sb3 import ParallelVecEnv
-from parallel_rollouts.seeding import episode_seed
+from parallel_rollouts.config.seeding import episode_seed
 from tests.envs import SpaceEnv
 from tests.leaks import run_script
 from tests.sb3_envs import SPACES, FloatFramesEnv, SeedOnlyResetEnv, failing_cartpole, info_env, replaying, reversed_keys_env
@@ -344,7 +344,9 @@ def test_importing_the_package_never_imports_stable_baselines3():
         import parallel_rollouts
         from parallel_rollouts import ParallelVectorEnv, ParallelRolloutCollector
         assert "stable_baselines3" not in sys.modules, "importing parallel_rollouts imported stable_baselines3"
-        import parallel_rollouts.sb3
+        import parallel_rollouts.sb3.env_side  # what a worker imports
+        assert "stable_baselines3" not in sys.modules, "the env side imported stable_baselines3"
+        from parallel_rollouts.sb3 import ParallelVecEnv
         assert "stable_baselines3" in sys.modules
         print("ok")
         """

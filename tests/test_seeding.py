@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from parallel_rollouts import ParallelRolloutCollector
-from parallel_rollouts.seeding import EPISODE_SEED_BLOCK, EpisodeSeeds, action_sampler_seed, episode_seed
+from parallel_rollouts.config.seeding import EPISODE_SEED_BLOCK, EpisodeSeeds, action_sampler_seed, episode_seed
 from tests.batch_compare import assert_batches_identical
 from tests.envs import cartpole
 

@@ -10,9 +10,9 @@ import weakref
 import numpy as np
 import pytest
 
-from parallel_rollouts.sparse_memory import HUGE_PAGE_THRESHOLD_BYTES, sparse_zeros
-from parallel_rollouts.spaces import SpaceLayout
-from parallel_rollouts.storage import RolloutStorage
+from parallel_rollouts.data.sparse_memory import HUGE_PAGE_THRESHOLD_BYTES, sparse_zeros
+from parallel_rollouts.data.spaces import SpaceLayout
+from parallel_rollouts.data.storage import RolloutStorage
 
 FRAMES = (16, 128, 84, 84, 4)  # 58 MB: numpy would ask for huge pages
 

@@ -10,7 +10,7 @@ import pytest
 
 from parallel_rollouts import ParallelRolloutCollector
 from parallel_rollouts.errors import ConfigurationError, ObservationError, SpaceError, WorkerDiedError, WorkerError
-from parallel_rollouts.seeding import episode_seed
+from parallel_rollouts.config.seeding import episode_seed
 from tests.batch_compare import assert_batches_identical
 from tests.envs import counting
 from tests.leaks import descendants_of, run_script, still_running

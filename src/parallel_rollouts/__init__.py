@@ -1,0 +1,101 @@
+"""Parallel Rollouts: low-overhead rollout collection from Gymnasium environments.
+
+The public API is ``__all__`` below. The package root holds the front doors (the collector,
+``make_collector``, ``ParallelVectorEnv``; ``parallel_rollouts.sb3`` for Stable-Baselines3),
+the exception tree (``errors``) and the command line; every internal role is a folder of its
+own, and ``docs/architecture.md`` draws how they stack.
+"""
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+
+from .collector import ParallelRolloutCollector
+from .conformance import Advice, CheckResult, CheckStatus, ConformanceReport, advise, check_env
+from .core.selector import CoreFallbackWarning, active_core
+from .data.batch import RolloutBatch
+from .errors import (
+    ActionError,
+    CollectorClosedError,
+    ConfigurationError,
+    CoreUnavailableError,
+    EnvFailure,
+    ObservationError,
+    ObservationWarning,
+    ParallelRolloutsError,
+    PolicyTransferError,
+    ResetNeededError,
+    SpaceError,
+    StalePolicyWarning,
+    StepTimeoutError,
+    VectorEnvClosedError,
+    WorkerDiedError,
+    WorkerError,
+)
+from .make import make_collector
+from .policy.output import PolicyOutput
+from .runners.base import RunnerState
+from .vector_env import ParallelVectorEnv
+
+__version__ = "0.1.0"
+
+#: Documented import paths of modules that moved, and where they live now. Importing an old
+#: path gives the module at its new one (the same object), so code written against the
+#: documented paths keeps working.
+MOVED_MODULES = {
+    "parallel_rollouts.seeding": "parallel_rollouts.config.seeding",
+}
+
+
+class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves each old path in :data:`MOVED_MODULES` as the module at its new path."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in MOVED_MODULES:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec):
+        return importlib.import_module(MOVED_MODULES[spec.name])
+
+    def exec_module(self, module):
+        pass  # the module ran when it was imported at its new path
+
+
+if not any(isinstance(finder, _MovedModuleFinder) for finder in sys.meta_path):
+    sys.meta_path.append(_MovedModuleFinder())
+
+__all__ = [
+    "ActionError",
+    "Advice",
+    "CheckResult",
+    "CheckStatus",
+    "CollectorClosedError",
+    "ConfigurationError",
+    "ConformanceReport",
+    "CoreFallbackWarning",
+    "CoreUnavailableError",
+    "EnvFailure",
+    "ObservationError",
+    "ObservationWarning",
+    "ParallelRolloutCollector",
+    "ParallelRolloutsError",
+    "ParallelVectorEnv",
+    "PolicyOutput",
+    "PolicyTransferError",
+    "ResetNeededError",
+    "RolloutBatch",
+    "RunnerState",
+    "SpaceError",
+    "StalePolicyWarning",
+    "StepTimeoutError",
+    "VectorEnvClosedError",
+    "WorkerDiedError",
+    "WorkerError",
+    "__version__",
+    "active_core",
+    "advise",
+    "check_env",
+    "make_collector",
+]

@@ -1,0 +1,1 @@
+"""Checks: the conversion rule, action and observation checks, env returns, failure merging."""

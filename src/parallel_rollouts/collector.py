@@ -1,0 +1,395 @@
+"""ParallelRolloutCollector: the backend-agnostic rollout loop."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gymnasium import Env, Space
+
+from .data.batch import RolloutBatch
+from .core.selector import load_core
+from .errors import CollectorClosedError, ConfigurationError
+from .checks.observations import check_observation_check
+from .processes.forwarded_warnings import raise_again
+from .runners.base import RolloutRunner, RunnerState
+from .runners.build import build_runner, check_placement
+from .config.seeding import check_episode_seeds, draw_root_seed, validate_seed
+from .config.spec import RolloutSpec
+from .groups.vector_source import check_vector_env, is_vector_env
+
+__all__ = ["BACKENDS", "ParallelRolloutCollector"]
+
+logger = logging.getLogger("parallel_rollouts")
+
+BACKENDS = ("serial", "sync", "async", "ray")
+
+
+class ParallelRolloutCollector:
+    """Collects fixed-shape rollouts from a list of Gymnasium envs.
+
+    Parameters
+    ----------
+    env_fns:
+        One zero-argument callable per env, each returning a ``gymnasium.Env``.
+        Every env must declare the same observation and action spaces. Or
+        Gymnasium vector envs: a ``gymnasium.vector.VectorEnv`` instance
+        (``serial``/``sync``; the collector closes it), or callables each
+        returning one (every backend but ``ray``; with ``async`` each worker
+        hosts a contiguous share of them, e.g. one each). The batch then has one
+        env column per sub-env; see ``docs/vector-envs.md`` for each autoreset mode.
+    policy:
+        ``policy(observations) -> actions`` or ``-> PolicyOutput(actions, values,
+        log_probs)``, called once per step with the batched observations
+        ``[num_envs, ...]`` (read-only NumPy arrays, a dict/tuple of them for
+        Dict/Tuple spaces; with the default ``reuse_buffers=False`` they are the
+        returned batch's own rows, which the policy may keep). PyTorch tensors are accepted in what it returns.
+        ``None`` samples each env's action from its own seeded copy of the action
+        space.
+    backend:
+        ``"serial"`` (reference), ``"sync"`` (all envs in this process),
+        ``"async"`` (worker processes writing into shared memory) or ``"ray"``
+        (Ray actors running whole rollouts, on a cluster or locally).
+    horizon:
+        Steps per env in each ``collect()``.
+    seed:
+        Root seed of every env's episode seeds and action sampler; ``None`` draws
+        one, readable afterwards as :attr:`seed`.
+    core:
+        ``"auto"``, ``"compiled"`` or ``"python"``: the per-step hot path to use.
+    info_keys:
+        Scalar ``info`` entries to store in ``batch.infos`` as ``[T, N]`` float64.
+    reuse_buffers:
+        If true, every ``collect()`` writes into the same arrays (for ``async``,
+        views of its shared memory: no copy at all), so a batch, and the arrays
+        the policy was called with, are overwritten by the next ``collect()``.
+        Off by default: a returned batch, and every array handed to the policy,
+        are yours to keep.
+    observation_check:
+        What to do when an env returns an observation value outside its space,
+        checked at the step that writes it, before the policy sees it:
+        ``"warn"`` (default) warns once per env and leaf
+        (:class:`ObservationWarning`) for finite floats outside a float ``Box``'s
+        bounds, which real envs often overshoot, and raises
+        :class:`ObservationError` for NaN and for values outside integer spaces;
+        ``"raise"`` raises for every value outside; ``"off"`` skips the check.
+        Wrong shapes, non-numeric values and conversions that would change a
+        value always raise.
+    episode_seeds:
+        ``"every"`` (default): every episode starts with ``reset(seed=...)``, its
+        seed drawn from ``seed``, the env index and the episode number, and
+        recorded (``step_episode_seeds``, ``episode_seeds``), so any episode can
+        be replayed alone. ``"first"``: only each env's first episode is seeded;
+        later episodes start with ``reset()``, continuing the env's own generator,
+        and are recorded with seed -1. The batch is still reproducible from
+        ``seed``; what is lost is replaying one later episode alone. It saves the
+        generator Gymnasium builds per seeded reset (about 40 µs; measured in
+        ``docs/benchmarks.md``). Vector-env sources: applies to the resets the
+        collector makes (``Disabled`` autoreset mode).
+    num_workers:
+        Async and Ray backends: worker processes / actors, each owning a
+        contiguous slice of the envs (default ``min(usable cores, num_envs)``:
+        the cores this process may run on, after CPU affinity and a container's
+        CPU quota, not the machine's count).
+    policy_placement:
+        Where the policy runs. ``"main"`` (default for serial, sync and async): in
+        this process, batched over all envs, once per step. ``"workers"`` (async;
+        always so for ray): each worker process holds its own copy and runs whole
+        rollouts of its slice, one exchange per ``collect()``; the policy must be
+        picklable. At every ``collect()`` each copy is brought to the policy's
+        state at that moment (weights, buffers, attributes, ``train()`` / ``eval()``
+        modes; only what changed travels), and each copy's random generators are
+        its own, seeded from ``seed`` and its slice. Pays for cheap envs with a
+        cheap CPU policy; keep a GPU policy in the main process.
+    pipelined:
+        Async backend with the policy in the main process: split the envs into two
+        halves (by worker) and run the policy on one half while the workers step
+        the other. Pays when a policy call costs about as much as a step of the
+        envs and grows with the number of rows. Needs ``num_workers >= 2``.
+    context:
+        Async backend only: multiprocessing start method (default ``"spawn"``
+        everywhere).
+    step_timeout:
+        Async and Ray backends: seconds to wait for one step before raising
+        :class:`StepTimeoutError` (``None``, the default, waits as a plain call
+        into the env would). Ray actors run whole rollouts, so there the bound
+        is ``horizon * step_timeout`` per rollout.
+    max_restarts:
+        Async and Ray backends: how many lost workers (a process that died: a
+        signal, an exit, an out-of-memory kill; or one whose envs overran
+        ``step_timeout``) may be replaced over the collector's life (default 0:
+        a loss breaks the collector). A replacement makes its envs anew with the
+        same factories; they start fresh episodes with seeds never used before,
+        drawn from ``seed``. The batch of the rollout a worker was lost in marks
+        its envs' rows from the loss on as not ``valid`` (zeroed) and lists the
+        envs in ``lost_env_indices``; ``async`` keeps the rows written before the
+        loss (rollout workers: all but the last row they recorded), Ray actors
+        lose the slice's whole rollout. A worker found dead at the start of a
+        collect is replaced before any row (``async``): that batch is whole and
+        lists its envs. Once the restarts are spent, a loss raises a
+        :class:`WorkerDiedError` listing every loss. See ``docs/async-backend.md``.
+    ray_options:
+        Ray backend only: ``{"address", "num_cpus", "num_gpus", "max_restarts",
+        "runtime_env", "scheduling_strategy", "continue_without_lost_actors"}``
+        (see :class:`~parallel_rollouts.runners.ray.RayOptions`). The
+        policy must be picklable; it runs inside each actor.
+
+    Raises
+    ------
+    ConfigurationError, SpaceError
+        For invalid arguments or spaces, naming the culprit.
+    WorkerError
+        When an env factory or an env's first reset raises.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], Env]],
+        policy: Callable[[Any], Any] | None = None,
+        backend: str = "sync",
+        horizon: int = 128,
+        seed: int | None = None,
+        *,
+        core: str = "auto",
+        info_keys: Sequence[str] = (),
+        reuse_buffers: bool = False,
+        observation_check: str = "warn",
+        episode_seeds: str = "every",
+        num_workers: int | None = None,
+        context: str | None = None,
+        step_timeout: float | None = None,
+        ray_options: dict | None = None,
+        policy_placement: str | None = None,
+        pipelined: bool = False,
+        max_restarts: int | None = None,
+    ) -> None:
+        # First, so that __del__ can close whatever a failing constructor already made.
+        self._owner_pid = os.getpid()
+        self._backend: RolloutRunner | None = None
+        env_fns = _check_env_fns(env_fns, backend)
+        if policy is not None and not callable(policy):
+            raise ConfigurationError(f"`policy` must be callable or None; got {policy!r}.")
+        if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+            raise ConfigurationError(f"`horizon` must be an int >= 1; got {horizon!r}.")
+        if backend not in BACKENDS:
+            raise ConfigurationError(f"`backend` must be one of {BACKENDS!r}; got {backend!r}.")
+        if isinstance(info_keys, str) or not all(isinstance(key, str) for key in info_keys):
+            raise ConfigurationError(f"`info_keys` must be a sequence of strings; got {info_keys!r}.")
+        repeated = sorted({key for key in info_keys if list(info_keys).count(key) > 1})
+        if repeated:
+            raise ConfigurationError(f"`info_keys` names {repeated[0]!r} twice; list each key once.")
+        for name, value, applies_to in (
+            ("num_workers", num_workers, ("async", "ray")),
+            ("context", context, ("async",)),
+            ("step_timeout", step_timeout, ("async", "ray")),
+            ("ray_options", ray_options, ("ray",)),
+            ("max_restarts", max_restarts, ("async", "ray")),
+        ):
+            if value is not None and backend not in applies_to:
+                raise ConfigurationError(
+                    f"`{name}` applies to backend {' or '.join(map(repr, applies_to))} only; got backend={backend!r}."
+                )
+        if step_timeout is not None and (
+            isinstance(step_timeout, bool) or not isinstance(step_timeout, (int, float)) or not step_timeout > 0
+        ):
+            raise ConfigurationError(f"`step_timeout` must be a positive number of seconds or None; got {step_timeout!r}.")
+        if max_restarts is not None and (isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0):
+            raise ConfigurationError(f"`max_restarts` must be an int >= 0 or None; got {max_restarts!r}.")
+        if max_restarts is not None and "max_restarts" in (ray_options or {}):
+            raise ConfigurationError("`max_restarts` is given twice, as an argument and in `ray_options`; give it once.")
+        policy_placement = check_placement(backend, policy_placement, pipelined)
+        self._seed = draw_root_seed() if seed is None else validate_seed(seed)
+        self._core_name, _ = load_core(core)
+        self._backend_name = backend
+        self._horizon = horizon
+        self._reuse_buffers = bool(reuse_buffers)
+        spec = RolloutSpec(
+            tuple(env_fns), self._seed, horizon, tuple(info_keys), self._core_name,
+            observation_check=check_observation_check(observation_check),
+            episode_seeds=check_episode_seeds(episode_seeds),
+        )
+        self._spec = spec
+        # The runner: named `_backend` because it is what `backend=` chose.
+        self._backend = build_runner(
+            backend,
+            spec,
+            policy,
+            reuse_buffers=self._reuse_buffers,
+            policy_placement=policy_placement,
+            pipelined=pipelined,
+            num_workers=num_workers,
+            context=context,
+            step_timeout=step_timeout,
+            ray_options=ray_options,
+            max_restarts=max_restarts or 0,
+        )
+        #: Resolved by the runner once the envs were made (spaces, env count, core, checks).
+        self._layout = self._backend.layout
+
+    # -- public properties -----------------------------------------------------------------
+
+    @property
+    def seed(self) -> int:
+        """The root seed: pass it back as ``seed=`` to reproduce this run."""
+        return self._seed
+
+    @property
+    def num_envs(self) -> int:
+        return self._layout.num_envs
+
+    @property
+    def horizon(self) -> int:
+        return self._horizon
+
+    @property
+    def backend(self) -> str:
+        return self._backend_name
+
+    @property
+    def core(self) -> str:
+        """The per-step core in use: ``"compiled"`` or ``"python"``."""
+        return self._core_name
+
+    @property
+    def observation_space(self) -> Space:
+        """One env's observation space (every env declares the same)."""
+        return self._layout.observation_space
+
+    @property
+    def action_space(self) -> Space:
+        """One env's action space (every env declares the same)."""
+        return self._layout.action_space
+
+    @property
+    def closed(self) -> bool:
+        return self._backend is None or self._backend.state is RunnerState.CLOSED
+
+    @property
+    def state(self) -> RunnerState:
+        """``READY``, ``COLLECTING``, ``BROKEN`` (see :attr:`failure`) or ``CLOSED``."""
+        return RunnerState.CLOSED if self._backend is None else self._backend.state
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that broke this collector (``None`` unless :attr:`state` is ``BROKEN``)."""
+        return None if self._backend is None else self._backend.failure
+
+    # -- collecting ------------------------------------------------------------------------
+
+    def collect(self) -> RolloutBatch:
+        """Run every env for ``horizon`` steps and return the batch.
+
+        Episodes continue across calls. If the policy raises, or returns actions
+        that do not fit (:class:`ActionError`), the rollout is dropped, nothing is
+        stepped with the bad actions, and the collector stays usable: the next
+        ``collect()`` continues from where the envs are. If an env fails
+        (:class:`WorkerError`, :class:`ObservationError`) the collector is broken:
+        later calls raise :class:`CollectorClosedError`; ``close()`` still works.
+        """
+        self._check_usable()
+        try:
+            result = self._backend.collect()
+        except BaseException:
+            raise_again(self._backend.take_warnings(), quietly=True)  # the failure is what counts
+            raise
+        layout = self._layout
+        batch = RolloutBatch.from_result(result, layout.observation_layout, layout.action_layout, self._seed)
+        # Warnings from worker processes and actors, under this process's filters: with the
+        # rollout complete, one made an error drops this batch and leaves the collector usable.
+        raise_again(self._backend.take_warnings())
+        return batch
+
+    def _check_usable(self) -> None:
+        if self._backend is None:
+            raise CollectorClosedError("this collector was never built; create a new one.")
+        self._backend.check_usable()
+
+    # -- lifetime --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every env and release every process and shared-memory segment. Idempotent.
+
+        ``serial`` and ``sync`` call each env's ``close()`` in this thread, as a plain loop
+        would (an env whose ``close()`` needs the main thread, a GUI or GL context, can
+        close), so an env that hangs in ``close()`` hangs this call. ``async`` and ``ray``
+        are bounded: a worker or actor that has not closed its envs in time is terminated.
+        """
+        if self._backend is not None:
+            self._backend.close()
+
+    def __enter__(self) -> ParallelRolloutCollector:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # A collector dropped without close(): release what it holds, but only in
+        # the process that created it (a forked child must not close its parent's).
+        if getattr(self, "_backend", None) is not None and not self.closed and os.getpid() == getattr(self, "_owner_pid", None):
+            try:
+                self.close()
+            except Exception:
+                logger.debug("closing a collector during garbage collection failed", exc_info=True)
+
+    def __repr__(self) -> str:
+        state = self.state.value
+        return (
+            f"ParallelRolloutCollector(backend={self._backend_name!r}, num_envs={self.num_envs}, "
+            f"horizon={self._horizon}, seed={self._seed}, core={self._core_name!r}, {state})"
+        )
+
+
+def _env_id_hint(env_id: str) -> str:
+    return (
+        f"For a registered Gymnasium env id use "
+        f"`parallel_rollouts.make_collector({env_id!r}, num_envs=..., ...)`; ParallelRolloutCollector "
+        f"takes env factories, e.g. `[partial(gymnasium.make, {env_id!r})] * num_envs`."
+    )
+
+
+def _check_env_fns(env_fns: Any, backend: str) -> list:
+    if is_vector_env(env_fns):
+        if backend not in ("serial", "sync"):
+            raise ConfigurationError(
+                f"backend={backend!r} makes its envs in other processes, so it takes factories, not a "
+                f"vector env instance ({type(env_fns).__name__}); pass e.g. "
+                "`[partial(gymnasium.make_vec, 'CartPole-v1', num_envs=512)] * num_workers`."
+            )
+        check_vector_env(env_fns, "the vector env")
+        return [_GivenVectorEnv(env_fns)]
+    if isinstance(env_fns, str):
+        raise ConfigurationError(
+            f"`env_fns` is the string {env_fns!r}, not a list of env factories. {_env_id_hint(env_fns)}"
+        )
+    if isinstance(env_fns, bytes) or not isinstance(env_fns, Sequence):
+        raise ConfigurationError(
+            f"`env_fns` must be a sequence of zero-argument callables returning envs; got {type(env_fns).__name__}."
+        )
+    if len(env_fns) == 0:
+        raise ConfigurationError("`env_fns` is empty; pass at least one env factory.")
+    for index, env_fn in enumerate(env_fns):
+        if isinstance(env_fn, Env):
+            raise ConfigurationError(
+                f"env_fns[{index}] is an env instance ({type(env_fn).__name__}), not a factory; "
+                "pass a callable that creates it, e.g. `lambda: gymnasium.make(...)`."
+            )
+        if isinstance(env_fn, str):
+            raise ConfigurationError(
+                f"env_fns[{index}] is the string {env_fn!r}, not an env factory. {_env_id_hint(env_fn)}"
+            )
+        if not callable(env_fn):
+            raise ConfigurationError(f"env_fns[{index}] is not callable; got {env_fn!r}.")
+    return list(env_fns)
+
+
+class _GivenVectorEnv:
+    """The factory of a vector env passed as an instance: the collector now owns (and closes) it."""
+
+    def __init__(self, vector_env: Any) -> None:
+        self.vector_env = vector_env
+
+    def __call__(self) -> Any:
+        return self.vector_env

@@ -1,0 +1,1 @@
+"""Configuration: the rollout spec, its frozen layout, seeding."""

@@ -1,0 +1,52 @@
+"""A collector's settings before its envs exist: what every stepper and runner starts from."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+
+from gymnasium import Env, Space
+
+from .layout import RolloutLayout
+
+__all__ = ["RolloutSpec"]
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """The env factories, seed, horizon, core and checks of a collector.
+
+    The spaces are not known until the envs are made (in this process, in worker
+    processes or in Ray actors); whoever makes them calls :meth:`resolve` with what
+    they declared and hands the :class:`~parallel_rollouts.config.layout.RolloutLayout` on.
+    """
+
+    env_fns: tuple[Callable[[], Env], ...]
+    root_seed: int
+    horizon: int
+    info_keys: tuple[str, ...] = ()
+    core_name: str = "compiled"
+    observation_check: str = "warn"
+    #: ``"every"`` episode reset with its own seed, or only each env's ``"first"``.
+    episode_seeds: str = "every"
+    #: Store each action with the dtype it was given (the VectorEnv adapter's envs receive
+    #: the caller's dtype, as in ``SyncVectorEnv``; see ``typed_actions``).
+    typed_actions: bool = False
+    #: Async workers host ``group_builder(envs, env_offset, layout)`` instead of the rollout
+    #: groups when set (the VectorEnv adapter does); picklable.
+    group_builder: Callable | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "env_fns", tuple(self.env_fns))
+        object.__setattr__(self, "info_keys", tuple(self.info_keys))
+
+    @property
+    def num_factories(self) -> int:
+        """Env factories; the batch has more columns when a factory returns a vector env."""
+        return len(self.env_fns)
+
+    def resolve(self, observation_space: Space, action_space: Space, num_envs: int) -> RolloutLayout:
+        """The layout of this collector's rollouts, given env 0's spaces and the env count."""
+        # Every setting the layout shares with the spec is carried over as it is.
+        shared = {f.name: getattr(self, f.name) for f in fields(RolloutLayout) if f.init and hasattr(self, f.name)}
+        return RolloutLayout(observation_space=observation_space, action_space=action_space, num_envs=num_envs, **shared)

@@ -1,0 +1,223 @@
+"""Envs stepped the way Gymnasium's vector envs step them, for :class:`~parallel_rollouts.ParallelVectorEnv`.
+
+A :class:`GymnasiumGroup` owns a contiguous run of single envs and writes one
+vector step into row 0 of a one-step rollout storage (a column slice of it, in
+shared memory when it runs inside an async worker). It follows
+``gymnasium.vector.SyncVectorEnv`` step for step: the autoreset mode decides
+what a step after an episode's end does, autoresets call ``reset()`` without a
+seed, and the env infos are reported as ``(env_index, info)`` events in env
+order, so that the main process merges them with ``VectorEnv._add_info`` in
+the same order ``SyncVectorEnv`` does. A step whose envs all returned empty
+infos reports ``None``: nothing is pickled on the fast path.
+
+The storage's actions are typed (:mod:`~parallel_rollouts.data.typed_actions`):
+each env receives a row of the array the caller passed, with the caller's
+dtype, as ``SyncVectorEnv`` hands it out.
+
+Requests other than a step arrive as tuples through :meth:`GymnasiumGroup.handle`:
+``("reset", seeds, options, reset_mask)``, ``("call", name, args, kwargs)``,
+``("set_attr", name, values)``, each with whole-vector arguments that the group
+slices to its own envs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import Env
+from gymnasium.vector import AutoresetMode
+
+from ..errors import ObservationError, SpaceError, WorkerError
+from ..config.layout import RolloutLayout
+from ..data.storage import RolloutStorage
+from ..data.typed_actions import TypedActionReader
+from .single_envs import close_each, describe_failure
+
+__all__ = ["GymnasiumGroup", "build_gymnasium_group"]
+
+InfoEvents = list  # [(global env index, info dict), ...] in env order
+
+
+def build_gymnasium_group(
+    envs: Sequence[Env],
+    env_offset: int,
+    layout: RolloutLayout,
+    autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
+) -> GymnasiumGroup:
+    """What an async worker calls to host the group (picklable with ``functools.partial``)."""
+    return GymnasiumGroup(envs, env_offset, layout, autoreset_mode)
+
+
+class GymnasiumGroup:
+    def __init__(
+        self, envs: Sequence[Env], env_offset: int, layout: RolloutLayout, autoreset_mode: AutoresetMode
+    ) -> None:
+        for column, env in enumerate(envs):
+            if not isinstance(env, Env):
+                raise SpaceError(
+                    f"env_fns[{env_offset + column}] returned {type(env).__name__}, not a gymnasium.Env; "
+                    "ParallelVectorEnv steps single envs."
+                )
+        self.envs = list(envs)
+        self.env_offset = env_offset
+        self.num_envs = len(self.envs)
+        self.autoreset_mode = autoreset_mode
+        self._observation_layout = layout.observation_layout
+        self._action_layout = layout.action_layout
+        self._core = layout.core
+        self._autoreset = np.zeros(self.num_envs, dtype=bool)
+        self._storage: RolloutStorage | None = None
+        self._writers: list = []
+        self._actions: TypedActionReader | None = None
+
+    # -- the group interface an async worker serves ------------------------------------------
+
+    def reset_all(self) -> None:
+        """Nothing: Gymnasium envs stay unreset until the user calls ``reset()``."""
+
+    def begin(self, storage: RolloutStorage) -> None:
+        self._storage = storage
+        self._writers = [
+            self._core.ObservationWriter(observations, final)
+            for observations, final in zip(storage.observations, storage.final_observations)
+        ]
+        self._actions = TypedActionReader(self._action_layout, [leaf[0] for leaf in storage.actions])
+
+    def step(self, t: int) -> InfoEvents | None:
+        """Step every env with ``storage.actions[0]``; write row 0; return the info events."""
+        storage = self._storage
+        actions = self._split_actions(self._actions.read())
+        mode = self.autoreset_mode
+        events: InfoEvents = []
+        observations, rewards, terminations, truncations = [], [], [], []
+        failures = []
+        for column, env in enumerate(self.envs):
+            index = self.env_offset + column
+            try:
+                if self._autoreset[column] and mode is AutoresetMode.NEXT_STEP:
+                    observation, info = env.reset()
+                    reward, terminated, truncated = 0.0, False, False
+                else:
+                    if self._autoreset[column] and mode is AutoresetMode.DISABLED:
+                        raise RuntimeError(
+                            f"env {index} ended its episode at the previous step and autoreset_mode is DISABLED; "
+                            "call `reset(options={'reset_mask': mask})` for it before `step`."
+                        )
+                    observation, reward, terminated, truncated, info = env.step(actions[column])
+                    if mode is AutoresetMode.SAME_STEP and (terminated or truncated):
+                        events.append((index, {"final_obs": observation, "final_info": info}))
+                        observation, info = env.reset()
+            except Exception as error:
+                failures.append((describe_failure(index, "step", error), error))
+                continue
+            observations.append(observation)
+            rewards.append(reward)
+            terminations.append(terminated)
+            truncations.append(truncated)
+            if info:
+                events.append((index, info))
+        if failures:
+            raise WorkerError.from_failures([failure for failure, _ in failures]) from failures[0][1]
+        self._write_observations(list(range(self.num_envs)), observations)
+        storage.rewards[0] = rewards
+        storage.terminations[0] = terminations
+        storage.truncations[0] = truncations
+        np.logical_or(storage.terminations[0], storage.truncations[0], out=self._autoreset)
+        return events or None
+
+    def finish(self):
+        raise RuntimeError("a Gymnasium vector step has no rollout to finish.")
+
+    def abandon(self, t: int) -> None:
+        """Nothing to drop: every step is complete when it returns."""
+
+    def close(self) -> list[tuple[int, BaseException]]:
+        return close_each(self.envs, self.env_offset)
+
+    # -- requests other than a step ----------------------------------------------------------
+
+    def handle(self, request: tuple) -> Any:
+        kind, *arguments = request
+        if kind == "reset":
+            return self.reset(*arguments)
+        if kind == "call":
+            return self.call(*arguments)
+        if kind == "set_attr":
+            return self.set_attr(*arguments)
+        raise ValueError(f"unknown request {kind!r}")
+
+    def _mine(self, values: Sequence) -> Sequence:
+        return values[self.env_offset : self.env_offset + self.num_envs]
+
+    def reset(self, seeds: Sequence, options: dict | None, reset_mask: np.ndarray | None) -> InfoEvents | None:
+        """Reset every env (or those in the whole-vector ``reset_mask``) with the whole-vector ``seeds``."""
+        seeds = self._mine(seeds)
+        mask = np.ones(self.num_envs, dtype=bool) if reset_mask is None else np.asarray(self._mine(reset_mask), dtype=bool)
+        columns = np.flatnonzero(mask).tolist()
+        events: InfoEvents = []
+        observations = []
+        failures = []
+        for column in columns:
+            try:
+                observation, info = self.envs[column].reset(seed=seeds[column], options=options)
+            except Exception as error:
+                failures.append((describe_failure(self.env_offset + column, "reset", error), error))
+                continue
+            observations.append(observation)
+            if info:
+                events.append((self.env_offset + column, info))
+        if failures:
+            raise WorkerError.from_failures([failure for failure, _ in failures]) from failures[0][1]
+        self._write_observations(columns, observations)
+        storage = self._storage
+        storage.terminations[0, columns] = False
+        storage.truncations[0, columns] = False
+        self._autoreset[columns] = False
+        return events or None
+
+    def call(self, name: str, args: tuple, kwargs: dict) -> list:
+        results = []
+        for env in self.envs:
+            attribute = env.get_wrapper_attr(name)
+            results.append(attribute(*args, **kwargs) if callable(attribute) else attribute)
+        return results
+
+    def set_attr(self, name: str, values: Sequence) -> None:
+        for env, value in zip(self.envs, self._mine(values)):
+            env.set_wrapper_attr(name, value)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _split_actions(self, leaf_rows: list[np.ndarray]) -> list:
+        """One action per env, as ``gymnasium.vector.utils.iterate`` hands them out."""
+        per_leaf = [list(row) for row in leaf_rows]
+        if not self._action_layout.is_nested:
+            return per_leaf[0]
+        unflatten = self._action_layout.unflatten
+        return [unflatten([values[column] for values in per_leaf]) for column in range(self.num_envs)]
+
+    def _write_observations(self, columns: list[int], observations: list) -> None:
+        layout = self._observation_layout
+        if not layout.is_nested and len(columns) == self.num_envs:
+            # The whole row at once (the compiled core's fast path); a bad shape is named below.
+            bad = self._writers[0].write_rows(0, observations)
+            if bad < 0:
+                return
+            columns, observations = columns[bad:], observations[bad:]
+        for column, observation in zip(columns, observations):
+            try:
+                values = layout.flatten(observation)
+            except SpaceError as error:
+                raise ObservationError(
+                    f"env {self.env_offset + column} returned an observation that does not match: {error}"
+                ) from None
+            for leaf_index, (writer, value) in enumerate(zip(self._writers, values)):
+                if not writer.write_row(0, column, value):
+                    leaf = layout.leaves[leaf_index]
+                    got = np.asarray(value)
+                    raise ObservationError(
+                        f"env {self.env_offset + column} returned an observation of shape {got.shape!r}; "
+                        f"its observation space {leaf.space!r} expects shape {leaf.shape!r}."
+                    )

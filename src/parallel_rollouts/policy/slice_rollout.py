@@ -1,0 +1,94 @@
+"""Whole rollouts of one slice of the envs with this process's copy of the policy.
+
+The same code runs inside a Ray actor and inside an async rollout worker: the
+:class:`~parallel_rollouts.policy.loop.RolloutLoop` the in-process runner runs, over the
+slice's :class:`~parallel_rollouts.groups.EnvGroup`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..groups import RolloutGroup
+from ..config.layout import RolloutLayout
+from .output import PolicyOutputWriter, RandomActionSampler
+from .loop import RolloutLoop
+from ..data.storage import CompletedEpisodes, RolloutStorage
+
+__all__ = ["PolicyFailed", "SliceResult", "SliceRollout"]
+
+
+@dataclass
+class SliceResult:
+    episodes: CompletedEpisodes
+    has_values: bool
+    has_log_probs: bool
+
+
+class PolicyFailed(Exception):
+    """The policy (or its output, or loading its state) failed; the envs are intact.
+
+    The slice's rollout was dropped after ``steps_done`` steps; ``error`` is what
+    was raised.
+    """
+
+    def __init__(self, error: BaseException, steps_done: int) -> None:
+        super().__init__(error, steps_done)
+        self.error = error
+        self.steps_done = steps_done
+
+
+class SliceRollout:
+    """Runs the envs of ``group`` for whole rollouts with ``policy`` (``None``: random actions).
+
+    ``group`` covers env columns ``env_offset .. env_offset + num_envs - 1`` (an
+    :class:`~parallel_rollouts.groups.EnvGroup`, or a chain of groups when factories return vector envs).
+    """
+
+    def __init__(
+        self,
+        group: RolloutGroup,
+        env_offset: int,
+        num_envs: int,
+        layout: RolloutLayout,
+        policy: Any,
+    ) -> None:
+        self.group = group
+        if policy is None:
+            policy = RandomActionSampler(layout.action_layout, layout.root_seed, range(env_offset, env_offset + num_envs))
+        self.loop = RolloutLoop(
+            layout.observation_layout, PolicyOutputWriter(layout.action_layout, num_envs, layout.core), policy
+        )
+        self._env_failed = False
+
+    @property
+    def policy(self) -> Any:
+        return self.loop.policy
+
+    def run(self, storage: RolloutStorage) -> SliceResult:
+        """One rollout into ``storage`` (this slice's columns).
+
+        Raises :class:`PolicyFailed` when the policy failed (the rollout is dropped and the
+        envs stand where its last completed row says); anything an env raises passes
+        through as it is (the envs are then in an unknown state).
+        """
+        group, loop = self.group, self.loop
+        group.begin(storage)
+        self._env_failed = False
+        try:
+            # The loop's own rows: private read-only copies, whatever storage this is (a
+            # worker's shared columns that the next rollout rewrites, an actor's batch).
+            loop.run(storage, group.step, None, self._note_env_failure)
+        except Exception as error:
+            if self._env_failed:
+                raise
+            group.abandon(loop.steps_done)
+            raise PolicyFailed(error, loop.steps_done) from error
+        episodes = group.finish()
+        writer = loop.output_writer
+        return SliceResult(episodes, bool(writer.has_values), bool(writer.has_log_probs))
+
+    def _note_env_failure(self, error: BaseException) -> None:
+        self._env_failed = True
+

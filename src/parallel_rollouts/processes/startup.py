@@ -1,0 +1,140 @@
+"""Starting the async backend's workers: the start-up exchanges and their failures.
+
+A worker makes its envs and reports their spaces; the main process checks them, creates the
+shared segment and sends each worker its :class:`~parallel_rollouts.processes.worker_main.AttachOrder`;
+the worker replies when ready (the protocol is in :mod:`~parallel_rollouts.processes.worker_main`).
+Every wait here is bounded by :data:`START_TIMEOUT`.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+from dataclasses import replace
+from multiprocessing.connection import wait
+
+from ..errors import ConfigurationError, WorkerError
+from ..checks.failures import merged_failure
+from ..data.spaces import check_env_spaces
+from ..config.spec import RolloutSpec
+from . import worker_main as protocol
+from .shared_memory import SharedStorage
+from .worker_handle import WorkerHandle, died_error
+
+__all__ = [
+    "START_TIMEOUT",
+    "UNGUARDED_MAIN_EXIT_CODE",
+    "attach",
+    "exit_if_importing_the_main_script",
+    "raise_startup_errors",
+    "resolve_context",
+    "startup_reply",
+    "unguarded_main_error",
+]
+
+START_TIMEOUT = 120.0
+
+#: Exit status of a worker that found itself running the main script's top level again,
+#: because the script lacks an ``if __name__ == "__main__":`` guard.
+UNGUARDED_MAIN_EXIT_CODE = 86
+
+
+def attach(spec: RolloutSpec, resources, policy) -> protocol.AttachOrder:
+    """Check every env's spaces, create the segment and attach every worker; the order sent.
+
+    ``resources`` is the pool's record of what to free: its ``workers``, and its ``shared``
+    segment, stored there as soon as it exists so that a failure after it frees it too.
+    """
+    replies = [startup_reply(worker, "spaces") for worker in resources.workers]
+    raise_startup_errors(replies)
+    # A worker's columns are known once its envs exist: a vector env spans its num_envs.
+    column = 0
+    for worker, reply in zip(resources.workers, replies):
+        worker.start, worker.stop = column, column + len(reply)
+        column = worker.stop
+    env_spaces = [pair for reply in replies for pair in reply]
+    observation_space, action_space = env_spaces[0]
+    for index, (observation, action) in enumerate(env_spaces):
+        check_env_spaces(index, observation, action, observation_space, action_space)
+    layout = spec.resolve(observation_space, action_space, num_envs=len(env_spaces))
+    resources.shared = SharedStorage.create(layout.allocate_storage)
+    order = protocol.AttachOrder(
+        segment_name=resources.shared.name,
+        layout=layout,
+        group_builder=spec.group_builder,
+        policy=policy,
+    )
+    for worker in resources.workers:
+        worker.connection.send(("attach", replace(order, column_offset=worker.start)))
+    raise_startup_errors([startup_reply(worker, "ready") for worker in resources.workers])
+    return order
+
+
+def resolve_context(context):
+    if context is None:
+        return multiprocessing.get_context("spawn")
+    if isinstance(context, str):
+        try:
+            return multiprocessing.get_context(context)
+        except ValueError as error:
+            raise ConfigurationError(
+                f"`context` must be a multiprocessing start method {multiprocessing.get_all_start_methods()!r} "
+                f"or a context; got {context!r} (multiprocessing: {error})."
+            ) from error
+    if hasattr(context, "Process") and hasattr(context, "Pipe"):
+        return context
+    raise ConfigurationError(f"`context` must be a start method name or a multiprocessing context; got {context!r}.")
+
+
+def raise_startup_errors(replies: list) -> None:
+    """Raise what the workers reported: every env failure together, else the first other error."""
+    error = merged_failure([reply for reply in replies if isinstance(reply, BaseException)])
+    if error is not None:
+        raise error
+
+
+def exit_if_importing_the_main_script() -> None:
+    """In a worker still importing the user's main script: leave quietly, with a status the parent reads.
+
+    A spawned worker imports the main script before it runs anything else
+    (multiprocessing marks that phase as ``_inheriting``). Reaching a collector's
+    construction then means the script creates it at top level, unguarded;
+    starting workers from here would fail with a long traceback in every
+    worker. The parent turns this exit status into one error instead.
+    """
+    if getattr(multiprocessing.process.current_process(), "_inheriting", False):
+        raise SystemExit(UNGUARDED_MAIN_EXIT_CODE)
+
+
+def unguarded_main_error(created: str = "the collector") -> ConfigurationError:
+    """The error for a main script that starts workers at top level; ``created`` names what it creates."""
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    script = f"your script ({main_file})" if main_file else "your main module"
+    return ConfigurationError(
+        f"backend='async' starts each worker as a new Python process, which imports {script} before anything "
+        f"else; the script creates {created} at top level, so every worker tried to create one too. Put the "
+        f'code that creates and uses {created} under `if __name__ == "__main__":` (and call '
+        "`multiprocessing.freeze_support()` first there if you freeze the program into an executable)."
+    )
+
+
+def startup_reply(worker: WorkerHandle, expected: str):
+    """One start-up message from a worker, or the exception it reports (bounded in time)."""
+    connection = worker.connection
+    ready = wait([connection, worker.process.sentinel], START_TIMEOUT)
+    try:
+        if connection in ready:
+            kind, payload = connection.recv()
+            if kind == expected:
+                return payload
+            if kind == "error":
+                return payload
+            return WorkerError(f"{worker.describe()} sent an unexpected start-up message {kind!r}.")
+    except (EOFError, OSError):
+        pass
+    worker.process.join(1.0)
+    if not ready:
+        return WorkerError(f"{worker.describe()} did not start within {START_TIMEOUT} s.")
+    if worker.process.exitcode == UNGUARDED_MAIN_EXIT_CODE:
+        return unguarded_main_error()
+    return died_error(worker, "while starting up.", phase="make")

@@ -1,0 +1,93 @@
+"""From the collector's arguments to a runner (and, for a per-step runner, its stepper)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..data.batch_memory import BatchMemory
+from ..errors import ConfigurationError
+from ..policy.output import PolicyOutputWriter, RandomActionSampler
+from ..policy.loop import RolloutLoop
+from ..config.spec import RolloutSpec
+from .base import RolloutRunner
+
+__all__ = ["POLICY_PLACEMENTS", "build_runner"]
+
+POLICY_PLACEMENTS = ("main", "workers")
+
+
+def check_placement(backend: str, policy_placement: str | None, pipelined: bool) -> str:
+    """The policy placement to use; rejects combinations that do not exist."""
+    if policy_placement is None:
+        policy_placement = "workers" if backend == "ray" else "main"
+    if policy_placement not in POLICY_PLACEMENTS:
+        raise ConfigurationError(
+            f"`policy_placement` must be one of {POLICY_PLACEMENTS!r}; got {policy_placement!r}."
+        )
+    if policy_placement == "workers" and backend not in ("async", "ray"):
+        raise ConfigurationError(
+            f"`policy_placement='workers'` needs worker processes: backend 'async' (or 'ray'); got backend={backend!r}."
+        )
+    if policy_placement == "main" and backend == "ray":
+        raise ConfigurationError("backend='ray' always runs the policy in its actors; omit `policy_placement`.")
+    if not isinstance(pipelined, bool):
+        raise ConfigurationError(f"`pipelined` must be True or False; got {pipelined!r}.")
+    if pipelined and (backend != "async" or policy_placement != "main"):
+        raise ConfigurationError(
+            "`pipelined=True` overlaps the policy in the main process with worker processes stepping, so it "
+            f"applies to backend='async' with policy_placement='main' only; got backend={backend!r}, "
+            f"policy_placement={policy_placement!r}."
+        )
+    return policy_placement
+
+
+def build_runner(
+    backend: str,
+    spec: RolloutSpec,
+    policy: Any,
+    *,
+    reuse_buffers: bool,
+    policy_placement: str,
+    pipelined: bool,
+    num_workers: int | None,
+    context: Any,
+    step_timeout: float | None,
+    ray_options: dict | None,
+    max_restarts: int = 0,
+) -> RolloutRunner:
+    if backend == "ray":
+        from .ray import RayOptions, RayRunner
+
+        options = dict(ray_options or {})
+        if max_restarts:
+            options["max_restarts"] = max_restarts
+        return RayRunner(spec, policy, num_workers, RayOptions.parse(options), step_timeout, reuse_buffers)
+    if policy_placement == "workers":
+        from .rollout_workers import RolloutWorkersRunner
+
+        return RolloutWorkersRunner.build(spec, policy, reuse_buffers, num_workers, context, step_timeout, max_restarts)
+    if backend == "async":
+        from ..steppers.processes import ProcessStepper
+
+        stepper = ProcessStepper.build(spec, num_workers, context, step_timeout, max_restarts)
+    else:
+        from ..steppers.in_process import InProcessStepper
+
+        stepper = InProcessStepper.build(spec, backend)
+    try:
+        layout = stepper.layout
+        memory = BatchMemory(layout.allocate_storage, reuse_buffers, stepper.working_storage, stepper.batch_segments)
+        if pipelined:
+            from .pipelined import PipelinedRunner
+
+            return PipelinedRunner(stepper, memory, policy)
+        from .local import LocalRunner
+
+        if policy is None:
+            policy = RandomActionSampler(layout.action_layout, layout.root_seed, range(layout.num_envs))
+        writer = PolicyOutputWriter(layout.action_layout, layout.num_envs, layout.core)
+        loop = RolloutLoop(layout.observation_layout, writer, policy)
+        return LocalRunner(stepper, memory, loop)
+    except BaseException:
+        stepper.close()
+        raise

@@ -1,0 +1,49 @@
+"""The policy in this process, driving a per-step stepper one row at a time."""
+
+from __future__ import annotations
+
+from ..data.batch_memory import BatchMemory
+from ..policy.loop import RolloutLoop
+from ..steppers.base import EnvStepper
+from .base import RolloutResult, RolloutRunner, stepped_result
+
+__all__ = ["LocalRunner"]
+
+
+class LocalRunner(RolloutRunner):
+    """For each row: policy -> checked actions -> ``stepper.step(t)`` (``serial``, ``sync``, ``async``)."""
+
+    def __init__(self, stepper: EnvStepper, memory: BatchMemory, loop: RolloutLoop) -> None:
+        self.stepper = stepper
+        self.layout = stepper.layout
+        self._memory = memory
+        self._loop = loop
+
+    def _collect(self) -> RolloutResult:
+        memory, loop = self._memory, self._loop
+        storage = memory.begin()
+        self._guarded(self.stepper.begin, storage)
+        try:
+            loop.run(storage, self.stepper.step_function(), memory.policy_rows, self._break)
+        except BaseException:
+            if not self.broken:
+                # The policy (or its output) failed before step `steps_done` ran:
+                # the envs are intact, so drop the rollout and stay usable.
+                memory.abandon(loop.steps_done)
+                try:
+                    self.stepper.abandon(loop.steps_done)
+                except BaseException as abandon_error:
+                    # The caller sees the policy's error (its chain intact); the
+                    # abandon failure is what later calls report.
+                    self._break(abandon_error)
+            raise
+        episodes = self._guarded(self.stepper.finish)
+        writer = loop.output_writer
+        return stepped_result(self.stepper, memory, episodes, bool(writer.has_values), bool(writer.has_log_probs))
+
+    def take_warnings(self) -> list:
+        return self.stepper.take_warnings()
+
+    def _close(self) -> None:
+        self._memory.release()
+        self.stepper.close()

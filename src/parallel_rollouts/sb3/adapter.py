@@ -1,0 +1,365 @@
+"""ParallelVecEnv: the library's workers as a Stable-Baselines3 ``VecEnv``.
+
+Needs the ``[sb3]`` extra; ``import parallel_rollouts`` alone never imports
+Stable-Baselines3. The envs are stepped by a
+:class:`~parallel_rollouts.ParallelVectorEnv` in ``SAME_STEP`` autoreset mode
+(``"sync"``: in this process; ``"async"``: in worker processes on shared
+memory), so step semantics, action checks, the observation conversion rule
+and failure handling are that class's. This module only translates its
+results into SB3's conventions, which are ``DummyVecEnv``'s: ``reset()``
+returns observations alone (infos in ``reset_infos``), ``step_wait()``
+returns ``(observations, rewards as float32, dones, infos)`` with one dict per
+env, holding ``"TimeLimit.truncated"`` and, where an episode ended,
+``"terminal_observation"``; the observation returned for that env is already
+the next episode's first.
+
+Every episode is reset with a seed from the collector's scheme
+(:mod:`~parallel_rollouts.config.seeding`), autoresets included, and the seeds are
+recorded: :meth:`ParallelVecEnv.episode_seeds` lists them, and a run is
+reproducible from :attr:`ParallelVecEnv.root_seed`.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+try:
+    from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
+except ImportError as error:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "parallel_rollouts.sb3 needs Stable-Baselines3: install PyTorch first (CPU build: "
+        "`pip install torch --index-url https://download.pytorch.org/whl/cpu`), then "
+        "`pip install \"parallel-rollouts[sb3]\"`."
+    ) from error
+
+from ..checks.conversion import convert_row, explain_rejected_row
+from ..errors import ConfigurationError, ObservationError, SpaceError
+from .actions import batch_per_env_actions
+from .env_side import NOT_ASKED, RAISED, RESTART_STREAM, make_seeded_episode_env
+from ..config.seeding import EpisodeSeeds, draw_root_seed, episode_seed, validate_seed
+from ..data.spaces import SpaceLayout
+from ..vector_env import ParallelVectorEnv, check_env_factories
+
+__all__ = ["ParallelVecEnv"]
+
+
+class ParallelVecEnv(VecEnv):
+    """A Stable-Baselines3 ``VecEnv`` over the library's sync or async workers.
+
+    Parameters
+    ----------
+    env_fns:
+        One zero-argument callable per env, each returning a ``gymnasium.Env``
+        with the same spaces (picklable for ``"async"``), as for ``DummyVecEnv``.
+    backend:
+        ``"async"`` (worker processes on shared memory, default) or ``"sync"``
+        (every env in this process).
+    seed:
+        Root seed of the episode seeds; ``None`` draws one (see :attr:`root_seed`).
+        ``seed(s)`` later starts a new stream at root ``s`` from the next ``reset()``.
+    num_workers, context, step_timeout, core:
+        As for :class:`~parallel_rollouts.ParallelVectorEnv`.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        backend: str = "async",
+        *,
+        seed: int | None = None,
+        num_workers: int | None = None,
+        context: str | None = None,
+        step_timeout: float | None = None,
+        core: str = "auto",
+    ) -> None:
+        self._vector_env: ParallelVectorEnv | None = None
+        check_env_factories(env_fns)
+        root_seed = draw_root_seed() if seed is None else validate_seed(seed)
+        factories = [partial(make_seeded_episode_env, env_fn, index, root_seed) for index, env_fn in enumerate(env_fns)]
+        self._vector_env = ParallelVectorEnv(
+            factories,
+            backend=backend,
+            autoreset_mode=AutoresetMode.SAME_STEP,
+            num_workers=num_workers,
+            context=context,
+            step_timeout=step_timeout,
+            core=core,
+        )
+        try:
+            vector_env = self._vector_env
+            self.backend = backend
+            self._observation_layout = SpaceLayout(vector_env.single_observation_space, "observation")
+            self._action_layout = SpaceLayout(vector_env.single_action_space, "action")
+            self._dict_observations = isinstance(vector_env.single_observation_space, gym.spaces.Dict)
+            # The env's own info dicts reach this process unpickled only on "sync": copy them there,
+            # as DummyVecEnv hands out deep copies.
+            self._copy_info = copy.deepcopy if backend == "sync" else dict
+            # Episode seeds: streams left behind by seed() as (root, episodes per env), then the current one.
+            self._past_streams: list[tuple[int, np.ndarray]] = []
+            self._root_seed = root_seed
+            self._episodes = np.zeros(len(env_fns), dtype=np.int64)
+            self._next_root: int | None = None
+            self._actions: Any = None
+            super().__init__(len(env_fns), vector_env.single_observation_space, vector_env.single_action_space)
+            # As DummyVecEnv: the envs' metadata (render_fps for VecVideoRecorder, among others).
+            self.metadata = self.get_attr("metadata", 0)[0]
+        except BaseException:
+            self._vector_env.close()
+            raise
+
+    # -- seeds -------------------------------------------------------------------------------
+
+    @property
+    def root_seed(self) -> int:
+        """The root seed of the episode seeds: the ``seed=`` given (or drawn), or the last ``seed()``'s."""
+        return self._root_seed if self._next_root is None else self._next_root
+
+    def seed(self, seed: int | None = None) -> list[int]:
+        """Start a new seed stream at root ``seed`` from the next ``reset()``; return each env's first seed.
+
+        Episode ``k`` of env ``i`` after that reset is reset with
+        ``seeding.episode_seed(seed, i, k)``, the seed the collector with
+        ``seed=seed`` gives it. ``None`` draws a root from NumPy's global
+        generator, as SB3's vec envs do.
+        """
+        if seed is None:
+            seed = int(np.random.randint(0, np.iinfo(np.uint32).max, dtype=np.uint32))
+        self._next_root = validate_seed(seed)
+        return [episode_seed(self._next_root, index, 0) for index in range(self.num_envs)]
+
+    def episode_seeds(self) -> list[list[int]]:
+        """Per env, the reset seed of every episode it has begun, in order (the current one last)."""
+        streams = self._past_streams + [(self._root_seed, self._episodes)]
+        recorded: list[list[int]] = []
+        for index in range(self.num_envs):
+            seeds: list[int] = []
+            for root, counts in streams:
+                stream = EpisodeSeeds(root, index)
+                seeds.extend(stream.seed_of(k) for k in range(int(counts[index])))
+            recorded.append(seeds)
+        return recorded
+
+    # -- reset and step ----------------------------------------------------------------------
+
+    def reset(self) -> VecEnvObs:
+        """Reset every env with its next episode seed and the options of ``set_options``; return the observations."""
+        vector_env = self._require_open()
+        restart = self._next_root
+        parts: list = []
+        observations = None
+        for options, mask in self._options_groups():
+            options = dict(options) if options else {}
+            if restart is not None:
+                options[RESTART_STREAM] = restart
+            if mask is not None:
+                options["reset_mask"] = mask
+            observations, group_parts = vector_env._reset_unmerged(None, options or None)
+            parts.extend(group_parts)
+        if restart is not None:
+            self._past_streams.append((self._root_seed, self._episodes))
+            self._root_seed, self._episodes = restart, np.zeros(self.num_envs, dtype=np.int64)
+            self._next_root = None
+        self._episodes += 1
+        self.reset_infos = [{} for _ in range(self.num_envs)]
+        for part in parts:
+            for index, info in part or ():
+                self.reset_infos[index] = self._copy_info(info)
+        self._actions = None
+        self._reset_seeds()
+        self._reset_options()
+        return self._as_sb3_observations(observations)
+
+    def _options_groups(self) -> list[tuple[dict, np.ndarray | None]]:
+        """The envs grouped by equal reset options: one reset per group (a mask unless it is every env)."""
+        groups: list[tuple[dict, list[int]]] = []
+        for index, options in enumerate(self._options):
+            for group_options, members in groups:
+                if _same_options(group_options, options):
+                    members.append(index)
+                    break
+            else:
+                groups.append((options, [index]))
+        if len(groups) == 1:
+            return [(groups[0][0], None)]
+        masks = []
+        for options, members in groups:
+            mask = np.zeros(self.num_envs, dtype=bool)
+            mask[members] = True
+            masks.append((options, mask))
+        return masks
+
+    def step_async(self, actions: np.ndarray) -> None:
+        """Keep the actions for :meth:`step_wait`, which checks and hands them to the envs."""
+        self._require_open()
+        self._actions = actions
+
+    def step_wait(self) -> VecEnvStepReturn:
+        """Step every env; return ``(observations, rewards, dones, infos)`` in SB3's conventions."""
+        vector_env = self._require_open()
+        if self._actions is None:
+            raise RuntimeError("`step_wait()` needs actions: call `step_async(actions)` (or `step(actions)`) first.")
+        actions, self._actions = self._actions, None
+        actions = batch_per_env_actions(self._action_layout, actions, self.num_envs)
+        observations, rewards, terminations, truncations, parts = vector_env._step_unmerged(actions)
+        dones = terminations | truncations
+        time_limits = (truncations & ~terminations).tolist()
+        if not any(parts):  # no env reported anything (nor ended): the common step
+            infos = [{"TimeLimit.truncated": limit} for limit in time_limits]
+            return self._as_sb3_observations(observations), rewards.astype(np.float32), dones, infos
+        ended = dones.nonzero()[0].tolist()
+        env_infos: dict[int, dict] = {}
+        terminal_observations = {}
+        for index in ended:
+            self.reset_infos[index] = {}
+        for part in parts:
+            for index, info in part or ():
+                if not dones[index]:
+                    env_infos[index] = self._copy_info(info)
+                elif index not in terminal_observations:  # an ended env reports the step's end first ...
+                    env_infos[index] = self._copy_info(info["final_info"])
+                    terminal_observations[index] = self._terminal_observation(index, info["final_obs"])
+                else:  # ... then the next episode's reset info, if any
+                    self.reset_infos[index] = self._copy_info(info)
+        # DummyVecEnv's keys and their order: the env's own, then these two.
+        infos = []
+        for index, limit in enumerate(time_limits):
+            info = env_infos.get(index)
+            if info is None:
+                info = {}
+            info["TimeLimit.truncated"] = limit
+            if index in terminal_observations:
+                info["terminal_observation"] = terminal_observations[index]
+            infos.append(info)
+        self._episodes[ended] += 1
+        return self._as_sb3_observations(observations), rewards.astype(np.float32), dones, infos
+
+    def _terminal_observation(self, index: int, observation: Any) -> Any:
+        """The ended episode's last observation, stored as the space's dtypes under the conversion rule."""
+        layout = self._observation_layout
+        try:
+            values = layout.flatten(observation)
+        except SpaceError as error:
+            raise ObservationError(
+                f"env {index} returned a final observation that does not match the observation space: {error}"
+            ) from None
+        leaves = []
+        for leaf, value in zip(layout.leaves, values):
+            converted = convert_row(value, leaf.shape, leaf.dtype)
+            if converted is None:
+                where = f" at {leaf.name}" if layout.is_nested else ""
+                raise ObservationError(
+                    f"env {index} returned a final observation{where} that its space {leaf.space!r} cannot hold: "
+                    f"{explain_rejected_row(value, leaf.shape, leaf.dtype)}."
+                )
+            value = np.array(converted, dtype=leaf.dtype)
+            leaves.append(value[()] if value.ndim == 0 else value)  # a Discrete leaf as a NumPy scalar, as envs give it
+        return _in_env_key_order(layout.unflatten(leaves), observation)
+
+    def _as_sb3_observations(self, observations: Any) -> VecEnvObs:
+        """Dict observations as the ``OrderedDict`` SB3's vec envs return; others unchanged."""
+        return OrderedDict(observations) if self._dict_observations else observations
+
+    # -- per-env access ----------------------------------------------------------------------
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        """Attribute ``attr_name`` of each env asked (``env.get_wrapper_attr``, as ``DummyVecEnv``)."""
+        return self._per_env("get_attr", attr_name, (), {}, indices)
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        """Set ``attr_name`` to ``value`` on each env asked (``setattr`` on the env, as ``DummyVecEnv``)."""
+        self._per_env("set_attr", attr_name, (value,), {}, indices)
+
+    def env_method(self, method_name: str, *method_args, indices: VecEnvIndices = None, **method_kwargs) -> list[Any]:
+        """Call method ``method_name`` of each env asked; one result per env asked."""
+        return self._per_env("env_method", method_name, method_args, method_kwargs, indices)
+
+    def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
+        """Whether each env asked is wrapped (anywhere in its chain) with ``wrapper_class``."""
+        return self._per_env("env_is_wrapped", wrapper_class, (), {}, indices)
+
+    def _per_env(self, kind: str, name: Any, args: tuple, kwargs: dict, indices: VecEnvIndices) -> list[Any]:
+        vector_env = self._require_open()
+        asked = self._checked_indices(indices)
+        answers = vector_env.call("answer_sb3_request", kind, name, args, kwargs, sorted(set(asked)))
+        values = {}
+        for env_index, (outcome, value) in enumerate(answers):
+            if outcome == NOT_ASKED:
+                continue
+            if outcome == RAISED:
+                if hasattr(value, "add_note"):
+                    value.add_note(f"(raised by env {env_index} in {kind}({name!r}))")
+                raise value
+            values[env_index] = value
+        return [values[index] for index in asked]
+
+    def _checked_indices(self, indices: VecEnvIndices) -> list[int]:
+        asked = []
+        for index in self._get_indices(indices):
+            if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
+                raise ConfigurationError(f"`indices` must hold env indices (ints); got {index!r}.")
+            if not -self.num_envs <= index < self.num_envs:
+                raise IndexError(f"env index {index} is out of range for {self.num_envs} envs.")
+            asked.append(int(index) % self.num_envs)
+        return asked
+
+    # -- rendering and closing ---------------------------------------------------------------
+
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        """Every env's ``render()`` when the render mode is ``"rgb_array"`` (else ``None`` each, with a warning)."""
+        if self.render_mode != "rgb_array":
+            warnings.warn(
+                f"The render mode is {self.render_mode}, but get_images() needs 'rgb_array' to return images.",
+                stacklevel=2,
+            )
+            return [None] * self.num_envs
+        return list(self._require_open().render())
+
+    def close(self) -> None:
+        """Close every env and release the workers and shared memory (again: nothing)."""
+        if self._vector_env is not None:
+            self._vector_env.close()
+
+    def __enter__(self) -> ParallelVecEnv:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def _require_open(self) -> ParallelVectorEnv:
+        # ParallelVectorEnv itself refuses use after close or a failure (VectorEnvClosedError).
+        return self._vector_env
+
+    def __repr__(self) -> str:
+        return f"ParallelVecEnv(backend={self.backend!r}, num_envs={self.num_envs})"
+
+
+def _in_env_key_order(rebuilt: Any, original: Any) -> Any:
+    """``rebuilt`` (nested in the space's key order) with every dict's keys in the order the env gave them.
+
+    A ``Dict`` space sorts its keys, while an env (MiniGrid behind ``FilterObservation``, say) may
+    return them in another order; ``DummyVecEnv`` hands out the env's own dict, so its order is kept.
+    """
+    if isinstance(rebuilt, dict) and isinstance(original, Mapping):
+        keys = [key for key in original if key in rebuilt]
+        mapping_type = OrderedDict if isinstance(original, OrderedDict) else dict
+        return mapping_type((key, _in_env_key_order(rebuilt[key], original[key])) for key in keys)
+    if isinstance(rebuilt, tuple) and isinstance(original, Sequence) and len(original) == len(rebuilt):
+        return tuple(_in_env_key_order(part, given) for part, given in zip(rebuilt, original))
+    return rebuilt
+
+
+def _same_options(first: dict, second: dict) -> bool:
+    """Equal reset options (options NumPy cannot compare as one bool count as different)."""
+    try:
+        return bool(first == second)
+    except (ValueError, TypeError):
+        return False

@@ -1,0 +1,100 @@
+"""What each env of a :class:`~parallel_rollouts.sb3.ParallelVecEnv` runs inside.
+
+:class:`SeededEpisodeEnv` wraps one env, in whichever process hosts it. It
+does two things that must happen next to the env, and imports nothing from
+Stable-Baselines3, so that worker processes never load it (nor PyTorch):
+
+- **Every reset is seeded** from the collector's scheme
+  (:mod:`~parallel_rollouts.config.seeding`): episode ``k`` of env ``i`` under root
+  seed ``r`` is reset with ``episode_seed(r, i, k)``, autoresets included. The
+  main process counts episodes the same way, so it knows every seed without
+  being told. A reset whose options hold :data:`RESTART_STREAM` starts a new
+  stream (root seed given, episode count back to 0); that is how ``seed()``
+  takes effect at the next ``reset()``.
+- **Per-env requests** (``env_method``, ``get_attr``, ``set_attr``,
+  ``env_is_wrapped``) for a subset of envs arrive at every env in one
+  exchange; each env answers only if it is one of those asked, and answers on
+  the env it wraps, exactly as ``DummyVecEnv`` does on its envs. An exception
+  is returned, not raised, so that a missing attribute is an ``AttributeError``
+  in the caller and leaves the vector env usable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+
+from ..errors import SpaceError
+from ..config.seeding import EpisodeSeeds
+
+__all__ = ["RESTART_STREAM", "SeededEpisodeEnv", "make_seeded_episode_env"]
+
+# The reset option that restarts an env's seed stream at a new root seed.
+RESTART_STREAM = "parallel_rollouts.restart_seed_stream"
+
+# Outcome tags of a per-env request.
+NOT_ASKED, RETURNED, RAISED = 0, 1, 2
+
+
+def make_seeded_episode_env(env_fn: Callable[[], gym.Env], env_index: int, root_seed: int) -> SeededEpisodeEnv:
+    """Call the user's factory and wrap what it returns (the factory each process calls)."""
+    env = env_fn()
+    if not isinstance(env, gym.Env):
+        raise SpaceError(
+            f"env_fns[{env_index}] returned {type(env).__name__}, not a gymnasium.Env; "
+            "ParallelVecEnv steps single Gymnasium envs (wrap old Gym envs with shimmy first)."
+        )
+    return SeededEpisodeEnv(env, env_index, root_seed)
+
+
+class SeededEpisodeEnv(gym.Wrapper):
+    """One env whose every reset takes the next seed of its stream."""
+
+    def __init__(self, env: gym.Env, env_index: int, root_seed: int) -> None:
+        super().__init__(env)
+        self.seeded_env_index = env_index
+        self._seed_stream = EpisodeSeeds(root_seed, env_index)
+        self._next_episode = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        if options and RESTART_STREAM in options:
+            options = dict(options)
+            self._seed_stream = EpisodeSeeds(int(options.pop(RESTART_STREAM)), self.seeded_env_index)
+            self._next_episode = 0
+        if seed is None:
+            seed = self._seed_stream.seed_of(self._next_episode)
+            self._next_episode += 1
+        if not options:  # as DummyVecEnv: `options` only when there are some, for envs whose reset takes none
+            return self.env.reset(seed=seed)
+        return self.env.reset(seed=seed, options=options)
+
+    def answer_sb3_request(self, kind: str, name: Any, args: tuple, kwargs: dict, indices: Sequence[int]) -> tuple:
+        """``(NOT_ASKED, None)``, ``(RETURNED, value)`` or ``(RAISED, exception)`` for one per-env request."""
+        if self.seeded_env_index not in indices:
+            return NOT_ASKED, None
+        env = self.env
+        try:
+            if kind == "env_method":
+                value = env.get_wrapper_attr(name)(*args, **kwargs)
+            elif kind == "get_attr":
+                value = env.get_wrapper_attr(name)
+            elif kind == "set_attr":
+                value = setattr(env, name, args[0])
+            elif kind == "env_is_wrapped":
+                value = _is_wrapped(env, name)
+            else:
+                raise ValueError(f"unknown request {kind!r}")
+        except Exception as error:
+            return RAISED, error
+        return RETURNED, value
+
+
+def _is_wrapped(env: gym.Env, wrapper_class: type) -> bool:
+    """Whether ``wrapper_class`` is among the wrappers of ``env`` (``env`` itself included)."""
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, wrapper_class):
+            return True
+        env = env.env
+    return False
