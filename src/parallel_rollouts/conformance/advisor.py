@@ -34,6 +34,7 @@ from ..collector import ParallelRolloutCollector
 from ..errors import ConfigurationError
 from ..processes.slicing import usable_cores
 from .advice import Advice, Option, OptionResult
+from .rounds import run_rounds
 from .target import EnvTarget, build_env, resolve_target
 
 __all__ = ["advise"]
@@ -197,11 +198,13 @@ def _run_trials(options: list[Option], policy: Any, horizon: int, seed: int, set
         for trial in trials:
             _start(trial, policy, horizon, seed, settings["warmup_collects"])
         live = [trial for trial in trials if trial.error is None]
-        for round_index in range(settings["rounds"]):
-            shift = round_index % max(len(live), 1)
-            for trial in live[shift:] + live[:shift]:
-                if trial.error is None:
-                    _time_one(trial, settings["trial_seconds"])
+        measured = run_rounds(
+            live, partial(_time_one, seconds=settings["trial_seconds"]), settings["rounds"], order="rotate", keep_going=True
+        )
+        for trial, rates, error in zip(live, measured.samples, measured.errors):
+            trial.rates = rates
+            if error is not None:
+                trial.error = f"{type(error).__name__} during a timed collect: {error}"
     finally:
         for trial in trials:
             if trial.collector is not None:
@@ -229,19 +232,14 @@ def _start(trial: _Trial, policy: Any, horizon: int, seed: int, warmup_collects:
     trial.startup_seconds = time.perf_counter() - start
 
 
-def _time_one(trial: _Trial, seconds: float) -> None:
-    """Whole collects for about ``seconds``; append valid transitions per second."""
+def _time_one(trial: _Trial, seconds: float) -> float:
+    """Whole collects for about ``seconds``; return valid transitions per second."""
     transitions = 0
     start = time.perf_counter()
-    try:
-        while True:
-            batch = trial.collector.collect()
-            transitions += int(batch.valid.sum())
-            trial.collects += 1
-            elapsed = time.perf_counter() - start
-            if elapsed >= seconds:
-                break
-    except Exception as error:
-        trial.error = f"{type(error).__name__} during a timed collect: {error}"
-        return
-    trial.rates.append(transitions / elapsed)
+    while True:
+        batch = trial.collector.collect()
+        transitions += int(batch.valid.sum())
+        trial.collects += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return transitions / elapsed
