@@ -33,10 +33,15 @@ Contenders, by name (``processes`` in the report says how many processes each us
     observations and separate termination/truncation flags, and resetting each finished
     env at once with a seed from a precomputed list (the per-episode reseeding the
     collector does too). One process.
+``hand-loop/2proc``
+    Two hand loops, each on half the envs, in two processes, with one exchange per collect:
+    each sends its half of the rollout back to this process, which copies it into its own
+    arrays. What a competent user writes to use two cores. Three processes.
 ``bare-loop/2proc``
-    Two bare loops, each on half the envs, in two processes that never exchange anything
-    during a collect: the ceiling of any runner that uses two worker processes on this
-    machine (how much of a second core two busy processes get). Three processes.
+    Two bare loops, each on half the envs, in two processes that exchange nothing but a
+    count per collect: the stricter reference, the ceiling of any runner that uses two
+    worker processes on this machine (how much of a second core two busy processes get).
+    Three processes.
 ``gym-sync``
     A CleanRL-style storage loop (preallocated ``[T, N, ...]`` arrays) over Gymnasium's
     ``SyncVectorEnv(copy=False)``. One process.
@@ -95,13 +100,13 @@ COLLECTOR_CONTENDERS: dict[str, dict[str, Any]] = {
     "sync/first-seed": {"backend": "sync", "episode_seeds": "first"},
     "async/workers/first-seed": {"backend": "async", "policy_placement": "workers", "episode_seeds": "first"},
 }
-PEER_CONTENDERS = ("hand-loop", "hand-loop-reseeding", "bare-loop", "bare-loop/2proc", "gym-sync", "gym-async", "envpool", "sb3-subproc")
+PEER_CONTENDERS = ("hand-loop", "hand-loop-reseeding", "bare-loop", "hand-loop/2proc", "bare-loop/2proc", "gym-sync", "gym-async", "envpool", "sb3-subproc")
 #: ``ratio_vs_reference`` in a comparison is taken against this contender.
 REFERENCE_CONTENDER = "bare-loop"
 #: Every contender's ratio is also reported against each of these that ran (``ratios``).
 REFERENCE_CONTENDERS = ("hand-loop", "hand-loop-reseeding", "bare-loop")
 #: What the comparison runs by default.
-HEADLINE_CONTENDERS = ("hand-loop", "hand-loop-reseeding", "bare-loop", "bare-loop/2proc", "sync", "sync/reuse", "async", "async/reuse",
+HEADLINE_CONTENDERS = ("hand-loop", "hand-loop-reseeding", "bare-loop", "hand-loop/2proc", "bare-loop/2proc", "sync", "sync/reuse", "async", "async/reuse",
                        "async/pipelined", "async/workers", "gym-sync", "gym-async", "envpool", "sb3-subproc")
 
 # Episode seeds the bare loop draws up front per env; it cycles through them if a run
@@ -123,7 +128,7 @@ class Contender(Protocol):
 def unavailable_reason(name: str, workload: Workload, num_envs: int = 2) -> str | None:
     """Why ``name`` cannot run ``workload`` with ``num_envs`` envs here (a package missing, no
     equivalent env, too few envs to split), else ``None``."""
-    if name == "bare-loop/2proc" and num_envs < 2:
+    if name.endswith("/2proc") and num_envs < 2:
         return "two processes need at least two envs"
     if name == "envpool":
         if importlib.util.find_spec("envpool") is None:
@@ -303,12 +308,14 @@ class HandLoop:
     front, like the bare loop's); otherwise with no seed, as CleanRL's loop does.
     """
 
-    def __init__(self, workload: Workload, num_envs: int, horizon: int, seed: int, reseed: bool) -> None:
+    def __init__(
+        self, workload: Workload, num_envs: int, horizon: int, seed: int, reseed: bool, first_column: int = 0
+    ) -> None:
         self.name = "hand-loop-reseeding" if reseed else "hand-loop"
         self.processes = 1
         self.policy = workload.policy
         self.horizon = horizon
-        self.envs = [env_fn() for env_fn in workload.env_fns(num_envs)]
+        self.envs = [env_fn() for env_fn in workload.env_fns(num_envs, first_column)]
         observation_space = self.envs[0].observation_space
         self.observations = allocate_like(observation_space, (horizon, num_envs))
         self.actions = allocate_like(self.envs[0].action_space, (horizon, num_envs))
@@ -354,12 +361,12 @@ class HandLoop:
 class BareLoop:
     """No framework: step a list of envs in Python, write into preallocated arrays."""
 
-    def __init__(self, workload: Workload, num_envs: int, horizon: int, seed: int) -> None:
+    def __init__(self, workload: Workload, num_envs: int, horizon: int, seed: int, first_column: int = 0) -> None:
         self.name = "bare-loop"
         self.processes = 1
         self.policy = workload.policy
         self.horizon = horizon
-        self.envs = [env_fn() for env_fn in workload.env_fns(num_envs)]
+        self.envs = [env_fn() for env_fn in workload.env_fns(num_envs, first_column)]
         observation_space = self.envs[0].observation_space
         self.observations = allocate_like(observation_space, (horizon + 1, num_envs))
         self.final_observations = allocate_like(observation_space, (horizon, num_envs))
@@ -404,38 +411,67 @@ class BareLoop:
             env.close()
 
 
-def _bare_loop_process(connection, workload_name: str, num_envs: int, horizon: int, seed: int) -> None:
+def _loop_process(
+    connection, loop_name: str, workload_name: str, num_envs: int, first_column: int, horizon: int, seed: int
+) -> None:
     from .workloads import get_workload
 
-    loop = BareLoop(get_workload(workload_name), num_envs, horizon, seed)
+    workload = get_workload(workload_name)
+    if loop_name == "hand-loop":
+        loop = HandLoop(workload, num_envs, horizon, seed, reseed=False, first_column=first_column)
+    else:
+        loop = BareLoop(workload, num_envs, horizon, seed, first_column=first_column)
     try:
         while connection.recv_bytes() == b"collect":
-            connection.send_bytes(str(loop.collect()).encode())
+            useful = loop.collect()
+            if loop_name == "hand-loop":
+                # The one exchange per collect: this half's rollout goes to the learner's process.
+                connection.send((useful, loop.observations, loop.actions, loop.rewards, loop.dones))
+            else:
+                connection.send_bytes(str(useful).encode())
     finally:
         loop.close()
 
 
-class TwoBareLoops:
-    """The ceiling of any two-process runner: two bare loops, each on half the envs, in
-    processes of their own that never talk to each other during a collect.
+class TwoProcesses:
+    """Two loops, each on half the envs, in processes of their own: what a competent user
+    writes to use two cores without a framework.
 
-    ``collect()`` starts both and waits for both; what it measures is how much of a
-    second core two busy processes get on this machine.
+    ``hand-loop/2proc``: each process runs the hand loop and, once per collect, sends its
+    half of the rollout (observations, actions, rewards, dones) back, where it is copied
+    into this process's ``[T, N, ...]`` arrays; no other exchange.
+    ``bare-loop/2proc``: each runs the bare loop and sends back nothing but a count: the
+    stricter reference, the ceiling of any runner that uses two worker processes on this
+    machine (how much of a second core two busy processes get).
+
+    ``collect()`` starts both and waits for both.
     """
 
-    def __init__(self, workload: Workload, num_envs: int, horizon: int, seed: int) -> None:
+    def __init__(self, loop_name: str, workload: Workload, num_envs: int, horizon: int, seed: int) -> None:
         import multiprocessing
 
-        self.name = "bare-loop/2proc"
+        self.name = f"{loop_name}/2proc"
         self.processes = 3
+        self._loop_name = loop_name
+        self._halves = (num_envs // 2, num_envs - num_envs // 2)
+        if loop_name == "hand-loop":
+            env = workload.env_factory()
+            try:
+                self.observations = allocate_like(env.observation_space, (horizon, num_envs))
+                self.actions = allocate_like(env.action_space, (horizon, num_envs))
+            finally:
+                env.close()
+            self.rewards = np.zeros((horizon, num_envs), dtype=np.float32)
+            self.dones = np.zeros((horizon, num_envs), dtype=np.float32)
         context = multiprocessing.get_context("spawn")
         self._connections, self._workers = [], []
-        halves = (num_envs // 2, num_envs - num_envs // 2)
         try:
-            for index, half in enumerate(halves):
+            for index, half in enumerate(self._halves):
                 parent, child = context.Pipe()
                 worker = context.Process(
-                    target=_bare_loop_process, args=(child, workload.name, half, horizon, seed + index), daemon=True
+                    target=_loop_process,
+                    args=(child, loop_name, workload.name, half, index * self._halves[0], horizon, seed + index),
+                    daemon=True,
                 )
                 worker.start()
                 child.close()
@@ -448,7 +484,18 @@ class TwoBareLoops:
     def collect(self) -> int:
         for connection in self._connections:
             connection.send_bytes(b"collect")
-        return sum(int(connection.recv_bytes()) for connection in self._connections)
+        if self._loop_name != "hand-loop":
+            return sum(int(connection.recv_bytes()) for connection in self._connections)
+        useful, first = 0, 0
+        for connection, half in zip(self._connections, self._halves):
+            count, observations, actions, rewards, dones = connection.recv()
+            columns = (slice(None), slice(first, first + half))
+            store(self.observations, columns, observations)
+            self.actions[columns] = actions
+            self.rewards[columns] = rewards
+            self.dones[columns] = dones
+            useful, first = useful + count, first + half
+        return useful
 
     def close(self) -> None:
         for connection in self._connections:
@@ -478,8 +525,8 @@ def make_contender(
         return HandLoop(workload, num_envs, horizon, seed, reseed=name == "hand-loop-reseeding")
     if name == "bare-loop":
         return BareLoop(workload, num_envs, horizon, seed)
-    if name == "bare-loop/2proc":
-        return TwoBareLoops(workload, num_envs, horizon, seed)
+    if name in ("hand-loop/2proc", "bare-loop/2proc"):
+        return TwoProcesses(name.split("/")[0], workload, num_envs, horizon, seed)
     if name == "gym-sync":
         envs = gym.vector.SyncVectorEnv(workload.env_fns(num_envs), copy=False)
         return _vector_loop(name, envs, 1, workload, horizon, seed)

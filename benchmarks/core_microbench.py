@@ -30,11 +30,10 @@ from types import ModuleType
 
 import numpy as np
 
+from parallel_rollouts.conformance.rounds import run_rounds
 from parallel_rollouts.core.selector import load_core
 
-from .cli import parse_counts
-from .machine import format_machine_record, machine_record
-from .report import write_json
+from .report import format_machine_record, machine_record, parse_counts, write_json
 
 SMALL_SHAPE = (4,)
 LARGE_SHAPE = (84, 84, 4)
@@ -137,11 +136,9 @@ def run_case(case: Case, repeats: int, cores: dict[str, ModuleType]) -> dict:
     order = list(cores)
     for name in order:
         workload.time_block(cores[name])  # warm-up
-    seconds: dict[str, list[float]] = {name: [] for name in order}
-    for repeat in range(repeats):
-        # Alternate which core goes first so neither always follows the other.
-        for name in order if repeat % 2 == 0 else order[::-1]:
-            seconds[name].append(workload.time_block(cores[name]))
+    # Alternate which core goes first so neither always follows the other.
+    measured = run_rounds(order, lambda name: workload.time_block(cores[name]), repeats, order="alternate")
+    seconds = dict(zip(order, measured.samples))
     compiled, python = seconds["compiled"], seconds["python"]
     return {
         "num_envs": case.num_envs,

@@ -20,7 +20,9 @@ __all__ = [
     "FrameImageEnv",
     "HalfMillisecondEnv",
     "RowBurnPolicy",
+    "SlowStep",
     "measure_step_cpu_seconds",
+    "slow_cartpole",
 ]
 
 # Iterations of the burn loop in `HalfMillisecondEnv.step`. Chosen so one step costs about
@@ -203,6 +205,23 @@ class DictObservationEnv(gym.Env):
         truncated = not terminated and self._steps >= self.episode_length
         reward = -float(np.abs(self._position).sum())
         return self._observation(), reward, terminated, truncated, {}
+
+
+class SlowStep(gym.Wrapper):
+    """A simulator slower than its neighbours: ``delay_seconds`` more per step, spent waiting (as on
+    a remote simulator or disk), not computing."""
+
+    def __init__(self, env: gym.Env, delay_seconds: float = 0.001) -> None:
+        super().__init__(env)
+        self.delay_seconds = delay_seconds
+
+    def step(self, action: Any):
+        time.sleep(self.delay_seconds)
+        return self.env.step(action)
+
+
+def slow_cartpole(delay_seconds: float = 0.001) -> gym.Env:
+    return SlowStep(gym.make("CartPole-v1"), delay_seconds)
 
 
 def measure_step_cpu_seconds(env: gym.Env, steps: int = 200, seed: int = 0) -> float:

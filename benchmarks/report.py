@@ -1,14 +1,44 @@
-"""Turns a comparison result into a text table, Markdown, JSON and a throughput plot."""
+"""What every benchmark shares besides the rounds: the machine record, command-line parsers, and the
+comparison's text table, Markdown, JSON and throughput plot.
+
+Throughput numbers mean little without the machine they came from, so every entry point
+prints :func:`machine_record` and stores it in its JSON output.
+"""
 
 from __future__ import annotations
 
+import argparse
+import importlib
+import importlib.metadata
 import json
+import os
+import platform
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .summary import summarize_ratios
+import gymnasium
+import numpy as np
 
-__all__ = ["CEILINGS", "TARGETS", "ceiling_rows", "comparison_markdown", "format_group_table", "plot_throughput", "target_rows", "write_json"]
+import parallel_rollouts
+from parallel_rollouts.conformance.rounds import summarize_ratios
+from parallel_rollouts.processes.slicing import usable_cores
+
+__all__ = [
+    "CEILINGS",
+    "TARGETS",
+    "ceiling_rows",
+    "comparison_markdown",
+    "format_group_table",
+    "format_machine_record",
+    "machine_record",
+    "parse_counts",
+    "parse_names",
+    "plot_throughput",
+    "target_rows",
+    "write_json",
+]
 
 _HEADERS = (
     "contender",
@@ -177,9 +207,14 @@ TARGETS = (
 
 
 #: Ratios that say how far a target could go on this machine: (label, workload, num_envs,
-#: contender, reference). Two bare loops in two processes are the ceiling of any runner
-#: with two worker processes; a runner's ratio to them is the share of it that it reaches.
+#: contender, reference). Two hand loops in two processes, exchanging each half-rollout once
+#: per collect, are what a competent user writes to use two cores; two bare loops that
+#: exchange nothing are the stricter ceiling of any runner with two worker processes.
 CEILINGS = (
+    ("two independent hand loops (one exchange per collect) vs one, CartPole", "cartpole", 16, "hand-loop/2proc", "hand-loop"),
+    ("rollout workers (2) vs two independent hand loops, CartPole", "cartpole", 16, "async/workers", "hand-loop/2proc"),
+    ("rollout workers (2) vs two independent hand loops, ~0.5 ms env", "half_ms", 16, "async/workers", "hand-loop/2proc"),
+    ("async (2) vs two independent hand loops, one straggler in 8 envs", "straggler", 16, "async", "hand-loop/2proc"),
     ("two independent bare loops vs the hand loop, CartPole", "cartpole", 16, "bare-loop/2proc", "hand-loop"),
     ("two independent bare loops vs one (the two-process ceiling), CartPole", "cartpole", 16, "bare-loop/2proc", "bare-loop"),
     ("rollout workers (2) vs that ceiling, CartPole", "cartpole", 16, "async/workers", "bare-loop/2proc"),
@@ -239,3 +274,104 @@ def targets_markdown(result: dict) -> list[str]:
                 f"[{row['min']:.2f}, {row['max']:.2f}] |"
             )
     return lines
+
+
+# -- the machine -------------------------------------------------------------------------------
+
+
+def _package_version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_model() -> str:
+    # /proc/cpuinfo names the model on Linux; platform.processor() is often empty there.
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _affinity_cores() -> int | None:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not offered on macOS or Windows
+        return None
+
+
+def _torch_record() -> dict[str, Any]:
+    """PyTorch and CUDA details, or why they are missing; never raises."""
+    try:
+        torch = importlib.import_module("torch")
+    except ImportError:
+        return {"torch": None, "cuda_available": False}
+    record: dict[str, Any] = {"torch": torch.__version__, "cuda_available": False}
+    try:
+        if torch.cuda.is_available():
+            record.update(
+                cuda_available=True,
+                cuda_version=torch.version.cuda,
+                cuda_device_count=torch.cuda.device_count(),
+                cuda_device_name=torch.cuda.get_device_name(0),
+            )
+    except Exception as error:  # a broken driver should not stop a CPU benchmark
+        record["cuda_error"] = f"{type(error).__name__}: {error}"
+    return record
+
+
+def machine_record() -> dict[str, Any]:
+    """A JSON-ready description of this machine and software stack."""
+    return {
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "numpy": np.__version__,
+        "gymnasium": gymnasium.__version__,
+        "cython": _package_version("Cython"),
+        "parallel_rollouts": parallel_rollouts.__version__,
+        "active_core": parallel_rollouts.active_core(),
+        "cpu_model": _cpu_model(),
+        "logical_cores": os.cpu_count(),
+        "affinity_cores": _affinity_cores(),
+        "usable_cores": usable_cores(),
+        "os": platform.platform(),
+        "executable": sys.executable,
+        **_torch_record(),
+    }
+
+
+def format_machine_record(record: dict[str, Any]) -> str:
+    """The record as aligned ``key: value`` lines."""
+    width = max(len(key) for key in record)
+    return "\n".join(f"{key:<{width}}  {value}" for key, value in record.items())
+
+
+# -- command-line values ------------------------------------------------------------------------
+
+
+def parse_names(text: str, known: Iterable[str], option: str) -> tuple[str, ...]:
+    """``"a,b"`` -> ``("a", "b")``, each of which must be in ``known``."""
+    known = tuple(known)
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in known]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"{option} takes a comma-separated list from {sorted(known)!r}; got {text!r}."
+        )
+    return names
+
+
+def parse_counts(text: str, option: str) -> tuple[int, ...]:
+    """``"4,16"`` -> ``(4, 16)``; every count must be a positive integer."""
+    try:
+        counts = tuple(int(value) for value in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{option} takes positive integers like 4,16; got {text!r}.")
+    return counts

@@ -1,36 +1,71 @@
-"""Rollout throughput: one backend on one workload, or ``--compare`` everything interleaved.
+"""Rollout throughput: one backend on one workload, or ``--compare`` everything against the hand loops.
 
 One backend (timed collects after untimed warm-up collects)::
 
     python -m benchmarks.run_rollout_benchmark --backend async --num-envs 4 --env vr_edge_cheap
 
-The comparison (every backend and core against hand-written loops; see ``compare``)::
+The comparison: every backend and mode against the loops users write by hand (see
+``contenders``), in interleaved rounds (:mod:`parallel_rollouts.conformance.rounds`): all
+contenders are built first and stay alive, each round times one ``collect()`` of each in a
+rotating order, and ratios are taken within a round before the median over rounds::
 
     python -m benchmarks.run_rollout_benchmark --compare --envs cartpole,half_ms,image \\
         --num-envs-list 4,16 --num-workers 2 --plot
+
+The scaling run is the same comparison over many env counts, with the two-process contenders
+(``hand-loop/2proc``, ``bare-loop/2proc``) as the ceiling of any two-worker runner; add the
+``straggler`` workload to see what one slow env costs each backend::
+
+    python -m benchmarks.run_rollout_benchmark --compare --envs cartpole,half_ms,straggler \\
+        --num-envs-list 2,4,8,16,32,64 --num-workers 2 \\
+        --contenders hand-loop,hand-loop/2proc,bare-loop/2proc,sync,async,async/workers
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import multiprocessing
 import os
+import statistics
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from parallel_rollouts import ParallelRolloutCollector
+from parallel_rollouts.conformance.rounds import run_rounds, summarize_ratios, summarize_throughputs
 
-from .cli import parse_counts, parse_names
-from .compare import ComparisonSettings, run_comparison
-from .contenders import COLLECTOR_CONTENDERS, HEADLINE_CONTENDERS, PEER_CONTENDERS
+from .contenders import (
+    COLLECTOR_CONTENDERS,
+    HEADLINE_CONTENDERS,
+    PEER_CONTENDERS,
+    REFERENCE_CONTENDER,
+    REFERENCE_CONTENDERS,
+    Contender,
+    make_contender,
+    unavailable_reason,
+)
+from .envs import measure_step_cpu_seconds
+from .report import (
+    ceiling_rows,
+    comparison_markdown,
+    format_group_table,
+    format_machine_record,
+    machine_record,
+    parse_counts,
+    parse_names,
+    plot_throughput,
+    target_rows,
+    write_json,
+)
+from .workloads import WORKLOADS, Workload, get_workload
+
+logger = logging.getLogger(__name__)
 
 BACKENDS = ("serial", "sync", "async")
 ALL_CONTENDERS = tuple(COLLECTOR_CONTENDERS) + PEER_CONTENDERS
-from .machine import format_machine_record, machine_record
-from .report import ceiling_rows, comparison_markdown, format_group_table, plot_throughput, target_rows, write_json
-from .summary import summarize_throughputs
-from .workloads import WORKLOADS, get_workload
 
 # Relative to the working directory and untracked, so that a run never overwrites the
 # results committed in benchmarks/results/; pass `--out benchmarks/results` to refresh those.
@@ -45,6 +80,180 @@ FULL_DEFAULTS = {
 QUICK_DEFAULTS = {
     "horizon": 8, "repeats": 2, "rounds": 2, "warmup_seconds": 0.0, "envs": "cartpole", "num_envs_list": "2",
 }
+
+
+# Steps timed (in this process, outside the rounds) to report each workload's own step cost.
+STEP_COST_SAMPLE_STEPS = 100
+
+
+@dataclass(frozen=True)
+class ComparisonSettings:
+    """What one comparison runs.
+
+    ``workloads`` x ``num_envs_list`` gives the groups; within a group every
+    contender in ``contenders`` runs ``rounds`` timed collects of ``horizon``
+    steps after its warm-up: at least ``warmup_collects`` untimed collects and at least
+    ``warmup_seconds`` of collecting, so that what is timed is the steady state of a training
+    loop, not the first collects' one-time costs. ``num_workers`` applies to the async
+    backend (``None``: its default). Each collector contender runs with the settings its
+    name says (the defaults unless it says ``/reuse`` etc.); an optional contender that
+    cannot run here is skipped and the reason recorded.
+    """
+
+    workloads: tuple[str, ...]
+    num_envs_list: tuple[int, ...]
+    horizon: int
+    rounds: int
+    seed: int
+    contenders: tuple[str, ...]
+    num_workers: int | None = None
+    warmup_collects: int = 2
+    warmup_seconds: float = 1.0
+
+
+def run_comparison(settings: ComparisonSettings, progress: Callable[[str], None] = print) -> dict:
+    """Run every group of ``settings``; return the JSON-ready result (``settings`` and ``groups``)."""
+    if settings.rounds < 1:
+        raise ValueError(f"`rounds` must be >= 1; got {settings.rounds!r}.")
+    groups = []
+    for workload_name in settings.workloads:
+        workload = get_workload(workload_name)
+        step_cpu_seconds = measure_step_cpu_seconds(workload.env_factory(), STEP_COST_SAMPLE_STEPS)
+        for num_envs in settings.num_envs_list:
+            progress(f"[{workload.name}, {num_envs} envs] starting {len(settings.contenders)} contenders")
+            group = _run_group(workload, num_envs, settings, progress)
+            group["env_step_cpu_us"] = step_cpu_seconds * 1e6
+            groups.append(group)
+    return {"settings": asdict(settings), "groups": groups}
+
+
+def _run_group(
+    workload: Workload, num_envs: int, settings: ComparisonSettings, progress: Callable[[str], None]
+) -> dict:
+    contenders: list[Contender] = []
+    skipped: dict[str, str] = {}
+    try:
+        for name in settings.contenders:
+            reason = unavailable_reason(name, workload, num_envs)
+            if reason is not None:
+                skipped[name] = reason
+                progress(f"  skipping {name}: {reason}")
+                continue
+            contenders.append(
+                make_contender(name, workload, num_envs, settings.horizon, settings.seed, num_workers=settings.num_workers)
+            )
+        for contender in contenders:
+            _warm_up(contender, settings)
+        measured = run_rounds(
+            contenders, _timed_collect, settings.rounds, order="rotate",
+            after_round=lambda index: progress(f"  round {index + 1}/{settings.rounds} done"),
+        )
+    finally:
+        _close_all(contenders)
+    processes = {contender.name: contender.processes for contender in contenders}
+    seconds = {c.name: [s[0] for s in samples] for c, samples in zip(contenders, measured.samples)}
+    cpu_seconds = {c.name: [s[1] for s in samples] for c, samples in zip(contenders, measured.samples)}
+    useful = {c.name: [s[2] for s in samples] for c, samples in zip(contenders, measured.samples)}
+    return _summarize_group(workload, num_envs, settings, seconds, cpu_seconds, useful, processes, skipped)
+
+
+def _timed_collect(contender: Contender) -> tuple[float, float, int]:
+    """One collect: its wall seconds, this process's CPU seconds, its useful transitions.
+
+    This process's CPU time is the whole cost of a single-process contender, and less
+    sensitive than wall time to other load on a shared machine.
+    """
+    cpu_start = time.process_time()
+    start = time.perf_counter()
+    useful_transitions = contender.collect()
+    return time.perf_counter() - start, time.process_time() - cpu_start, useful_transitions
+
+
+def _warm_up(contender: Contender, settings: ComparisonSettings) -> None:
+    """Collect until the one-time costs are paid: imports, allocation, first touch of memory.
+
+    Memory that a rollout writes sparsely (final observations) is touched for the first time
+    over many collects, not one: with 84x84x4 frames, 16 envs and 100-step episodes, the rows
+    where episodes end cycle through the horizon over about 30 collects, each first write
+    faulting pages in. A time floor covers that for cheap envs without making a costly env's
+    warm-up long (two of its collects already exceed it).
+    """
+    start, collects = time.perf_counter(), 0
+    while collects < settings.warmup_collects or time.perf_counter() - start < settings.warmup_seconds:
+        contender.collect()
+        collects += 1
+
+
+def _close_all(contenders: list[Contender]) -> None:
+    # Every contender gets closed even if one of them fails to: each holds processes or envs.
+    for contender in reversed(contenders):
+        try:
+            contender.close()
+        except Exception:
+            logger.warning("closing contender %s failed", contender.name, exc_info=True)
+
+
+def _summarize_group(
+    workload: Workload,
+    num_envs: int,
+    settings: ComparisonSettings,
+    seconds: dict[str, list[float]],
+    cpu_seconds: dict[str, list[float]],
+    useful: dict[str, list[int]],
+    processes: dict[str, int],
+    skipped: dict[str, str],
+) -> dict:
+    transitions = settings.horizon * num_envs
+    rates = {name: [transitions / elapsed for elapsed in values] for name, values in seconds.items()}
+    results = {}
+    for name, elapsed in seconds.items():
+        entry = {
+            "kind": "collector" if name in COLLECTOR_CONTENDERS else "peer",
+            "processes": processes[name],
+            "seconds_per_collect": elapsed,
+            "transitions_per_s": summarize_throughputs(rates[name]),
+            "useful_transitions_per_s": summarize_throughputs(
+                [count / duration for count, duration in zip(useful[name], elapsed)]
+            ),
+            "useful_fraction": sum(useful[name]) / (transitions * len(elapsed)),
+        }
+        if REFERENCE_CONTENDER in rates:
+            entry["ratio_vs_reference"] = summarize_ratios(rates[name], rates[REFERENCE_CONTENDER])
+        entry["ratios"] = {
+            reference: summarize_ratios(rates[name], rates[reference])
+            for reference in REFERENCE_CONTENDERS
+            if reference in rates
+        }
+        if processes[name] == 1:
+            # Only a single-process contender's whole cost shows in this process's CPU time.
+            per_transition = [cpu / transitions for cpu in cpu_seconds[name]]
+            entry["cpu_seconds_per_transition"] = {
+                "median": statistics.median(per_transition),
+                "min": min(per_transition),
+                "max": max(per_transition),
+                "samples": per_transition,
+            }
+        if name.startswith("async") and "sync" in rates:
+            # What the worker processes buy (or cost) against stepping in this process.
+            entry["ratio_vs_sync"] = summarize_ratios(rates[name], rates["sync"])
+        if name.startswith("async/") and "async" in rates:
+            # What a mode buys against the async backend's default per-step mode.
+            entry["ratio_vs_async"] = summarize_ratios(rates[name], rates["async"])
+        results[name] = entry
+    return {
+        "env": workload.name,
+        "description": workload.description,
+        "num_envs": num_envs,
+        "horizon": settings.horizon,
+        "rounds": settings.rounds,
+        "transitions_per_collect": transitions,
+        "episode_length": workload.episode_length,
+        "autoreset_row_share": 1.0 / (workload.episode_length + 1),
+        "reference": REFERENCE_CONTENDER,
+        "order": list(seconds),
+        "contenders": results,
+        "skipped": skipped,
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -120,6 +329,12 @@ def _resolve_defaults(args: argparse.Namespace, parser: argparse.ArgumentParser)
                 parser.error(f"--{option.replace('_', '-')} applies to --backend async only; got --backend {args.backend}.")
 
 
+def _timed_collect_seconds(collector: ParallelRolloutCollector) -> float:
+    start = time.perf_counter()
+    collector.collect()
+    return time.perf_counter() - start
+
+
 def run_single(args: argparse.Namespace) -> dict:
     """Time ``args.repeats`` collects of one collector after ``args.warmup`` untimed ones."""
     workload = get_workload(args.env)
@@ -139,11 +354,8 @@ def run_single(args: argparse.Namespace) -> dict:
     with collector:
         for _ in range(args.warmup):
             collector.collect()
-        durations = []
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            collector.collect()
-            durations.append(time.perf_counter() - start)
+        (samples,) = run_rounds([collector], _timed_collect_seconds, args.repeats).samples
+        durations = list(samples)
         core = collector.core
     transitions = args.horizon * args.num_envs
     return {

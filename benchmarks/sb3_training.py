@@ -35,7 +35,7 @@ from tests.sb3_envs import replaying
 
 # Env factories from modules that import neither PyTorch nor SB3: the async workers import them.
 from .envs import halfcheetah
-from .machine import machine_record
+from .report import machine_record
 from .vector_envs import cartpole
 
 CARTPOLE_STEPS = 100_000

@@ -47,7 +47,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 from parallel_rollouts.sb3 import ParallelVecEnv
 from parallel_rollouts.sb3.env_side import make_seeded_episode_env
 
-from .machine import machine_record
+from .report import machine_record
 # The env factories live in a module that imports neither PyTorch nor SB3: the workers import it.
 from .vector_envs import Contender, cartpole, half_ms, run_group
 

@@ -25,8 +25,7 @@ import psutil
 
 from parallel_rollouts import ParallelRolloutCollector
 
-from .machine import format_machine_record, machine_record
-from .report import write_json
+from .report import format_machine_record, machine_record, write_json
 from .workloads import get_workload
 
 SOAK_WORKLOADS = ("cartpole", "vr_edge_cheap")

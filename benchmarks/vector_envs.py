@@ -50,10 +50,10 @@ import gymnasium as gym
 import numpy as np
 
 from parallel_rollouts import ParallelRolloutCollector, ParallelVectorEnv
+from parallel_rollouts.conformance.rounds import run_rounds, summarize_ratios, summarize_throughputs
 
 from .envs import HalfMillisecondEnv
-from .machine import machine_record
-from .summary import summarize_ratios, summarize_throughputs
+from .report import machine_record
 
 HORIZON = 128
 ADAPTER_STEPS = {"cartpole": 256, "half_ms": 24}
@@ -195,18 +195,20 @@ def build_groups(selected: set[str]) -> dict[str, Callable[[], list[Contender]]]
     return {name: make for name, make in groups.items() if not selected or name in selected}
 
 
+def _rate(contender: Contender) -> float:
+    start = time.perf_counter()
+    contender.run()
+    return contender.transitions / (time.perf_counter() - start)
+
+
 def run_group(name: str, make: Callable[[], list[Contender]], rounds: int, warmup: int) -> dict:
     contenders = make()
     try:
         for contender in contenders:
             for _ in range(warmup):
                 contender.run()
-        rates: dict[str, list[float]] = {contender.name: [] for contender in contenders}
-        for _ in range(rounds):
-            for contender in contenders:
-                start = time.perf_counter()
-                contender.run()
-                rates[contender.name].append(contender.transitions / (time.perf_counter() - start))
+        measured = run_rounds(contenders, _rate, rounds, order="rotate")
+        rates = {contender.name: samples for contender, samples in zip(contenders, measured.samples)}
     finally:
         for contender in contenders:
             contender.close()

@@ -20,7 +20,7 @@ import numpy as np
 
 from examples.vr_edge.synthetic_env import ObservationLayout, SyntheticVREdgeEnv
 
-from .envs import DictObservationEnv, FrameImageEnv, HalfMillisecondEnv, RowBurnPolicy
+from .envs import DictObservationEnv, FrameImageEnv, HalfMillisecondEnv, RowBurnPolicy, slow_cartpole
 
 __all__ = ["WORKLOADS", "Workload", "get_workload"]
 
@@ -28,6 +28,8 @@ __all__ = ["WORKLOADS", "Workload", "get_workload"]
 # env (about 0.5 ms with the version before sender queues; docs/vr-edge.md).
 VR_EDGE_COSTLY_SUBSTEPS = 15
 VR_EDGE_USERS = 8
+# One env in this many is the straggler of the `straggler` workload.
+STRAGGLER_EVERY = 8
 # A fifth of HalfMillisecondEnv's burn: about 0.1 ms per env step, and per policy row.
 COSTLY_POLICY_BURN = 1120
 VR_EDGE_LAYOUT = ObservationLayout(VR_EDGE_USERS)
@@ -62,9 +64,19 @@ class Workload:
     policy: Callable[[Any], Any]
     episode_length: int
     envpool_task: str | None = None
+    straggler_factory: Callable[[], gym.Env] | None = None
 
-    def env_fns(self, num_envs: int) -> list[Callable[[], gym.Env]]:
-        return [self.env_factory] * num_envs
+    def env_fns(self, num_envs: int, first_column: int = 0) -> list[Callable[[], gym.Env]]:
+        """Factories of columns ``first_column`` to ``first_column + num_envs - 1`` of a run.
+
+        With a ``straggler_factory``, every ``STRAGGLER_EVERY``-th column (0, 8, 16, ...) is a straggler.
+        """
+        return [
+            self.straggler_factory
+            if self.straggler_factory is not None and column % STRAGGLER_EVERY == 0
+            else self.env_factory
+            for column in range(first_column, first_column + num_envs)
+        ]
 
 
 def cartpole_policy(observations: np.ndarray) -> np.ndarray:
@@ -103,6 +115,15 @@ WORKLOADS: dict[str, Workload] = {
             cartpole_policy,
             episode_length=40,
             envpool_task="CartPole-v1",
+        ),
+        Workload(
+            "straggler",
+            f"CartPole-v1 where one env in {STRAGGLER_EVERY} (columns 0, {STRAGGLER_EVERY}, ...) waits 1 ms "
+            "more per step: the slowest env sets the pace of every step",
+            functools.partial(gym.make, "CartPole-v1"),
+            cartpole_policy,
+            episode_length=40,
+            straggler_factory=slow_cartpole,
         ),
         Workload(
             "vr_edge_cheap",

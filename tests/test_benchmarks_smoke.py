@@ -8,28 +8,22 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from benchmarks import (
-    core_microbench,
-    env_timing_overhead,
-    instruction_counts,
-    policy_inputs,
-    report,
-    run_rollout_benchmark,
-    soak,
-    step_overhead,
-    step_profile,
-    straggler_plot,
-    vector_envs,
-    vector_row_profile,
-)
+from benchmarks import core_microbench, report, round_trip, run_rollout_benchmark, soak, vector_envs
 from benchmarks.contenders import COLLECTOR_CONTENDERS, PEER_CONTENDERS, unavailable_reason
-from benchmarks.workloads import WORKLOADS
+from benchmarks.envs import SlowStep
+from benchmarks.workloads import STRAGGLER_EVERY, WORKLOADS
+from parallel_rollouts.conformance.rounds import round_order, run_rounds, summarize_ratios
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_BENCHMARK_MODULES = 12
 
 THROUGHPUT_KEYS = {"median", "min", "max", "best", "spread", "samples"}
 
@@ -114,7 +108,7 @@ def test_compare_mode_reports_every_contender_against_the_reference(tmp_path):
     assert (out / "comparison.png").stat().st_size > 0
 
 
-@pytest.mark.parametrize("name", ["half_ms", "image", "dict_obs", "vr_edge_cheap", "costly_policy"])
+@pytest.mark.parametrize("name", ["half_ms", "image", "dict_obs", "vr_edge_cheap", "costly_policy", "straggler"])
 def test_compare_mode_runs_each_workload_through_the_in_process_contenders(name, tmp_path):
     path = tmp_path / "compare.json"
     contenders = "sync,sync/python,gym-sync,bare-loop,hand-loop,hand-loop-reseeding"
@@ -214,123 +208,81 @@ def test_vector_env_benchmark_reports_its_groups_and_the_targets_they_carry(tmp_
         assert entry["met"] == (entry["median"] >= entry["target"])
 
 
-def test_step_overhead_measures_each_contender_in_its_own_process(tmp_path):
-    path = tmp_path / "step_overhead.json"
-    step_overhead.main([
-        "--workloads", "cartpole", "--num-envs", "2", "--horizon", "8", "--collects", "1", "--rounds", "1",
-        "--contenders", "raw-loop", "sync", "--out", str(path),
-    ])
-    report = _load(path)
-    summary = report["workloads"]["cartpole"]
-    assert set(summary) == {"raw-loop", "sync"}
-    for entry in summary.values():
-        assert entry["median"] > 0 and len(entry["samples"]) == 1
-    assert summary["raw-loop"]["median_of_round_ratios"] == 1.0
+def test_the_straggler_workload_slows_every_eighth_column_also_when_split_between_processes():
+    straggler = WORKLOADS["straggler"]
+    slow = [column for column, factory in enumerate(straggler.env_fns(2 * STRAGGLER_EVERY)) if factory is straggler.straggler_factory]
+    assert slow == [0, STRAGGLER_EVERY]
+    # The second half of a two-process split starts at column 8, so it holds the straggler at 8.
+    second_half = straggler.env_fns(STRAGGLER_EVERY, first_column=STRAGGLER_EVERY)
+    assert second_half[0] is straggler.straggler_factory and second_half[1] is straggler.env_factory
+    env = straggler.straggler_factory()
+    assert isinstance(env, SlowStep) and env.delay_seconds == pytest.approx(0.001)
+    env.close()
 
 
-@pytest.mark.parametrize("mode", ["kernel", "inprocess"])
-def test_timing_overhead_writes_a_ratio_per_round(mode, tmp_path):
-    path = tmp_path / "timing.json"
-    sizes = ["--rounds", "3", "--horizon", "8", "--collects", "1", "--kernel-steps", "50"]
-    assert env_timing_overhead.main(["--mode", mode, *sizes, "--out", str(path)]) == 0
-    result = _load(path)
-    assert len(result["rounds"]) == 3 and "machine" in result
-    assert all(row["timed"] > 0 and row["untimed"] > 0 and row["ratio"] > 0 for row in result["rounds"])
+def test_round_trip_times_every_mode_and_the_round_trip_per_round(tmp_path):
+    path = tmp_path / "round_trip.json"
+    sizes = ["--num-envs", "2", "--horizon", "4", "--rounds", "2", "--warmup", "0", "--work-us", "0,5"]
+    assert round_trip.main([*sizes, "--json", str(path)]) == 0
+    results = _load(path)["results"]
+    assert [entry["work_us"] for entry in results] == [0, 5]
+    for entry in results:
+        assert set(entry["us_per_step"]) == set(round_trip.MODES)
+        assert all(len(mode["per_round"]) == 2 and mode["min"] > 0 for mode in entry["us_per_step"].values())
+        assert len(entry["round_trip_us"]["per_round"]) == 2
 
 
-def test_policy_inputs_benchmark_sets_copies_against_real_views_of_the_batch(tmp_path):
-    leaves = [np.arange(24, dtype=np.float32).reshape(3, 2, 4)]
-    views = policy_inputs.ViewRows()(leaves, 1)
-    # The "before" side is the zero-copy rows: views of the batch, not copies.
-    assert np.shares_memory(views[0], leaves[0]) and not views[0].flags.writeable
-    path = tmp_path / "policy_inputs.json"
-    assert policy_inputs.main(["--quick", "--envs", "cartpole", "--modes", "sync,async", "--out", str(path)]) == 0
-    result = _load(path)
-    (group,) = result["groups"]
-    assert "machine" in result and set(group["modes"]) == {"sync", "async"}
-    for entry in group["modes"].values():
-        assert len(entry["copies_vs_views"]["per_round"]) == 2 and entry["copies_vs_views"]["median"] > 0
-        assert set(entry["copies_transitions_per_s"]) == THROUGHPUT_KEYS
+def test_rounds_rotate_the_order_and_a_failing_contender_sits_out_the_rest():
+    assert [round_order(3, index) for index in range(4)] == [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]]
+    assert [round_order(3, index, "alternate") for index in range(2)] == [[0, 1, 2], [2, 1, 0]]
+    calls = []
+
+    def measure(name):
+        calls.append(name)
+        if name == "b" and calls.count("b") == 2:
+            raise RuntimeError("broke in round 2")
+        return float(len(calls))
+
+    rounds = run_rounds(["a", "b", "c"], measure, 3, keep_going=True)
+    assert calls == ["a", "b", "c", "b", "c", "a", "c", "a"]
+    assert [len(samples) for samples in rounds.samples] == [3, 1, 3]
+    assert isinstance(rounds.errors[1], RuntimeError) and rounds.errors[0] is None
+    with pytest.raises(RuntimeError, match="broke"):
+        calls.clear()
+        run_rounds(["a", "b"], measure, 3)
+    with pytest.raises(ValueError, match="`rounds` must be an int >= 1"):
+        run_rounds(["a"], measure, 0)
+    ratio = summarize_ratios([2.0, 3.0, 8.0], [1.0, 3.0, 2.0])
+    assert (ratio["median"], ratio["min"], ratio["max"]) == (2.0, 1.0, 4.0)
 
 
-def test_straggler_plot_finds_the_slow_env_and_writes_the_picture(tmp_path):
-    path = tmp_path / "straggler.png"
-    assert straggler_plot.main(["--horizon", "20", "--out", str(path)]) == straggler_plot.SLOW_ENV
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+def _benchmark_modules() -> list[Path]:
+    return sorted((ROOT / "benchmarks").glob("*.py"))
 
 
-def test_advisor_check_runs_the_advisor_and_the_separate_benchmark(tmp_path):
-    from benchmarks import advisor_check
-
-    path = tmp_path / "advisor_check.json"
-    assert advisor_check.main(["--quick", "--envs", "cheap", "--num-envs", "2", "--horizon", "8", "--out", str(path)]) == 0
-    result = _load(path)
-    entry = result["envs"]["cheap"]
-    assert entry["verdict"] in ("winner", "within spread", "miss")
-    assert entry["recommended"] == entry["advice"]["recommended"]
-    labels = {option["label"] for option in entry["advice"]["options"]}
-    assert {benchmarked["label"] for benchmarked in entry["benchmark"]} == labels
-    assert all(len(benchmarked["rates"]) == 2 and benchmarked["min"] > 0 for benchmarked in entry["benchmark"])
-
-
-def test_step_profile_splits_a_transition_and_times_the_null_env(tmp_path):
-    path = tmp_path / "profile.json"
-    step_profile.main(
-        ["--num-envs", "2", "--horizon", "4", "--rounds", "1", "--profile-collects", "1", "--top", "5",
-         "--null-env-counts", "1,2", "--output", str(path)]
+def test_benchmarks_stay_a_small_tool_with_one_rounds_loop():
+    modules = _benchmark_modules()
+    assert len(modules) <= MAX_BENCHMARK_MODULES, (
+        f"benchmarks/ holds {len(modules)} modules (at most {MAX_BENCHMARK_MODULES}): turn a one-off "
+        "investigation into a dated result file and a paragraph in docs/benchmarks.md instead."
     )
-    document = _load(path)
-    parts = document["parts"]["us_per_transition"]
-    assert {"hand-loop", "hand-loop-reseeding", "sync", "env.step", "policy", "reset()", "reset(seed)"} <= parts.keys()
-    assert all(value >= 0 for value in parts.values())
-    assert set(document["parts"]["overhead_us_per_transition"]) == {"hand-loop", "hand-loop-reseeding", "sync"}
-    assert 0 < len(document["sync_profile"]) <= 5
-    assert set(document["null_env"]) == {"1", "2"}
-
-
-def test_vector_row_profile_splits_both_rows_and_puts_back_what_it_clocked(tmp_path):
-    from parallel_rollouts.groups.vector_source import VectorEnvGroup
-    from parallel_rollouts.policy.output import PolicyOutputWriter
-    from parallel_rollouts.policy.loop import RolloutLoop
-
-    clocked = (VectorEnvGroup.begin, VectorEnvGroup.step, PolicyOutputWriter.write, RolloutLoop.run)
-    path = tmp_path / "vector_rows.json"
-    vector_row_profile.main(["--num-envs", "64", "--horizon", "8", "--rounds", "1", "--part-collects", "2", "--output", str(path)])
-    document = _load(path)
-    assert (VectorEnvGroup.begin, VectorEnvGroup.step, PolicyOutputWriter.write, RolloutLoop.run) == clocked
-    for loops in (document["cartpole_vector"], document["null_vector"]):
-        assert set(loops["us_per_row"]) == {"bare loop", "sync"} and all(v > 0 for v in loops["us_per_row"].values())
-    assert set(document["bare_parts"]) == {"policy", "action store", "env.step", "stores of observations, rewards and flags", "total"}
-    sync_parts = document["sync_parts"]
-    assert {"policy", "action check and store", "env.step", "compiled row (record)", "per-collect work outside the rows"} < sync_parts.keys()
-    assert sync_parts["env.step"] > 0 and sync_parts["compiled row (record)"] > 0 and sync_parts["policy"] > 0
-
-
-@pytest.mark.parametrize("contender", instruction_counts.CONTENDERS)
-def test_instruction_counts_child_collects_each_contender_on_each_workload(contender):
-    # The valgrind runs themselves take minutes; this covers what runs under them.
-    for workload in instruction_counts.WORKLOADS:
-        collect = instruction_counts._make_collect(workload, contender, num_envs=2, horizon=4, seed=0)
-        assert collect() == 8
-
-
-def test_instruction_counts_reads_callgrind_total_and_ratios_against_both_hand_loops():
-    stderr = "==12== Events    : Ir\n==12== Collected : 1234567\n==12==\n==12== I   refs:      1,234,567\n"
-    assert instruction_counts.collected_instructions(stderr) == 1234567
-    assert instruction_counts.collected_instructions("valgrind: command not found") is None
-    rows = [
-        {"workload": "cartpole", "contender": "hand-loop", "instructions_per_transition": 100.0},
-        {"workload": "cartpole", "contender": "hand-loop-reseeding", "instructions_per_transition": 110.0},
-        {"workload": "cartpole", "contender": "sync", "instructions_per_transition": 80.0},
+    # A loop over rounds outside the harness is a second rounds loop: use run_rounds.
+    rounds_loop = re.compile(r"for\s+\w+\s+in\s+range\([^)]*\b(rounds|repeats)\b")
+    harness = ROOT / "src" / "parallel_rollouts" / "conformance" / "rounds.py"
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in [*modules, *sorted((ROOT / "src" / "parallel_rollouts").rglob("*.py"))]
+        if path != harness and rounds_loop.search(path.read_text(encoding="utf-8"))
     ]
-    ratios = {(r["contender"], r["reference"]): r["reference_over_contender"] for r in instruction_counts._ratios(rows)}
-    assert ratios[("sync", "hand-loop")] == pytest.approx(1.25)
-    assert ratios[("sync", "hand-loop-reseeding")] == pytest.approx(1.375)
-    assert ratios[("hand-loop", "hand-loop-reseeding")] == pytest.approx(1.1)
-    assert ("hand-loop", "hand-loop") not in ratios
+    assert offenders == [], f"a second interleaved-rounds loop; use parallel_rollouts.conformance.rounds: {offenders}"
 
 
-def test_instruction_counts_refuses_an_unknown_name_before_counting_anything(capsys):
-    with pytest.raises(SystemExit):
-        instruction_counts.main(["--workloads", "cartpole", "--contenders", "sync,no-such-loop"])
-    assert "no-such-loop" in capsys.readouterr().err
+def test_every_result_file_the_readme_and_docs_quote_exists():
+    quoted = re.compile(r"benchmarks/results/([\w./-]+\.(?:json|md|png))")
+    missing = [
+        f"{document.relative_to(ROOT)}: {match.group(0)}"
+        for document in [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+        for match in quoted.finditer(document.read_text(encoding="utf-8"))
+        if not (ROOT / "benchmarks" / "results" / match.group(1)).is_file()
+    ]
+    assert missing == []
