@@ -284,7 +284,12 @@ class ParallelRolloutCollector:
         Episodes continue across calls. If the policy raises, or returns actions
         that do not fit (:class:`ActionError`), the rollout is dropped, nothing is
         stepped with the bad actions, and the collector stays usable: the next
-        ``collect()`` continues from where the envs are. If an env fails
+        ``collect()`` continues from where the envs are. With
+        ``policy_placement="workers"`` the workers whose policy did not fail have
+        run on to the horizon, so envs stand at different rows. With
+        ``backend="ray"`` the collector is broken instead (its actors step on
+        independently), except for an ``ActionError`` found when merging the
+        actors' slices. If an env fails
         (:class:`WorkerError`, :class:`ObservationError`) the collector is broken:
         later calls raise :class:`CollectorClosedError`; ``close()`` still works.
         """

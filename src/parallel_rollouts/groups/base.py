@@ -7,7 +7,9 @@ envs, the collector's step semantics), :class:`~parallel_rollouts.groups.vector_
 Gymnasium's vector envs step them, for :class:`~parallel_rollouts.ParallelVectorEnv`);
 :class:`~parallel_rollouts.groups.chain.GroupChain` chains groups over consecutive columns.
 Each is built from its envs, its first global env index and the collector's
-:class:`~parallel_rollouts.config.layout.RolloutLayout`, and nothing else.
+:class:`~parallel_rollouts.config.layout.RolloutLayout`; ``EnvGroup`` and ``VectorEnvGroup``
+also take the incarnation (which picks their episode seed stream), ``GymnasiumGroup`` the
+autoreset mode.
 """
 
 from __future__ import annotations

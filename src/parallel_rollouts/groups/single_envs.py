@@ -1,23 +1,27 @@
-"""The step semantics, written once: every stepper and runner steps its envs through :class:`EnvGroup`.
+"""Single envs behind the group interface: :class:`EnvGroup`, over the core's ``RowStepper``.
 
 An ``EnvGroup`` owns a contiguous run of envs (global indices
 ``env_offset .. env_offset + len(envs) - 1``) and writes their part of a
 rollout into a column slice of the storage. The serial backend uses one group
-per env, the sync backend one group for all envs, and each async worker one
-group for its slice, on a view of shared memory.
+per env, the sync backend one group for all envs, each async worker one group
+for its slice (on a view of shared memory), and each Ray actor one for its slice.
 
-Per step ``t`` a group:
+Per step ``t`` the core's ``RowStepper`` (compiled in ``core/_core.pyx``, and its twin in
+``core/twin.py``), which the group builds for each rollout:
 
 1. reads its envs' actions from ``storage.actions[t]``;
 2. steps every env, collecting failures instead of stopping at the first;
 3. writes the next observations into row ``t + 1`` and the rewards and end
-   flags into row ``t``, updating the episode books (the compiled core);
+   flags into row ``t``, updating the episode books;
 4. for every env whose episode ended, copies the terminal observation into
    ``final_observations[t]`` and resets the env at once with the next episode
    seed (without a seed under ``episode_seeds="first"``), writing the reset
    observation over row ``t + 1``. No step is spent on an autoreset no-op;
 5. checks the values of row ``t + 1`` and of the new terminal observations
    against the space (``observation_check``), before the policy sees them.
+
+What only Python does (building an error, warning about a value, writing a reset
+observation the typed path cannot) comes back to the group through ``_StepHooks``.
 
 Each env receives an action that nothing else will rewrite: a private copy of
 its row, made per step. A group always knows the row its envs stand at (or

@@ -51,9 +51,12 @@ class RolloutRunner(abc.ABC):
     """Runs one whole rollout per ``collect()``, and owns its own :class:`RunnerState`.
 
     A failure that leaves the envs in an unknown state moves the runner to ``BROKEN``
-    (:meth:`_break`); it then refuses to collect again. A failure that does not (the
-    policy raised, its output was rejected) keeps the runner ``READY``: the rollout is
-    dropped and every env continues from where it stands. Callers ask
+    (:meth:`_break`); it then refuses to collect again. A failure that does not keeps the
+    runner ``READY``: the rollout is dropped and every env continues from where it stands.
+    Which failures break is the runner's to say: the policy raising, or its output being
+    rejected, keeps the in-process, pipelined and rollout-worker runners ``READY``, and
+    breaks the Ray runner (its actors step on independently), except an ``ActionError``
+    found when merging the slices. Callers ask
     (:attr:`state`, :attr:`failure`, :meth:`check_usable`); they never write.
 
     ``layout`` is the rollout layout resolved when the runner's envs were made.
