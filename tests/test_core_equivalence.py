@@ -22,6 +22,33 @@ DTYPES = [
 CORES = [compiled, python_core]
 
 
+def _outcome(call):
+    """What ``call()`` did: ``("returned", value)``, or the exception's type and message."""
+    try:
+        return ("returned", call())
+    except Exception as error:  # the outcome under test, compared whole
+        return (type(error), str(error))
+
+
+def _built(obj):
+    """What a constructor's outcome is compared by: the class's name (the same in both cores)."""
+    return type(obj).__name__
+
+
+def assert_same_outcome(call_compiled, call_twin):
+    """Both cores did the same: returned equal values, or raised the same type with the same message."""
+    compiled_outcome, twin_outcome = _outcome(call_compiled), _outcome(call_twin)
+    assert compiled_outcome == twin_outcome, f"compiled: {compiled_outcome!r}; twin: {twin_outcome!r}"
+    return compiled_outcome
+
+
+def assert_both_refuse(build, expected=Exception):
+    """``build(core)`` raises in both cores, the same type (a subclass of ``expected``) with the same message."""
+    kind, message = assert_same_outcome(lambda: _built(build(compiled)), lambda: _built(build(python_core)))
+    assert kind != "returned" and issubclass(kind, expected), (kind, message)
+    return kind, message
+
+
 def _parameter_names(obj) -> list[str]:
     """Parameter names of a function, method or class constructor, compiled or not."""
     try:
@@ -139,7 +166,7 @@ def test_observation_writer_reports_the_first_wrong_shape_and_does_not_write_it(
     assert not observations[1, 1:].any()
     assert writer.write_row(0, 2, np.ones((2, 1), np.float32)) is False
     assert not observations[0].any()
-    with pytest.raises(ValueError, match="expected 3 sources, got 2"):
+    with pytest.raises(ValueError, match="`sources` has 2 entries; expected 3"):
         writer.write_rows(0, [ok, ok])
     with pytest.raises(IndexError, match="row 2 is outside"):
         writer.write_rows(2, [ok, ok, ok])
@@ -473,9 +500,7 @@ MISMATCHED_WRITER_STORAGE = {
 
 @pytest.mark.parametrize("case", sorted(MISMATCHED_WRITER_STORAGE))
 def test_both_cores_refuse_the_same_inconsistent_observation_storage(case):
-    for core in CORES:
-        with pytest.raises((TypeError, ValueError)):
-            core.ObservationWriter(*MISMATCHED_WRITER_STORAGE[case]())
+    assert_both_refuse(lambda core: core.ObservationWriter(*MISMATCHED_WRITER_STORAGE[case]()), (TypeError, ValueError))
 
 
 def _mismatched_recorder_state(case):
@@ -505,9 +530,7 @@ def _mismatched_recorder_state(case):
 )
 def test_both_cores_refuse_the_same_inconsistent_step_storage(case):
     """With bounds checks compiled out, these would read or write outside an array."""
-    for core in CORES:
-        with pytest.raises((TypeError, ValueError)):
-            core.StepRecorder(*_mismatched_recorder_state(case).values(), 0)
+    assert_both_refuse(lambda core: core.StepRecorder(*_mismatched_recorder_state(case).values(), 0), (TypeError, ValueError))
 
 
 @pytest.mark.parametrize(
@@ -521,27 +544,23 @@ def test_both_cores_refuse_the_same_inconsistent_step_storage(case):
     ids=["tuple", "ndarray", "none", "too-many"],
 )
 def test_both_cores_accept_only_lists_of_one_entry_per_env(arguments):
-    for core in CORES:
-        recorder, state = _recorder_state(core, 2, 2, 0)
-        with pytest.raises((TypeError, ValueError)):
-            recorder.record_step(0, *arguments)
+    recorders = {core: _recorder_state(core, 2, 2, 0) for core in CORES}
+    assert_both_refuse(lambda core: recorders[core][0].record_step(0, *arguments), (TypeError, ValueError))
+    for recorder, state in recorders.values():
         assert recorder.completed_count == 0 and np.isnan(state["rewards"]).all()
 
 
 @pytest.mark.parametrize("done_columns", [np.array([0], np.int32), [0], np.array([[0]], np.int64)], ids=["int32", "list", "2d"])
 def test_both_cores_refuse_done_columns_of_another_type(done_columns):
-    for core in CORES:
-        writer = core.ObservationWriter(*_observation_pair())
-        with pytest.raises((TypeError, ValueError)):
-            writer.scatter_final(0, done_columns, 1)
-        with pytest.raises(IndexError):
-            writer.scatter_final(2, np.zeros(2, np.int64), 1)
+    writers = {core: core.ObservationWriter(*_observation_pair()) for core in CORES}
+    assert_both_refuse(lambda core: writers[core].scatter_final(0, done_columns, 1), (TypeError, ValueError))
+    assert_both_refuse(lambda core: writers[core].scatter_final(2, np.zeros(2, np.int64), 1), IndexError)
 
 
 @pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
 def test_write_rows_takes_a_list_only(core):
     writer = core.ObservationWriter(*_observation_pair())
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="`sources` must be a list; got tuple"):
         writer.write_rows(0, (np.zeros(2, np.float32), np.zeros(2, np.float32)))
 
 
@@ -680,22 +699,38 @@ def test_env_stepper_names_the_first_observation_it_cannot_store(bad):
         assert not stepper.failures and np.isnan(state["rewards"]).all()
 
 
-def test_both_cores_refuse_an_env_stepper_whose_parts_disagree():
-    for core in CORES:
+ENV_STEPPER_PARTS_THAT_DISAGREE = {
+    # name: (writers by name, number of envs or a tuple of envs, info storage, info keys)
+    "writer-too-short": (["short"], 2, [], ()),
+    "writer-too-wide": (["wide"], 2, [], ()),
+    "one-env-too-few": (["fine"], 1, [], ()),
+    "two-leaves-no-flatten": (["fine", "fine"], 2, [], ()),
+    "float32-info": (["fine"], 2, [np.zeros((3, 2), np.float32)], ("x",)),
+    "envs-a-tuple": (["fine"], (object(), object()), [], ()),
+    "info-keys-a-list": (["fine"], 2, [], ["x"]),
+    "writers-a-tuple": (("fine",), 2, [], ()),
+    "writer-not-a-writer": (["text"], 2, [], ()),
+    "recorder-missing": (["fine"], 2, [], (), None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ENV_STEPPER_PARTS_THAT_DISAGREE))
+def test_both_cores_refuse_an_env_stepper_whose_parts_disagree(case):
+    writer_names, envs, infos, keys, *recorder_given = ENV_STEPPER_PARTS_THAT_DISAGREE[case]
+
+    def build(core):
         recorder, _ = _recorder_state(core, 3, 2, 0)
-        short = core.ObservationWriter(np.zeros((3, 2, 2), np.float32), np.zeros((2, 2, 2), np.float32))
-        wide = core.ObservationWriter(np.zeros((4, 3, 2), np.float32), np.zeros((3, 3, 2), np.float32))
-        fine = core.ObservationWriter(np.zeros((4, 2, 2), np.float32), np.zeros((3, 2, 2), np.float32))
-        for writers, envs, infos, flatten in (
-            ([short], [object(), object()], [], None),
-            ([wide], [object(), object()], [], None),
-            ([fine], [object()], [], None),
-            ([fine, fine], [object(), object()], [], None),
-            ([fine], [object(), object()], [np.zeros((3, 2), np.float32)], None),
-            ([fine], (object(), object()), [], None),
-        ):
-            with pytest.raises((TypeError, ValueError)):
-                core.EnvStepper(envs, writers, recorder, flatten, ("x",) if infos else (), infos)
+        storage = {
+            "short": lambda: core.ObservationWriter(np.zeros((3, 2, 2), np.float32), np.zeros((2, 2, 2), np.float32)),
+            "wide": lambda: core.ObservationWriter(np.zeros((4, 3, 2), np.float32), np.zeros((3, 3, 2), np.float32)),
+            "fine": lambda: core.ObservationWriter(np.zeros((4, 2, 2), np.float32), np.zeros((3, 2, 2), np.float32)),
+            "text": lambda: "not a writer",
+        }
+        writers = type(writer_names)(storage[name]() for name in writer_names)
+        env_list = [object() for _ in range(envs)] if isinstance(envs, int) else envs
+        return core.EnvStepper(env_list, writers, recorder_given[0] if recorder_given else recorder, None, keys, infos)
+
+    assert_both_refuse(build, (TypeError, ValueError))
 
 
 def test_both_cores_add_each_envs_step_seconds_and_refuse_a_wrong_timing_array():
@@ -717,9 +752,14 @@ def test_both_cores_add_each_envs_step_seconds_and_refuse_a_wrong_timing_array()
         stepper.step(1, [0, 1, 0])
         assert (seconds >= 10.0).all() and seconds[1] >= 10.0 + 2 * 0.05
         assert np.argmax(seconds) == 1
-        for bad in (np.zeros(2), np.zeros(3, np.float32), np.zeros((1, 3)), np.zeros(6)[::2]):
-            with pytest.raises((TypeError, ValueError)):
-                core.EnvStepper(envs, [writer], recorder, None, (), [], bad)
+    for bad in (np.zeros(2), np.zeros(3, np.float32), np.zeros((1, 3)), np.zeros(6)[::2], [0.0, 0.0, 0.0]):
+
+        def build(core, bad=bad):
+            recorder, _ = _recorder_state(core, 3, 3, 0)
+            writer = core.ObservationWriter(np.zeros((4, 3, 2), np.float32), np.zeros((3, 3, 2), np.float32))
+            return core.EnvStepper([_SleepyEnv([good]) for _ in range(3)], [writer], recorder, None, (), [], bad)
+
+        assert_both_refuse(build, (TypeError, ValueError))
 
 
 # -- RowStepper ------------------------------------------------------------------------------
@@ -975,36 +1015,57 @@ def test_row_stepper_hands_failed_steps_and_unwritable_resets_to_the_hooks(core)
     assert hooks.calls == [("reset_unwritable", 0, 0, repr(unwritable[0]))]
 
 
-@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
-def test_row_stepper_refuses_parts_that_disagree(core):
-    good = (np.zeros(2, np.float32), 1.0, False, False, {})
-    row_stepper, envs, observations, finals, state, table, hooks = _row_setup(core, [[good], [good]], [[], []], horizon=2)
-    stepper = core.EnvStepper(
-        envs, [core.ObservationWriter(observations[0], finals[0])], core.StepRecorder(*_recorder_state(core, 2, 2, 0)[1].values(), 0), None, (), []
-    )
-    actions = [np.zeros((2, 2), np.int64)]
-    running = np.zeros(2, np.int64)
-    bounds = (0, np.zeros(2), np.ones(2))
-    for arguments, error in (
-        ((actions, None, table, running, [bounds], object()), TypeError),  # hooks without methods
-        (([np.zeros((1, 2), np.int64)], None, table, running, [], hooks), ValueError),  # too few rows
-        (([np.zeros((2, 3), np.int64)], None, table, running, [], hooks), ValueError),  # wrong env count
-        ((actions + actions, None, table, running, [], hooks), ValueError),  # two leaves, no split
-        ((actions, None, EpisodeSeedTable(0, 0, [0, 0, 0]), running, [], hooks), ValueError),
-        ((actions, None, table, np.zeros(3, np.int64), [], hooks), ValueError),
-        ((actions, None, table, running, [(1, np.zeros(2), np.ones(2))], hooks), IndexError),
-        ((actions, None, table, running, [(0, np.zeros(3), np.ones(3))], hooks), ValueError),
-        ((actions, None, table, running, [(0, np.zeros(2, np.float32), np.ones(2))], hooks), ValueError),
-    ):
-        with pytest.raises(error):
-            core.RowStepper(stepper, *arguments)
+ROW_STEPPER_PARTS_THAT_DISAGREE = {
+    # name: (what to change, the error), over actions [2, 2], running seeds [2], a seed table of 2 envs
+    "hooks-without-methods": ({"hooks": object(), "checked_leaves": "bounds"}, TypeError),
+    "too-few-action-rows": ({"action_leaves": [np.zeros((1, 2), np.int64)]}, ValueError),
+    "wrong-env-count": ({"action_leaves": [np.zeros((2, 3), np.int64)]}, ValueError),
+    "two-leaves-no-split": ({"action_leaves": [np.zeros((2, 2), np.int64)] * 2}, ValueError),
+    "action-leaves-a-tuple": ({"action_leaves": (np.zeros((2, 2), np.int64),)}, TypeError),
+    "seed-table-of-three-envs": ({"seed_table": EpisodeSeedTable(0, 0, [0, 0, 0])}, ValueError),
+    "running-seeds-of-three-envs": ({"running_seeds": np.zeros(3, np.int64)}, ValueError),
+    "checked-leaf-outside": ({"checked_leaves": [(1, np.zeros(2), np.ones(2))]}, IndexError),
+    "bounds-too-long": ({"checked_leaves": [(0, np.zeros(3), np.ones(3))]}, ValueError),
+    "float32-bounds": ({"checked_leaves": [(0, np.zeros(2, np.float32), np.ones(2))]}, ValueError),
+    "checked-leaves-a-tuple": ({"checked_leaves": ((0, np.zeros(2), np.ones(2)),)}, TypeError),
+    "split-not-callable": ({"split_nested": 3}, TypeError),
+    "stepper-not-a-stepper": ({"stepper": "a stepper"}, TypeError),
+}
 
 
-def test_the_compiled_core_imports_no_module_of_the_package():
-    # Its slow paths are handed in by parallel_rollouts.core.selector (use_slow_paths), never imported.
+@pytest.mark.parametrize("case", sorted(ROW_STEPPER_PARTS_THAT_DISAGREE))
+def test_both_cores_refuse_a_row_stepper_whose_parts_disagree(case):
+    changes, error = ROW_STEPPER_PARTS_THAT_DISAGREE[case]
+
+    def build(core):
+        good = (np.zeros(2, np.float32), 1.0, False, False, {})
+        _, envs, observations, finals, _, table, hooks = _row_setup(core, [[good], [good]], [[], []], horizon=2)
+        recorder = core.StepRecorder(*_recorder_state(core, 2, 2, 0)[1].values(), 0)
+        arguments = {
+            "stepper": core.EnvStepper(envs, [core.ObservationWriter(observations[0], finals[0])], recorder, None, (), []),
+            "action_leaves": [np.zeros((2, 2), np.int64)],
+            "split_nested": None,
+            "seed_table": table,
+            "running_seeds": np.zeros(2, np.int64),
+            "checked_leaves": [],
+            "hooks": hooks,
+        }
+        arguments.update(changes)
+        if arguments["checked_leaves"] == "bounds":
+            arguments["checked_leaves"] = [(0, np.zeros(2), np.ones(2))]
+        return core.RowStepper(*arguments.values())
+
+    assert_both_refuse(build, error)
+
+
+def test_the_compiled_core_imports_its_slow_paths_from_its_own_floor_and_below_and_takes_none_injected():
+    # Its argument checks are the twin's (core.arguments); its general rules come from checks/.
     source = (Path(__file__).resolve().parents[1] / "src" / "parallel_rollouts" / "core" / "_core.pyx").read_text(encoding="utf-8")
-    assert not re.search(r"^\s*(from|import|cimport)\s+parallel_rollouts", source, re.MULTILINE)
-    assert "use_slow_paths" in dir(compiled)
+    imported = re.findall(r"^\s*(?:from|import|cimport)\s+(parallel_rollouts[\w.]*)", source, re.MULTILINE)
+    assert imported and all(
+        name == "parallel_rollouts.core" or name.startswith("parallel_rollouts.checks.") for name in imported
+    ), imported
+    assert "use_slow_paths" not in dir(compiled) and not hasattr(compiled, "_slow")
 
 
 @pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
@@ -1029,8 +1090,8 @@ def test_row_stepper_adds_each_reset_s_seconds_and_refuses_a_wrong_timing_array(
     assert row_stepper.step(0) == 1
     # Only the env whose episode ended was reset, and its reset's time was added.
     assert seconds[0] == 10.0 and seconds[1] >= 10.0 + 0.05
-    for bad in (np.zeros(3), np.zeros(2, np.float32), np.zeros(4)[::2]):
-        with pytest.raises((TypeError, ValueError)):
+    for bad in (np.zeros(3), np.zeros(2, np.float32), np.zeros(4)[::2], [0.0, 0.0]):
+        with pytest.raises((TypeError, ValueError), match="`reset_seconds`"):
             core.RowStepper(stepper, actions, None, table, state["running_seeds"], [], _HookLog(), bad)
 
 
@@ -1272,44 +1333,67 @@ def test_vector_row_recorder_declines_what_needs_the_general_rules_and_writes_no
     assert rows.record(0, *good) == 0
 
 
-@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
-def test_vector_row_recorder_refuses_parts_that_disagree(core):
-    horizon, num_envs = 2, 2
+def _vector_rows_with(core, horizon=2, num_envs=2, **changes):
+    recorder, state = _recorder_state(core, horizon, num_envs, 0)
+    arguments = {
+        "recorder": recorder,
+        "writers": [core.ObservationWriter(np.zeros((3, 2, 2), np.float32), np.zeros((2, 2, 2), np.float32))],
+        "checked_leaves": [],
+        "reset_steps": np.zeros((horizon, num_envs), bool),
+        "counted": np.ones(num_envs, bool),
+        "step_seconds": None,
+        "autoreset_mode": "NextStep",
+    }
+    for name, change in changes.items():
+        arguments[name] = change(core) if callable(change) else change
+    return core.VectorRowRecorder(*arguments.values())
 
-    def build(**changes):
-        recorder, state = _recorder_state(core, horizon, num_envs, 0)
-        arguments = {
-            "writers": [core.ObservationWriter(np.zeros((3, 2, 2), np.float32), np.zeros((2, 2, 2), np.float32))],
-            "checked_leaves": [],
-            "reset_steps": np.zeros((horizon, num_envs), bool),
-            "counted": np.ones(num_envs, bool),
-            "step_seconds": None,
-            "autoreset_mode": "NextStep",
-        }
-        arguments.update(changes)
-        return core.VectorRowRecorder(recorder, *arguments.values())
 
-    rows = build()
-    with pytest.raises(IndexError):
-        rows.record(horizon, np.ones(2), np.zeros(2, bool), np.zeros(2, bool), [np.zeros((2, 2), np.float32)], 0.0)
-    with pytest.raises(ValueError):
-        rows.record(0, np.ones(2), np.zeros(2, bool), np.zeros(2, bool), [], 0.0)
-    for changes in (
-        {"writers": []},
-        {"writers": [core.ObservationWriter(np.zeros((2, 2, 2), np.float32), np.zeros((1, 2, 2), np.float32))]},
-        {"writers": [core.ObservationWriter(np.zeros((3, 3, 2), np.float32), np.zeros((2, 3, 2), np.float32))]},
-        {"writers": ["not a writer"]},
-        {"checked_leaves": [(1, np.zeros(2), np.ones(2))]},
-        {"checked_leaves": [(0, np.zeros(3), np.ones(3))]},
-        {"reset_steps": np.zeros((horizon, num_envs), np.int64)},
-        {"reset_steps": np.zeros((horizon - 1, num_envs), bool)},
-        {"counted": np.ones(num_envs + 1, bool)},
-        {"counted": np.ones(2 * num_envs, bool)[::2]},
-        {"step_seconds": np.zeros(num_envs, np.float32)},
-        {"autoreset_mode": "NEXT_STEP"},
-    ):
-        with pytest.raises((TypeError, ValueError, IndexError)):
-            build(**changes)
+VECTOR_ROW_PARTS_THAT_DISAGREE = {
+    "no-writers": {"writers": []},
+    "writer-too-short": {"writers": lambda core: [core.ObservationWriter(np.zeros((2, 2, 2), np.float32), np.zeros((1, 2, 2), np.float32))]},
+    "writer-too-wide": {"writers": lambda core: [core.ObservationWriter(np.zeros((3, 3, 2), np.float32), np.zeros((2, 3, 2), np.float32))]},
+    "writer-not-a-writer": {"writers": ["not a writer"]},
+    "writers-a-tuple": {"writers": lambda core: (core.ObservationWriter(np.zeros((3, 2, 2), np.float32), np.zeros((2, 2, 2), np.float32)),)},
+    "recorder-not-a-recorder": {"recorder": "a recorder"},
+    "checked-leaf-outside": {"checked_leaves": [(1, np.zeros(2), np.ones(2))]},
+    "bounds-too-long": {"checked_leaves": [(0, np.zeros(3), np.ones(3))]},
+    "checked-leaves-a-tuple": {"checked_leaves": ()},
+    "int-reset-steps": {"reset_steps": np.zeros((2, 2), np.int64)},
+    "reset-steps-too-short": {"reset_steps": np.zeros((1, 2), bool)},
+    "counted-too-long": {"counted": np.ones(3, bool)},
+    "counted-strided": {"counted": np.ones(4, bool)[::2]},
+    "float32-step-seconds": {"step_seconds": np.zeros(2, np.float32)},
+    "unknown-mode": {"autoreset_mode": "NEXT_STEP"},
+}
+
+
+@pytest.mark.parametrize("case", sorted(VECTOR_ROW_PARTS_THAT_DISAGREE))
+def test_both_cores_refuse_a_vector_row_recorder_whose_parts_disagree(case):
+    assert_both_refuse(lambda core: _vector_rows_with(core, **VECTOR_ROW_PARTS_THAT_DISAGREE[case]), (TypeError, ValueError, IndexError))
+
+
+BAD_VECTOR_ROW_CALLS = {
+    # name: (t, leaves, seconds, the error)
+    "t-past-the-horizon": (2, "one", 0.0, IndexError),
+    "t-a-float": (1.5, "one", 0.0, TypeError),
+    "t-none": (None, "one", 0.0, TypeError),
+    "no-leaves": (0, [], 0.0, ValueError),
+    "leaves-a-tuple": (0, "tuple", 0.0, TypeError),
+    "seconds-text": (0, "one", "0.5", TypeError),
+    "seconds-none": (0, "one", None, TypeError),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_VECTOR_ROW_CALLS))
+def test_both_cores_refuse_the_same_vector_row_calls(case):
+    t, leaves, seconds, error = BAD_VECTOR_ROW_CALLS[case]
+    leaf = np.zeros((2, 2), np.float32)
+    leaves = {"one": [leaf], "tuple": (leaf,)}.get(leaves, leaves) if isinstance(leaves, str) else leaves
+    rows = {core: _vector_rows_with(core) for core in CORES}
+    assert_both_refuse(
+        lambda core: rows[core].record(t, np.ones(2), np.zeros(2, bool), np.zeros(2, bool), leaves, seconds), error
+    )
 
 
 @pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
@@ -1340,3 +1424,152 @@ def test_both_cores_judge_a_row_s_dtype_by_equivalence_and_size_not_by_type_numb
     np.testing.assert_array_equal(outcomes[0][1], outcomes[1][1])
     if taken:
         assert outcomes[0][1].tolist() == [5, 6]
+
+
+# -- every bad argument: the same exception, with the same message, from both cores -------------
+
+#: Values a caller may pass where an index, count or offset is expected: good ones, ones past
+#: either end, ones past what a C ``Py_ssize_t`` holds, and ones that are no integer at all.
+any_integer_argument = st.one_of(
+    st.integers(-3, 6),
+    st.sampled_from([2**63 - 1, 2**63, -(2**63) - 1, 2**70, -(2**70)]),
+    st.integers(-3, 6).map(np.int64),
+    st.integers(0, 6).map(np.uint8),
+    st.booleans(),
+    st.floats(-3, 6),
+    st.just(float("nan")),
+    st.sampled_from([None, "1", b"1", 1 + 0j, [1], np.array(1), np.array([1]), np.float64(1.0)]),
+)
+#: Values where a list of one entry per env is expected.
+any_list_argument = st.one_of(
+    st.integers(0, 4).map(lambda n: [0.0] * n),
+    st.integers(0, 4).map(lambda n: (0.0,) * n),
+    st.integers(0, 4).map(np.zeros),
+    st.sampled_from([None, "ab", {0: 0.0, 1: 0.0}]),
+)
+#: Values an env may return as a reward or an end flag.
+any_step_value = st.one_of(
+    st.floats(allow_nan=True),
+    st.integers(-2, 2),
+    st.booleans(),
+    st.sampled_from([None, "1.5", "yes", b"1", [1.0], [], np.array([1.0, 2.0]), np.array([]), np.float32(2.5), np.bool_(True), 1 + 2j]),
+)
+
+
+def test_a_fractional_env_offset_is_refused_alike_by_both_cores():
+    """The issue's case: the twin recorded env 1 where the compiled core raised TypeError."""
+    kind, message = assert_both_refuse(lambda core: core.StepRecorder(*_recorder_state(core, 2, 2, 0)[1].values(), 1.5))
+    assert kind is TypeError and message == "`env_offset` must be an integer; got float 1.5."
+
+
+@settings(max_examples=150, deadline=None)
+@given(env_offset=any_integer_argument)
+def test_both_cores_take_or_refuse_every_env_offset_alike(env_offset):
+    assert_same_outcome(
+        *(lambda core=core: _built(core.StepRecorder(*_recorder_state(core, 2, 2, 0)[1].values(), env_offset)) for core in CORES)
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(t=any_integer_argument, rewards=any_list_argument, terminations=any_list_argument, truncations=any_list_argument)
+def test_both_cores_record_or_refuse_every_step_alike(t, rewards, terminations, truncations):
+    states = {core: _recorder_state(core, 2, 2, 0) for core in CORES}
+    assert_same_outcome(
+        *(lambda core=core: states[core][0].record_step(t, rewards, terminations, truncations) for core in CORES)
+    )
+    for key in states[compiled][1]:
+        assert np.array_equal(states[compiled][1][key], states[python_core][1][key], equal_nan=True), key
+
+
+@settings(max_examples=150, deadline=None)
+@given(values=st.lists(st.tuples(any_step_value, any_step_value, any_step_value), min_size=3, max_size=3))
+def test_both_cores_refuse_the_same_first_bad_reward_or_flag(values):
+    """Rewards and flags are converted env by env, reward first: the first bad one decides in both."""
+    states = {core: _recorder_state(core, 2, 3, 0) for core in CORES}
+    rewards, terminations, truncations = (list(column) for column in zip(*values))
+    assert_same_outcome(
+        *(lambda core=core: states[core][0].record_step(0, rewards, terminations, truncations) for core in CORES)
+    )
+    for key in states[compiled][1]:
+        assert np.array_equal(states[compiled][1][key], states[python_core][1][key], equal_nan=True), key
+
+
+@settings(max_examples=150, deadline=None)
+@given(t=any_integer_argument, counted=st.one_of(st.none(), any_list_argument, st.sampled_from([np.ones(2, bool), np.ones(3, bool), np.ones(2)])))
+def test_both_cores_book_or_refuse_every_stored_row_alike(t, counted):
+    states = {core: _recorder_state(core, 2, 2, 0) for core in CORES}
+    for _, state in states.values():
+        state["rewards"][:] = 1.0
+        state["terminations"][0, 1] = True
+    assert_same_outcome(*(lambda core=core: states[core][0].record_rows(t, counted) for core in CORES))
+    for key in states[compiled][1]:
+        assert np.array_equal(states[compiled][1][key], states[python_core][1][key], equal_nan=True), key
+
+
+@settings(max_examples=150, deadline=None)
+@given(row=any_integer_argument, column=any_integer_argument, count=any_integer_argument, sources=any_list_argument)
+def test_both_cores_write_or_refuse_every_row_column_and_count_alike(row, column, count, sources):
+    pairs = {core: _observation_pair(leaf=()) for core in CORES}
+    writers = {core: core.ObservationWriter(*pairs[core]) for core in CORES}
+    assert_same_outcome(*(lambda core=core: writers[core].write_rows(row, sources) for core in CORES))
+    assert_same_outcome(*(lambda core=core: writers[core].write_row(row, column, 1.0) for core in CORES))
+    done = np.array([1, 0], np.int64)
+    assert_same_outcome(*(lambda core=core: writers[core].scatter_final(row, done, count) for core in CORES))
+    assert_same_outcome(*(lambda core=core: writers[core].scatter_final(0, np.array([column if isinstance(column, int) and abs(column) < 2**62 else 5], np.int64), 1) for core in CORES))
+    for index in range(2):
+        np.testing.assert_array_equal(pairs[compiled][index], pairs[python_core][index])
+
+
+@settings(max_examples=100, deadline=None)
+@given(t=any_integer_argument, actions=any_list_argument)
+def test_both_cores_step_or_refuse_every_time_step_and_action_list_alike(t, actions):
+    good = (_obs(0.5), 1.0, False, False, {"x": 1.0})
+    steppers = {core: _stepper_setup(core, [[good] * 3, [good] * 3], horizon=3) for core in CORES}
+    assert_same_outcome(*(lambda core=core: steppers[core][0].step(t, actions) for core in CORES))
+    rows = {core: _row_setup(core, [[good] * 2, [good] * 2], [[], []], horizon=2)[0] for core in CORES}
+    assert_same_outcome(*(lambda core=core: rows[core].step(t) for core in CORES))
+
+
+@settings(max_examples=100, deadline=None)
+@given(t=any_integer_argument, seconds=st.one_of(st.floats(allow_nan=True), st.integers(-2, 2), any_integer_argument))
+def test_both_cores_record_or_refuse_every_vector_row_alike(t, seconds):
+    rows = {core: _vector_rows_with(core) for core in CORES}
+    leaf = np.zeros((2, 2), np.float32)
+    assert_same_outcome(
+        *(lambda core=core: rows[core].record(t, np.ones(2), np.zeros(2, bool), np.zeros(2, bool), [leaf], seconds) for core in CORES)
+    )
+
+
+def test_both_cores_refuse_a_split_of_the_wrong_length_alike():
+    good = (_obs(0.5), 1.0, False, False, {})
+
+    def step(core, split):
+        row_stepper, *_ = _row_setup(core, [[good], [good]], [[], []], horizon=1)
+        row_stepper._split_nested = split  # the twin's; the compiled one is given it below
+        return row_stepper
+
+    for split in (lambda t: [0], lambda t: (0, 0), lambda t: None):
+        steppers = {}
+        for core in CORES:
+            recorder, state = _recorder_state(core, 1, 2, 0)
+            writer = core.ObservationWriter(np.zeros((2, 2, 2), np.float32), np.zeros((1, 2, 2), np.float32))
+            stepper = core.EnvStepper([_EpisodeEnv([good], []), _EpisodeEnv([good], [])], [writer], recorder, None, (), [])
+            steppers[core] = core.RowStepper(
+                stepper, [np.zeros((1, 2), np.int64)], split, None, state["running_seeds"], [], _HookLog()
+            )
+        kind, message = assert_same_outcome(*(lambda core=core: steppers[core].step(0) for core in CORES))
+        assert kind in (TypeError, ValueError) and "`actions`" in message
+
+
+bad_bound_values = st.one_of(
+    st.sampled_from([np.float64(1.0), np.zeros((0,)), np.zeros((2, 0)), np.zeros((0, 3)), [[0.5]], [["a"]], [[1 + 1j]]]),
+    st.sampled_from(["U1", "S1", "c16", "O", "M8[s]", "m8[s]", "f2", ">f8", ">i4", "?", "u8", "V8"]).map(
+        lambda dtype: np.zeros((2, 1), dtype)
+    ),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(values=bad_bound_values, low=st.sampled_from([[0.0], [0.0, 0.0], [], "a", np.zeros(1, np.float32), [[0.0]]]))
+def test_both_cores_check_or_refuse_every_odd_bounds_check_alike(values, low):
+    assert_same_outcome(*(lambda core=core: core.find_out_of_bounds(values, low, [1.0]) for core in CORES))

@@ -18,31 +18,23 @@ from libc.limits cimport LLONG_MAX, LLONG_MIN
 from libc.math cimport INFINITY, ceil, floor, nextafterf
 from libc.stdint cimport uint64_t
 from libc.string cimport memcpy, memset
+from cpython.long cimport PyLong_AsLongLongAndOverflow
 
 import numpy as np
 
-# The slow paths live in the package's Python modules: the argument checks each
-# constructor runs once, and the general rules for values the typed fast paths do
-# not take (the conversion rule, the checks of what `step`/`reset` returned). The
-# package hands them in with `use_slow_paths` when it loads this extension, so that
-# the extension imports none of its modules.
-cdef object _slow = None
-
-
-def use_slow_paths(slow_paths):
-    """Hand in the Python slow paths (``parallel_rollouts.core.selector`` does, on loading this module)."""
-    global _slow
-    _slow = slow_paths
-
-
-cdef object _paths():
-    if _slow is None:
-        raise RuntimeError(
-            "parallel_rollouts.core._core has no slow paths: import it through the package "
-            "(`import parallel_rollouts`), which hands them in."
-        )
-    return _slow
-
+# The slow paths are the package's Python modules on this floor and the one below: every
+# argument check and refusal (`arguments`, shared with the twin, so that both cores raise
+# the same exception with the same message), and the general rules for values the typed
+# fast paths do not take (the conversion rule, the checks of what `step`/`reset` returned).
+from parallel_rollouts.checks.conversion import convert_row
+from parallel_rollouts.checks.env_returns import (
+    check_reset_result,
+    check_step_result,
+    end_flag,
+    info_number,
+    reward_value,
+)
+from parallel_rollouts.core import arguments
 
 cimport numpy as cnp
 
@@ -76,6 +68,29 @@ cdef extern from *:
     double parallel_rollouts_clock() nogil
 
 
+cdef inline Py_ssize_t _index_in(object value, Py_ssize_t stop, str field) except? -1:
+    """``value`` as an index in ``[0, stop)``: an ``int`` in range here, anything else decided
+    (taken or refused) by ``arguments.index_argument``, as the twin does."""
+    cdef int overflow = 0
+    cdef long long index
+    if type(value) is int:
+        index = PyLong_AsLongLongAndOverflow(value, &overflow)
+        if not overflow and 0 <= index < stop:
+            return <Py_ssize_t>index
+    return arguments.index_argument(value, stop, field)
+
+
+cdef inline Py_ssize_t _count_in(object value, Py_ssize_t stop) except? -1:
+    """``value`` as a count in ``[0, stop]`` (see ``_index_in``)."""
+    cdef int overflow = 0
+    cdef long long count
+    if type(value) is int:
+        count = PyLong_AsLongLongAndOverflow(value, &overflow)
+        if not overflow and 0 <= count <= stop:
+            return <Py_ssize_t>count
+    return arguments.count_argument(value, stop)
+
+
 cdef inline object _row_bytes_view(object array):
     """View ``array`` of shape ``[rows, envs, *leaf]`` as ``[rows, envs, nbytes]`` uint8.
 
@@ -106,7 +121,7 @@ cdef class ObservationWriter:
     cdef Py_ssize_t num_final_rows
 
     def __init__(self, observations, final_observations):
-        _paths().check_observation_storage(observations, final_observations)
+        arguments.check_observation_storage(observations, final_observations)
         self.observations = observations
         self.row_shape = tuple(observations.shape[2:])
         self.row_dims = np.asarray(self.row_shape, dtype=np.int64).reshape(-1)
@@ -130,7 +145,7 @@ cdef class ObservationWriter:
             return True
         # Slow path: Python scalars, other dtypes, non-contiguous arrays, under the
         # one conversion rule (no value may change but by float rounding).
-        converted = _slow.convert_row(source, self.row_shape, self.dtype)
+        converted = convert_row(source, self.row_shape, self.dtype)
         if converted is None:
             return False
         self.observations[row, column] = converted
@@ -192,45 +207,37 @@ cdef class ObservationWriter:
             self.observations[row] = block
         return 0
 
-    def write_rows(self, Py_ssize_t row, list sources not None):
-        cdef Py_ssize_t column
-        if row < 0 or row >= self.observation_bytes.shape[0]:
-            raise IndexError(f"row {row} is outside [0, {self.observation_bytes.shape[0]}).")
-        if len(sources) != self.num_envs:
-            raise ValueError(f"expected {self.num_envs} sources, got {len(sources)}.")
+    def write_rows(self, row, sources):
+        cdef Py_ssize_t column, index = _index_in(row, self.observation_bytes.shape[0], "row")
+        if type(sources) is not list or len(<list>sources) != self.num_envs:
+            arguments.check_step_lists(self.num_envs, sources=sources)
         for column in range(self.num_envs):
-            if not self._copy_into(row, column, sources[column]):
+            if not self._copy_into(index, column, sources[column]):
                 return column
         return -1
 
-    def write_row(self, Py_ssize_t row, Py_ssize_t column, source):
-        if row < 0 or row >= self.observation_bytes.shape[0]:
-            raise IndexError(f"row {row} is outside [0, {self.observation_bytes.shape[0]}).")
-        if column < 0 or column >= self.num_envs:
-            raise IndexError(f"column {column} is outside [0, {self.num_envs}).")
-        return self._copy_into(row, column, source)
+    def write_row(self, row, column, source):
+        cdef Py_ssize_t index = _index_in(row, self.observation_bytes.shape[0], "row")
+        return self._copy_into(index, _index_in(column, self.num_envs, "column"), source)
 
-    def scatter_final(self, Py_ssize_t t, done_columns, Py_ssize_t count):
-        cdef Py_ssize_t k, column
+    def scatter_final(self, t, done_columns, count):
+        cdef Py_ssize_t k, column, step = _index_in(t, self.num_final_rows, "time step"), n
         cdef const int64[:] columns
-        if t < 0 or t >= self.num_final_rows:
-            raise IndexError(f"time step {t} is outside [0, {self.num_final_rows}).")
-        _slow.check_done_columns(done_columns, 0)
+        arguments.check_done_columns(done_columns, 0)
         columns = done_columns
-        if count < 0 or count > columns.shape[0]:
-            raise ValueError(f"count {count} is outside [0, {columns.shape[0]}].")
-        for k in range(count):
+        n = _count_in(count, columns.shape[0])
+        for k in range(n):
             column = columns[k]
             if column < 0 or column >= self.num_envs:
-                raise IndexError(f"done column {column} is outside [0, {self.num_envs}).")
+                arguments.index_argument(column, self.num_envs, "done column")
         if self.row_nbytes == 0:
             return
         with nogil:
-            for k in range(count):
+            for k in range(n):
                 column = columns[k]
                 memcpy(
-                    &self.final_bytes[t, column, 0],
-                    &self.observation_bytes[t + 1, column, 0],
+                    &self.final_bytes[step, column, 0],
+                    &self.observation_bytes[step + 1, column, 0],
                     self.row_nbytes,
                 )
 
@@ -273,13 +280,14 @@ cdef class StepRecorder:
         completed_end_steps,
         completed_seeds,
         done_columns,
-        Py_ssize_t env_offset,
+        env_offset,
     ):
-        _paths().check_step_storage(
+        arguments.check_step_storage(
             rewards, terminations, truncations, step_episode_seeds, running_returns, running_lengths,
             running_seeds, completed_returns, completed_lengths, completed_env_indices,
             completed_end_steps, completed_seeds, done_columns,
         )
+        self.env_offset = arguments.env_offset_argument(env_offset)
         self.rewards = rewards
         self.terminations = terminations.view(np.uint8)
         self.truncations = truncations.view(np.uint8)
@@ -293,7 +301,6 @@ cdef class StepRecorder:
         self.completed_end_steps = completed_end_steps
         self.completed_seeds = completed_seeds
         self.done_columns = done_columns
-        self.env_offset = env_offset
         self.num_envs = self.rewards.shape[1]
         self._completed_count = 0
         self.rewards_now = np.empty(self.num_envs, dtype=np.float64)
@@ -303,22 +310,14 @@ cdef class StepRecorder:
     def completed_count(self):
         return self._completed_count
 
-    def record_step(
-        self,
-        Py_ssize_t t,
-        list step_rewards not None,
-        list step_terminations not None,
-        list step_truncations not None,
-    ):
-        cdef Py_ssize_t column
-        if t < 0 or t >= self.rewards.shape[0]:
-            raise IndexError(f"time step {t} is outside [0, {self.rewards.shape[0]}).")
-        if (
-            len(step_rewards) != self.num_envs
-            or len(step_terminations) != self.num_envs
-            or len(step_truncations) != self.num_envs
+    def record_step(self, t, step_rewards, step_terminations, step_truncations):
+        cdef Py_ssize_t column, step = _index_in(t, self.rewards.shape[0], "time step")
+        if not (
+            type(step_rewards) is list and len(<list>step_rewards) == self.num_envs
+            and type(step_terminations) is list and len(<list>step_terminations) == self.num_envs
+            and type(step_truncations) is list and len(<list>step_truncations) == self.num_envs
         ):
-            _slow.check_step_lists(
+            arguments.check_step_lists(
                 self.num_envs,
                 step_rewards=step_rewards,
                 step_terminations=step_terminations,
@@ -333,9 +332,9 @@ cdef class StepRecorder:
             flags_now[column] = (
                 (1 if step_terminations[column] else 0) | (2 if step_truncations[column] else 0)
             )
-        return self._record_scratch(t)
+        return self._record_scratch(step)
 
-    def record_rows(self, Py_ssize_t t, counted=None):
+    def record_rows(self, t, counted=None):
         """Record step ``t`` from the rewards and flags already stored in row ``t``.
 
         For sources that write whole rows themselves (a vector env). ``counted``
@@ -344,37 +343,33 @@ cdef class StepRecorder:
         its reward and length are not added. Returns how many episodes ended;
         their columns go to the front of ``done_columns``.
         """
-        cdef Py_ssize_t column, n_done = 0
+        cdef Py_ssize_t column, n_done = 0, step = _index_in(t, self.rewards.shape[0], "time step")
         cdef const unsigned char[:] counted_view
         cdef bint all_counted = counted is None
-        if t < 0 or t >= self.rewards.shape[0]:
-            raise IndexError(f"time step {t} is outside [0, {self.rewards.shape[0]}).")
         if not all_counted:
-            _slow.check_counted(counted, self.num_envs)
+            arguments.check_counted(counted, self.num_envs)
             counted_view = counted.view(np.uint8)
         if self._completed_count + self.num_envs > self.completed_returns.shape[0]:
             # Only near the end of the buffers can this step's episodes overflow them.
             for column in range(self.num_envs):
-                if self.terminations[t, column] or self.truncations[t, column]:
+                if self.terminations[step, column] or self.truncations[step, column]:
                     n_done += 1
             self._require_room(n_done)
             n_done = 0
         with nogil:
             for column in range(self.num_envs):
-                self.step_episode_seeds[t, column] = self.running_seeds[column]
+                self.step_episode_seeds[step, column] = self.running_seeds[column]
                 if all_counted or counted_view[column]:
-                    self.running_returns[column] += self.rewards[t, column]
+                    self.running_returns[column] += self.rewards[step, column]
                     self.running_lengths[column] += 1
-                if self.terminations[t, column] or self.truncations[t, column]:
-                    self._end_episode(t, column, n_done)
+                if self.terminations[step, column] or self.truncations[step, column]:
+                    self._end_episode(step, column, n_done)
                     n_done += 1
         return n_done
 
     cdef int _require_room(self, Py_ssize_t n_done) except -1:
         if self._completed_count + n_done > self.completed_returns.shape[0]:
-            raise ValueError(
-                f"completed-episode buffers are full ({self.completed_returns.shape[0]} slots)."
-            )
+            arguments.refuse_full_buffers(self.completed_returns.shape[0])
         return 0
 
     cdef inline void _end_episode(self, Py_ssize_t t, Py_ssize_t column, Py_ssize_t n_done) noexcept nogil:
@@ -397,8 +392,6 @@ cdef class StepRecorder:
         cdef bint terminated, truncated
         cdef double[::1] rewards_now = self.rewards_now
         cdef unsigned char[::1] flags_now = self.flags_now
-        if t < 0 or t >= self.rewards.shape[0]:
-            raise IndexError(f"time step {t} is outside [0, {self.rewards.shape[0]}).")
         if self._completed_count + self.num_envs > self.completed_returns.shape[0]:
             for column in range(self.num_envs):
                 if flags_now[column]:
@@ -437,14 +430,16 @@ cdef class EnvStepper:
     cdef double[::1] step_seconds
     cdef bint timed
 
-    def __init__(self, list envs not None, list writers not None, StepRecorder recorder not None, flatten, tuple info_keys not None, list info_storage not None, step_seconds=None):
-        for writer in writers:
-            if not isinstance(writer, ObservationWriter):
-                raise TypeError(f"`writers` must hold ObservationWriter objects; got {type(writer).__name__}.")
-        _paths().check_stepper_arguments(
+    def __init__(self, envs, writers, recorder, flatten, info_keys, info_storage, step_seconds=None):
+        arguments.require_list(envs, "envs")
+        arguments.require_instances(writers, ObservationWriter, "writers")
+        arguments.require_instance(recorder, StepRecorder, "recorder")
+        arguments.require_tuple(info_keys, "info_keys")
+        arguments.require_list(info_storage, "info_storage")
+        arguments.check_stepper_arguments(
             envs,
             [((<ObservationWriter>w).observation_bytes.shape[0], (<ObservationWriter>w).num_envs) for w in writers],
-            (recorder.rewards.shape[0], recorder.num_envs),
+            ((<StepRecorder>recorder).rewards.shape[0], (<StepRecorder>recorder).num_envs),
             flatten,
             info_keys,
             info_storage,
@@ -463,10 +458,14 @@ cdef class EnvStepper:
         self.failures = []
         self.bad_observation = None
 
-    def step(self, Py_ssize_t t, list actions not None):
-        return self._step(t, actions)
+    def step(self, t, actions):
+        cdef Py_ssize_t step = _index_in(t, self.recorder.rewards.shape[0], "time step")
+        if type(actions) is not list or len(<list>actions) != self.num_envs:
+            arguments.check_step_lists(self.num_envs, actions=actions)
+        return self._step(step, actions)
 
     cdef Py_ssize_t _step(self, Py_ssize_t t, list actions) except -2:
+        """Step row ``t`` (in range) with ``actions`` (one per env, checked by the caller)."""
         cdef Py_ssize_t column, leaf_index, n_keys = len(self.info_keys)
         cdef double reward_number, started
         cdef unsigned char flags
@@ -474,10 +473,6 @@ cdef class EnvStepper:
         cdef unsigned char[::1] flags_now = self.recorder.flags_now
         cdef ObservationWriter writer
         cdef object result, observation, reward, terminated, truncated, info, info_value
-        if t < 0 or t >= self.recorder.rewards.shape[0]:
-            raise IndexError(f"time step {t} is outside [0, {self.recorder.rewards.shape[0]}).")
-        if len(actions) != self.num_envs:
-            raise ValueError(f"`actions` has {len(actions)} entries; expected {self.num_envs}.")
         if self.failures:
             self.failures = []
         self.bad_observation = None
@@ -490,21 +485,21 @@ cdef class EnvStepper:
                 else:
                     result = self.envs[column].step(actions[column])
                 if type(result) is not tuple or len(<tuple>result) != 5:
-                    result = _slow.check_step_result(result)
+                    result = check_step_result(result)
                 observation, reward, terminated, truncated, info = <tuple>result
                 if type(reward) is float:
                     reward_number = <double>reward
                 else:
-                    reward_number = _slow.reward_value(reward)
+                    reward_number = reward_value(reward)
                 if terminated is True:
                     flags = 1
                 elif terminated is False:
                     flags = 0
                 else:
-                    flags = 1 if _slow.end_flag(terminated, "terminated") else 0
+                    flags = 1 if end_flag(terminated, "terminated") else 0
                 if truncated is True:
                     flags |= 2
-                elif truncated is not False and _slow.end_flag(truncated, "truncated"):
+                elif truncated is not False and end_flag(truncated, "truncated"):
                     flags |= 2
             except Exception as error:
                 self.failures.append((column, "step", error, None, None))
@@ -516,7 +511,7 @@ cdef class EnvStepper:
                 try:
                     info_value = info[key]
                     if type(info_value) is not float:
-                        info_value = _slow.info_number(info_value, key)
+                        info_value = info_number(info_value, key)
                     (<cnp.ndarray>self.info_storage[leaf_index])[t, column] = info_value
                 except (KeyError, TypeError, ValueError) as error:
                     self.failures.append((column, "info", error, key, info))
@@ -693,9 +688,11 @@ def find_out_of_bounds(values, low, high):
             and _has_kernel(cnp.PyArray_TYPE(fast))
         ):
             return _dispatch_out_of_bounds(fast, rows, row_elements, low, high)
-    array = np.asarray(values)
-    if array.ndim == 0:
-        raise ValueError("`values` must have a leading row axis.")
+    # Everything else: checked by the rule both cores share, then made a kernel's operand.
+    array, low_flat, high_flat = arguments.bounds_operands(values, low, high)
+    rows, row_elements = array.shape
+    if row_elements == 0 or rows == 0:
+        return -1
     if array.dtype == np.bool_:
         array = array.view(np.uint8)
     elif array.dtype.kind == "f" and array.dtype.itemsize not in (4, 8):
@@ -704,21 +701,7 @@ def find_out_of_bounds(values, low, high):
         array = array.astype(np.float64)
     elif not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))
-    array = np.ascontiguousarray(array)
-    rows = array.shape[0]
-    row_elements = 1
-    for axis in range(1, array.ndim):
-        row_elements *= array.shape[axis]
-    flat = array.reshape(rows, row_elements)
-    low_flat = np.ascontiguousarray(low, dtype=np.float64).reshape(-1)
-    high_flat = np.ascontiguousarray(high, dtype=np.float64).reshape(-1)
-    if low_flat.shape[0] != flat.shape[1] or high_flat.shape[0] != flat.shape[1]:
-        raise ValueError(
-            f"bounds cover {low_flat.shape[0]}/{high_flat.shape[0]} elements; each row has {flat.shape[1]}."
-        )
-    if flat.shape[1] == 0 or rows == 0:
-        return -1
-    return _dispatch_out_of_bounds(flat, rows, row_elements, low_flat, high_flat)
+    return _dispatch_out_of_bounds(np.ascontiguousarray(array), rows, row_elements, low_flat, high_flat)
 
 
 cdef Py_ssize_t _dispatch_out_of_bounds(
@@ -784,18 +767,19 @@ cdef class RowStepper:
     cdef double[::1] reset_seconds
     cdef bint timed
 
-    def __init__(self, EnvStepper stepper not None, list action_leaves not None, split_nested, seed_table, running_seeds, list checked_leaves not None, hooks, reset_seconds=None):
+    def __init__(self, stepper, action_leaves, split_nested, seed_table, running_seeds, checked_leaves, hooks, reset_seconds=None):
         cdef ObservationWriter writer
-        _paths().check_row_stepper_arguments(
-            (stepper.recorder.rewards.shape[0], stepper.recorder.num_envs), action_leaves, split_nested,
+        cdef EnvStepper env_stepper = arguments.require_instance(stepper, EnvStepper, "stepper")
+        arguments.check_row_stepper_arguments(
+            (env_stepper.recorder.rewards.shape[0], env_stepper.recorder.num_envs), action_leaves, split_nested,
             seed_table, running_seeds, checked_leaves,
-            [(<ObservationWriter>w).observations for w in stepper.writers], hooks, reset_seconds,
+            [(<ObservationWriter>w).observations for w in env_stepper.writers], hooks, reset_seconds,
         )
         self.timed = reset_seconds is not None
         if self.timed:
             self.reset_seconds = reset_seconds
-        self.stepper = stepper
-        self.recorder = stepper.recorder
+        self.stepper = env_stepper
+        self.recorder = env_stepper.recorder
         self.action_leaf = action_leaves[0]
         self.action_rows_are_arrays = action_leaves[0].ndim > 2
         self.split_nested = split_nested
@@ -808,29 +792,34 @@ cdef class RowStepper:
         self.running_seeds = running_seeds
         self.checked = []
         for leaf_index, low, high in checked_leaves:
-            writer = <ObservationWriter>stepper.writers[leaf_index]
+            writer = <ObservationWriter>env_stepper.writers[leaf_index]
             self.checked.append(_LeafBounds(writer, low, high))
         self.hooks = hooks
-        self.num_envs = stepper.num_envs
+        self.num_envs = env_stepper.num_envs
 
     cdef list _split(self, Py_ssize_t t):
+        cdef object actions
         if self.split_nested is not None:
-            return self.split_nested(t)
+            actions = self.split_nested(t)
+            if type(actions) is not list or len(<list>actions) != self.num_envs:
+                arguments.check_step_lists(self.num_envs, actions=actions)
+            return actions
         row = self.action_leaf[t]
         if self.action_rows_are_arrays:
             # A copy per step: an env may keep or change its action without touching the batch.
             row = row.copy()
         return list(row)
 
-    def step(self, Py_ssize_t t):
+    def step(self, t):
+        return self._step_row(_index_in(t, self.recorder.rewards.shape[0], "time step"))
+
+    cdef Py_ssize_t _step_row(self, Py_ssize_t t) except -1:
         cdef Py_ssize_t n_done
         cdef _LeafBounds bounds
-        if t < 0 or t >= self.recorder.rewards.shape[0]:
-            raise IndexError(f"time step {t} is outside [0, {self.recorder.rewards.shape[0]}).")
         n_done = self.stepper._step(t, self._split(t))
         if n_done < 0:
             self.hooks.step_failed(t)
-            raise RuntimeError("`hooks.step_failed` returned; it must raise.")
+            arguments.refuse_returning_hook("step_failed")
         if n_done:
             self._end_episodes(t, n_done)
         for bounds in self.checked:
@@ -870,7 +859,7 @@ cdef class RowStepper:
             try:
                 result = self._reset(column, seed)
                 if type(result) is not tuple or len(<tuple>result) != 2:
-                    result = _slow.check_reset_result(result)
+                    result = check_reset_result(result)
                 observation = (<tuple>result)[0]
             except Exception as error:
                 if failures is None:
@@ -884,7 +873,7 @@ cdef class RowStepper:
                 self.hooks.reset_unwritable(t, column, observation)
         if failures:
             self.hooks.reset_failed(t, failures)
-            raise RuntimeError("`hooks.reset_failed` returned; it must raise.")
+            arguments.refuse_returning_hook("reset_failed")
         return 0
 
     cdef object _reset(self, Py_ssize_t column, int64 seed):
@@ -1120,17 +1109,16 @@ cdef class VectorRowRecorder:
     # Whether every row and book the books pass writes is contiguous (see _book_contiguous).
     cdef bint unit_strides
 
-    def __init__(self, StepRecorder recorder not None, list writers not None, list checked_leaves not None, reset_steps, counted, step_seconds, autoreset_mode):
-        for writer in writers:
-            if not isinstance(writer, ObservationWriter):
-                raise TypeError(f"`writers` must hold ObservationWriter objects; got {type(writer).__name__}.")
-        _paths().check_vector_row_arguments(
-            (recorder.rewards.shape[0], recorder.num_envs),
+    def __init__(self, recorder, writers, checked_leaves, reset_steps, counted, step_seconds, autoreset_mode):
+        cdef StepRecorder step_recorder = arguments.require_instance(recorder, StepRecorder, "recorder")
+        arguments.require_instances(writers, ObservationWriter, "writers")
+        arguments.check_vector_row_arguments(
+            (step_recorder.rewards.shape[0], step_recorder.num_envs),
             [(<ObservationWriter>w).observations for w in writers],
             [(<ObservationWriter>w).num_final_rows for w in writers],
             checked_leaves, reset_steps, counted, step_seconds, autoreset_mode,
         )
-        self.recorder = recorder
+        self.recorder = step_recorder
         self.writers = writers
         self.checked = [_LeafBounds(<ObservationWriter>writers[leaf_index], low, high) for leaf_index, low, high in checked_leaves]
         self.reset_steps = reset_steps.view(np.uint8)
@@ -1140,20 +1128,28 @@ cdef class VectorRowRecorder:
             self.step_seconds = step_seconds
         self.next_step = autoreset_mode == "NextStep"
         self.scatter_finals = autoreset_mode != "SameStep"
-        self.num_envs = recorder.num_envs
+        self.num_envs = step_recorder.num_envs
         self.unit_strides = self.num_envs > 0 and (
-            recorder.rewards.strides[1] == sizeof(double)
-            and recorder.terminations.strides[1] == 1
-            and recorder.truncations.strides[1] == 1
-            and recorder.step_episode_seeds.strides[1] == sizeof(int64)
-            and recorder.running_returns.strides[0] == sizeof(double)
-            and recorder.running_lengths.strides[0] == sizeof(int64)
-            and recorder.running_seeds.strides[0] == sizeof(int64)
+            step_recorder.rewards.strides[1] == sizeof(double)
+            and step_recorder.terminations.strides[1] == 1
+            and step_recorder.truncations.strides[1] == 1
+            and step_recorder.step_episode_seeds.strides[1] == sizeof(int64)
+            and step_recorder.running_returns.strides[0] == sizeof(double)
+            and step_recorder.running_lengths.strides[0] == sizeof(int64)
+            and step_recorder.running_seeds.strides[0] == sizeof(int64)
             and self.reset_steps.strides[1] == 1
             and (not self.timed or self.step_seconds.strides[0] == sizeof(double))
         )
 
-    def record(self, Py_ssize_t t, rewards, terminations, truncations, list leaves not None, double seconds):
+    def record(self, t, rewards, terminations, truncations, leaves, seconds):
+        cdef StepRecorder rec = self.recorder
+        cdef Py_ssize_t step = _index_in(t, rec.rewards.shape[0], "time step")
+        if type(leaves) is not list or len(<list>leaves) != len(self.writers):
+            arguments.check_step_lists(len(self.writers), leaves=leaves)
+        return self._record(step, rewards, terminations, truncations, leaves,
+                            seconds if type(seconds) is float else arguments.seconds_argument(seconds))
+
+    cdef Py_ssize_t _record(self, Py_ssize_t t, rewards, terminations, truncations, list leaves, double seconds) except -2:
         cdef StepRecorder rec = self.recorder
         cdef Py_ssize_t n = self.num_envs, column, k, n_done = 0, leaf_index, n_leaves = len(self.writers)
         cdef const double* reward64 = NULL
@@ -1164,10 +1160,6 @@ cdef class VectorRowRecorder:
         cdef bint ended, counted_now
         cdef ObservationWriter writer
         cdef _LeafBounds bounds
-        if t < 0 or t >= rec.rewards.shape[0]:
-            raise IndexError(f"time step {t} is outside [0, {rec.rewards.shape[0]}).")
-        if len(leaves) != n_leaves:
-            raise ValueError(f"`leaves` has {len(leaves)} entries; expected {n_leaves}.")
         # Every condition of the fast path but the bounds is checked before anything is written.
         if not _is_vector(terminations, n, cnp.NPY_BOOL) or not _is_vector(truncations, n, cnp.NPY_BOOL):
             return -1

@@ -4,15 +4,24 @@ The compiled core runs with bounds checks compiled out: it trusts the arrays it
 was built with. These checks, run once when a writer or recorder is built, make
 that trust safe: every array has the dtype the kernels assume, and every index
 the kernels can reach lies inside every array they touch.
+
+Every refusal of either core comes from here, the type checks of the
+arguments included, so that both cores raise the same exception with the same
+message for the same bad input. The compiled core tests only the common case
+itself (an ``int`` in range, an exact ``list``) and hands anything else to the
+function here that decides it; the twin calls these functions directly.
 """
 
 from __future__ import annotations
 
+import numbers
+import operator
 from typing import Any
 
 import numpy as np
 
 __all__ = [
+    "bounds_operands",
     "check_counted",
     "check_done_columns",
     "check_observation_storage",
@@ -21,7 +30,124 @@ __all__ = [
     "check_step_storage",
     "check_stepper_arguments",
     "check_vector_row_arguments",
+    "count_argument",
+    "env_offset_argument",
+    "index_argument",
+    "refuse_full_buffers",
+    "refuse_returning_hook",
+    "require_instance",
+    "require_instances",
+    "require_list",
+    "require_tuple",
+    "seconds_argument",
 ]
+
+#: The largest index either core takes: the compiled one keeps indices as C ``Py_ssize_t``.
+MAX_INDEX = 2**63 - 1
+
+
+def _integer(value: Any, field: str) -> int:
+    """``value`` as a Python int (``operator.index``: ints, bools, NumPy integers), else TypeError."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"`{field}` must be an integer; got {type(value).__name__} {value!r}.") from None
+
+
+def index_argument(value: Any, stop: int, field: str) -> int:
+    """``value`` as an index in ``[0, stop)``: TypeError for a non-integer, IndexError outside.
+
+    ``field`` names the index in the message ("time step", "row", "column").
+    """
+    index = _integer(value, field)
+    if not 0 <= index < stop:
+        raise IndexError(f"{field} {index} is outside [0, {stop}).")
+    return index
+
+
+def count_argument(value: Any, stop: int) -> int:
+    """``count`` of ``scatter_final``: an integer in ``[0, stop]``."""
+    count = _integer(value, "count")
+    if not 0 <= count <= stop:
+        raise ValueError(f"count {count} is outside [0, {stop}].")
+    return count
+
+
+def env_offset_argument(value: Any) -> int:
+    """``env_offset`` of a ``StepRecorder``: the global index of its first env, a non-negative integer."""
+    offset = _integer(value, "env_offset")
+    if not 0 <= offset <= MAX_INDEX:
+        raise ValueError(f"`env_offset` must be in [0, {MAX_INDEX}]; got {offset!r}.")
+    return offset
+
+
+def refuse_full_buffers(capacity: int) -> None:
+    """Raise: this step's episodes do not fit in the ``capacity`` slots of the completed-episode buffers."""
+    raise ValueError(f"completed-episode buffers are full ({capacity} slots).")
+
+
+def refuse_returning_hook(name: str) -> None:
+    """Raise: ``hooks.<name>`` returned, where it must raise."""
+    raise RuntimeError(f"`hooks.{name}` returned; it must raise.")
+
+
+def seconds_argument(value: Any) -> float:
+    """``seconds`` a vector env's ``step`` took: a real number (int, float, NumPy scalar)."""
+    if not isinstance(value, numbers.Real):
+        raise TypeError(f"`seconds` must be a real number; got {type(value).__name__} {value!r}.")
+    return float(value)
+
+
+def require_list(value: Any, field: str) -> list:
+    """An exact ``list`` (not a tuple, an array or a subclass): the cores index it as one."""
+    if type(value) is not list:
+        raise TypeError(f"`{field}` must be a list; got {type(value).__name__}.")
+    return value
+
+
+def require_tuple(value: Any, field: str) -> tuple:
+    """An exact ``tuple``."""
+    if type(value) is not tuple:
+        raise TypeError(f"`{field}` must be a tuple; got {type(value).__name__}.")
+    return value
+
+
+def require_instance(value: Any, kind: type, field: str) -> Any:
+    """An instance of ``kind`` (the calling core's own class)."""
+    if not isinstance(value, kind):
+        raise TypeError(f"`{field}` must be a {kind.__name__}; got {type(value).__name__}.")
+    return value
+
+
+def require_instances(values: list, kind: type, field: str) -> None:
+    """A list of instances of ``kind``."""
+    require_list(values, field)
+    for value in values:
+        if not isinstance(value, kind):
+            raise TypeError(f"`{field}` must hold {kind.__name__} objects; got {type(value).__name__}.")
+
+
+def bounds_operands(values: Any, low: Any, high: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``find_out_of_bounds``'s operands checked: ``values`` as ``[rows, elements]``, flat float64 bounds.
+
+    Raises ValueError for values without a row axis or bounds of another length than a row,
+    TypeError for a dtype no bounds check exists for (only bool, integers and floats have one).
+    """
+    array = np.asarray(values)
+    if array.ndim == 0:
+        raise ValueError("`values` must have a leading row axis.")
+    rows = array.shape[0]
+    elements = int(np.prod(array.shape[1:], dtype=np.int64))
+    flat = array.reshape(rows, elements)
+    low_flat = np.ascontiguousarray(low, dtype=np.float64).reshape(-1)
+    high_flat = np.ascontiguousarray(high, dtype=np.float64).reshape(-1)
+    if low_flat.shape[0] != elements or high_flat.shape[0] != elements:
+        raise ValueError(
+            f"bounds cover {low_flat.shape[0]}/{high_flat.shape[0]} elements; each row has {elements}."
+        )
+    if flat.dtype.kind not in "biuf":
+        raise TypeError(f"unsupported dtype {flat.dtype} for a bounds check.")
+    return flat, low_flat, high_flat
 
 
 def _require_array(value: Any, field: str, dtype: type, ndim: int, writeable: bool = True) -> np.ndarray:

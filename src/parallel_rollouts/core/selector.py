@@ -24,11 +24,7 @@ from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 from types import ModuleType
 
-from types import SimpleNamespace
-
-from ..checks import conversion, env_returns
 from ..errors import ConfigurationError, CoreUnavailableError
-from . import arguments as _core_checks
 from . import twin as _core_python
 
 __all__ = [
@@ -121,18 +117,7 @@ def _import_compiled() -> tuple[ModuleType | None, CoreUnavailableError | None]:
         )
 
 
-def slow_paths() -> SimpleNamespace:
-    """What the compiled core calls back into: argument checks and the general rules for rare values."""
-    return SimpleNamespace(
-        **{name: getattr(_core_checks, name) for name in _core_checks.__all__},
-        convert_row=conversion.convert_row,
-        **{name: getattr(env_returns, name) for name in env_returns.__all__},
-    )
-
-
 _compiled_core, _COMPILED_IMPORT_ERROR = _import_compiled()
-if _compiled_core is not None:
-    _compiled_core.use_slow_paths(slow_paths())
 _fallback_reported = False
 
 

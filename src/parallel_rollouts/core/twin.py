@@ -37,6 +37,7 @@ from time import perf_counter
 import numpy as np
 
 from .arguments import (
+    bounds_operands,
     check_counted,
     check_done_columns,
     check_observation_storage,
@@ -45,6 +46,16 @@ from .arguments import (
     check_step_storage,
     check_stepper_arguments,
     check_vector_row_arguments,
+    count_argument,
+    env_offset_argument,
+    index_argument,
+    refuse_full_buffers,
+    refuse_returning_hook,
+    require_instance,
+    require_instances,
+    require_list,
+    require_tuple,
+    seconds_argument,
 )
 from ..checks.conversion import convert_row
 from ..checks.env_returns import check_reset_result, check_step_result, end_flag, info_number, reward_value
@@ -101,12 +112,8 @@ class ObservationWriter:
         the conversion rule of :mod:`parallel_rollouts.checks.conversion` refuses);
         sources before it have been written, it and those after it have not.
         """
-        if type(sources) is not list:
-            raise TypeError(f"`sources` must be a list; got {type(sources).__name__}.")
-        if row < 0 or row >= self._observations.shape[0]:
-            raise IndexError(f"row {row} is outside [0, {self._observations.shape[0]}).")
-        if len(sources) != self._num_envs:
-            raise ValueError(f"expected {self._num_envs} sources, got {len(sources)}.")
+        row = index_argument(row, self._observations.shape[0], "row")
+        check_step_lists(self._num_envs, sources=sources)
         for column, source in enumerate(sources):
             if not self._copy_into(row, column, source):
                 return column
@@ -117,11 +124,8 @@ class ObservationWriter:
 
         Returns ``False``, writing nothing, when ``source`` cannot be stored.
         """
-        if row < 0 or row >= self._observations.shape[0]:
-            raise IndexError(f"row {row} is outside [0, {self._observations.shape[0]}).")
-        if column < 0 or column >= self._num_envs:
-            raise IndexError(f"column {column} is outside [0, {self._num_envs}).")
-        return self._copy_into(row, column, source)
+        row = index_argument(row, self._observations.shape[0], "row")
+        return self._copy_into(row, index_argument(column, self._num_envs, "column"), source)
 
     def scatter_final(self, t: int, done_columns: np.ndarray, count: int) -> None:
         """Copy ``observations[t + 1, c]`` into ``final_observations[t, c]``.
@@ -129,15 +133,12 @@ class ObservationWriter:
         ``c`` runs over ``done_columns[:count]``, the envs whose episode ended at
         step ``t``. Call it before the reset observations overwrite row ``t + 1``.
         """
-        if t < 0 or t >= self._final_observations.shape[0]:
-            raise IndexError(f"time step {t} is outside [0, {self._final_observations.shape[0]}).")
+        t = index_argument(t, self._final_observations.shape[0], "time step")
         check_done_columns(done_columns, 0)
-        if count < 0 or count > done_columns.shape[0]:
-            raise ValueError(f"count {count} is outside [0, {done_columns.shape[0]}].")
-        columns = done_columns[:count]
-        if count and (columns.min() < 0 or columns.max() >= self._num_envs):
-            bad = columns[(columns < 0) | (columns >= self._num_envs)][0]
-            raise IndexError(f"done column {bad} is outside [0, {self._num_envs}).")
+        columns = done_columns[: count_argument(count, done_columns.shape[0])]
+        outside = columns[(columns < 0) | (columns >= self._num_envs)]
+        if outside.size:
+            index_argument(int(outside[0]), self._num_envs, "done column")
         self._final_observations[t, columns] = self._observations[t + 1, columns]
 
 
@@ -190,6 +191,7 @@ class StepRecorder:
             running_seeds, completed_returns, completed_lengths, completed_env_indices,
             completed_end_steps, completed_seeds, done_columns,
         )
+        self._env_offset = env_offset_argument(env_offset)
         self._rewards = rewards
         self._terminations = terminations
         self._truncations = truncations
@@ -203,7 +205,6 @@ class StepRecorder:
         self._completed_end_steps = completed_end_steps
         self._completed_seeds = completed_seeds
         self._done_columns = done_columns
-        self._env_offset = env_offset
         self._num_envs = rewards.shape[1]
         self._completed_count = 0
 
@@ -221,32 +222,24 @@ class StepRecorder:
         how many. Their running return and length restart at zero. Every input is
         converted before anything is written, so a bad reward records nothing.
         """
-        for name, values in (
-            ("step_rewards", step_rewards),
-            ("step_terminations", step_terminations),
-            ("step_truncations", step_truncations),
-        ):
-            if values is None or type(values) is not list:
-                raise TypeError(f"Argument '{name}' has incorrect type (expected list, got {type(values).__name__})")
-        if t < 0 or t >= self._rewards.shape[0]:
-            raise IndexError(f"time step {t} is outside [0, {self._rewards.shape[0]}).")
+        t = index_argument(t, self._rewards.shape[0], "time step")
         check_step_lists(
             self._num_envs,
             step_rewards=step_rewards,
             step_terminations=step_terminations,
             step_truncations=step_truncations,
         )
-        rewards_now = np.array([float(value) for value in step_rewards], dtype=np.float64)
-        terminated = np.array([bool(value) for value in step_terminations], dtype=bool)
-        truncated = np.array([bool(value) for value in step_truncations], dtype=bool)
-        ended = terminated | truncated
-        columns = np.flatnonzero(ended)
-        n_done = columns.shape[0]
-        start = self._completed_count
-        if start + n_done > self._completed_returns.shape[0]:
-            raise ValueError(
-                f"completed-episode buffers are full ({self._completed_returns.shape[0]} slots)."
-            )
+        rewards_now = np.empty(self._num_envs, dtype=np.float64)
+        terminated = np.empty(self._num_envs, dtype=bool)
+        truncated = np.empty(self._num_envs, dtype=bool)
+        # One env at a time, as the compiled core: the first bad value raises first in both.
+        for column in range(self._num_envs):
+            rewards_now[column] = float(step_rewards[column])
+            terminated[column] = bool(step_terminations[column])
+            truncated[column] = bool(step_truncations[column])
+        columns = np.flatnonzero(terminated | truncated)
+        if self._completed_count + columns.shape[0] > self._completed_returns.shape[0]:
+            refuse_full_buffers(self._completed_returns.shape[0])
 
         self._rewards[t] = rewards_now
         self._terminations[t] = terminated
@@ -282,18 +275,12 @@ class StepRecorder:
         its reward and length are not added. Returns how many episodes ended;
         their columns go to the front of ``done_columns``.
         """
-        if t < 0 or t >= self._rewards.shape[0]:
-            raise IndexError(f"time step {t} is outside [0, {self._rewards.shape[0]}).")
+        t = index_argument(t, self._rewards.shape[0], "time step")
         if counted is not None:
             check_counted(counted, self._num_envs)
-        ended = self._terminations[t] | self._truncations[t]
-        columns = np.flatnonzero(ended)
-        n_done = columns.shape[0]
-        start = self._completed_count
-        if start + n_done > self._completed_returns.shape[0]:
-            raise ValueError(
-                f"completed-episode buffers are full ({self._completed_returns.shape[0]} slots)."
-            )
+        columns = np.flatnonzero(self._terminations[t] | self._truncations[t])
+        if self._completed_count + columns.shape[0] > self._completed_returns.shape[0]:
+            refuse_full_buffers(self._completed_returns.shape[0])
         self._step_episode_seeds[t] = self._running_seeds
         if counted is None:
             self._running_returns += self._rewards[t]
@@ -348,16 +335,11 @@ class EnvStepper:
         info_storage: list,
         step_seconds=None,
     ) -> None:
-        for name, value, kind in (
-            ("envs", envs, list), ("writers", writers, list), ("info_keys", info_keys, tuple), ("info_storage", info_storage, list)
-        ):
-            if value is None or type(value) is not kind:
-                raise TypeError(f"Argument '{name}' has incorrect type (expected {kind.__name__}, got {type(value).__name__})")
-        if not isinstance(recorder, StepRecorder):
-            raise TypeError(f"Argument 'recorder' has incorrect type (expected StepRecorder, got {type(recorder).__name__})")
-        for writer in writers:
-            if not isinstance(writer, ObservationWriter):
-                raise TypeError(f"`writers` must hold ObservationWriter objects; got {type(writer).__name__}.")
+        require_list(envs, "envs")
+        require_instances(writers, ObservationWriter, "writers")
+        require_instance(recorder, StepRecorder, "recorder")
+        require_tuple(info_keys, "info_keys")
+        require_list(info_storage, "info_storage")
         check_stepper_arguments(
             envs,
             [(w._observations.shape[0], w._num_envs) for w in writers],
@@ -381,12 +363,8 @@ class EnvStepper:
 
         -1 means nothing was recorded: see :attr:`failures` and :attr:`bad_observation`.
         """
-        if type(actions) is not list:
-            raise TypeError(f"Argument 'actions' has incorrect type (expected list, got {type(actions).__name__})")
-        if t < 0 or t >= self._recorder._rewards.shape[0]:
-            raise IndexError(f"time step {t} is outside [0, {self._recorder._rewards.shape[0]}).")
-        if len(actions) != len(self._envs):
-            raise ValueError(f"`actions` has {len(actions)} entries; expected {len(self._envs)}.")
+        t = index_argument(t, self._recorder._rewards.shape[0], "time step")
+        check_step_lists(len(self._envs), actions=actions)
         self.failures = []
         self.bad_observation = None
         rewards, terminations, truncations = [], [], []
@@ -485,8 +463,7 @@ class RowStepper:
         self, stepper: EnvStepper, action_leaves: list, split_nested, seed_table, running_seeds: np.ndarray,
         checked_leaves: list, hooks, reset_seconds=None,
     ) -> None:
-        if not isinstance(stepper, EnvStepper):
-            raise TypeError(f"Argument 'stepper' has incorrect type (expected EnvStepper, got {type(stepper).__name__})")
+        require_instance(stepper, EnvStepper, "stepper")
         check_row_stepper_arguments(
             stepper._recorder._rewards.shape, action_leaves, split_nested, seed_table, running_seeds,
             checked_leaves, [writer._observations for writer in stepper._writers], hooks, reset_seconds,
@@ -510,10 +487,11 @@ class RowStepper:
     def step(self, t: int) -> int:
         """Step row ``t`` (see the class docstring); return how many episodes ended."""
         stepper = self._stepper
+        t = index_argument(t, stepper._recorder._rewards.shape[0], "time step")
         n_done = stepper.step(t, self._split(t))
         if n_done < 0:
             self._hooks.step_failed(t)
-            raise RuntimeError("`hooks.step_failed` returned; it must raise.")
+            refuse_returning_hook("step_failed")
         if n_done:
             self._end_episodes(t, n_done)
         for leaf_index, low, high in self._checked_leaves:
@@ -559,7 +537,7 @@ class RowStepper:
                 self._hooks.reset_unwritable(t, column, observation)
         if failures:
             self._hooks.reset_failed(t, failures)
-            raise RuntimeError("`hooks.reset_failed` returned; it must raise.")
+            refuse_returning_hook("reset_failed")
 
     def _write_reset(self, row: int, column: int, observation) -> bool:
         writers = self._stepper._writers
@@ -625,14 +603,8 @@ class VectorRowRecorder:
         self, recorder: StepRecorder, writers: list, checked_leaves: list, reset_steps: np.ndarray,
         counted: np.ndarray, step_seconds, autoreset_mode: str,
     ) -> None:
-        if not isinstance(recorder, StepRecorder):
-            raise TypeError(f"Argument 'recorder' has incorrect type (expected StepRecorder, got {type(recorder).__name__})")
-        for name, value in (("writers", writers), ("checked_leaves", checked_leaves)):
-            if type(value) is not list:
-                raise TypeError(f"Argument '{name}' has incorrect type (expected list, got {type(value).__name__})")
-        for writer in writers:
-            if not isinstance(writer, ObservationWriter):
-                raise TypeError(f"`writers` must hold ObservationWriter objects; got {type(writer).__name__}.")
+        require_instance(recorder, StepRecorder, "recorder")
+        require_instances(writers, ObservationWriter, "writers")
         check_vector_row_arguments(
             recorder._rewards.shape,
             [writer._observations for writer in writers],
@@ -678,20 +650,15 @@ class VectorRowRecorder:
     def record(self, t: int, rewards, terminations, truncations, leaves: list, seconds: float) -> int:
         """Store, check and book row ``t``; return how many episodes ended, or -1 (declined; see the class)."""
         recorder = self._recorder
-        if t < 0 or t >= recorder._rewards.shape[0]:
-            raise IndexError(f"time step {t} is outside [0, {recorder._rewards.shape[0]}).")
-        if type(leaves) is not list:
-            raise TypeError(f"Argument 'leaves' has incorrect type (expected list, got {type(leaves).__name__})")
-        if len(leaves) != len(self._writers):
-            raise ValueError(f"`leaves` has {len(leaves)} entries; expected {len(self._writers)}.")
+        t = index_argument(t, recorder._rewards.shape[0], "time step")
+        check_step_lists(len(self._writers), leaves=leaves)
+        seconds = seconds_argument(seconds)
         if not self._takes(rewards, terminations, truncations, leaves):
             return -1
         ended = terminations | truncations
         columns = np.flatnonzero(ended)
         if recorder._completed_count + columns.shape[0] > recorder._completed_returns.shape[0]:
-            raise ValueError(
-                f"completed-episode buffers are full ({recorder._completed_returns.shape[0]} slots)."
-            )
+            refuse_full_buffers(recorder._completed_returns.shape[0])
         for writer, leaf in zip(self._writers, leaves):
             writer._observations[t + 1] = leaf
         for leaf_index, low, high in self._checked_leaves:
@@ -742,21 +709,9 @@ def find_out_of_bounds(values: np.ndarray, low: np.ndarray, high: np.ndarray) ->
     arrays of ``prod(leaf_shape)`` elements. Comparisons are made in float64.
     NaN is outside any bounds.
     """
-    array = np.asarray(values)
-    if array.ndim == 0:
-        raise ValueError("`values` must have a leading row axis.")
-    rows = array.shape[0]
-    flat = array.reshape(rows, -1) if rows else array.reshape(0, int(np.prod(array.shape[1:])))
-    low_flat = np.asarray(low, dtype=np.float64).reshape(-1)
-    high_flat = np.asarray(high, dtype=np.float64).reshape(-1)
-    if low_flat.shape[0] != flat.shape[1] or high_flat.shape[0] != flat.shape[1]:
-        raise ValueError(
-            f"bounds cover {low_flat.shape[0]}/{high_flat.shape[0]} elements; each row has {flat.shape[1]}."
-        )
-    if flat.shape[1] == 0 or rows == 0:
+    flat, low_flat, high_flat = bounds_operands(values, low, high)
+    if flat.size == 0:
         return -1
-    if flat.dtype.kind not in "biuf":
-        raise TypeError(f"unsupported dtype {flat.dtype} for a bounds check.")
     as_double = flat.astype(np.float64)
     inside = (as_double >= low_flat) & (as_double <= high_flat)
     outside_rows = np.flatnonzero(~inside.all(axis=1))
