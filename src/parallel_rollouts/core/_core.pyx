@@ -655,11 +655,62 @@ cdef inline bint _is_flat_float64(object bounds):
     )
 
 
-cdef inline bint _has_kernel(int type_number) noexcept:
-    return type_number in (
-        cnp.NPY_UBYTE, cnp.NPY_BYTE, cnp.NPY_SHORT, cnp.NPY_USHORT, cnp.NPY_INT, cnp.NPY_UINT,
-        cnp.NPY_LONG, cnp.NPY_ULONG, cnp.NPY_LONGLONG, cnp.NPY_ULONGLONG, cnp.NPY_FLOAT, cnp.NPY_DOUBLE,
-    )
+# The one dtype dispatch of the bounds kernels: a dtype maps to one kernel (by kind and size,
+# so that int64 and long long are one), and each kernel is one specialization of the fused
+# `_first_row_out_of_bounds` (int64 has its integer-compare variant).
+cdef enum BoundsKernel:
+    NO_KERNEL = -1
+    UINT8_KERNEL, INT8_KERNEL, UINT16_KERNEL, INT16_KERNEL, UINT32_KERNEL, INT32_KERNEL
+    UINT64_KERNEL, INT64_KERNEL, FLOAT32_KERNEL, FLOAT64_KERNEL
+
+
+cdef inline int _kernel_of(int type_number, Py_ssize_t itemsize) noexcept nogil:
+    """The bounds kernel for values of this NumPy type number and item size (bool as uint8)."""
+    if type_number == cnp.NPY_BOOL or type_number == cnp.NPY_UBYTE:
+        return UINT8_KERNEL
+    if type_number == cnp.NPY_BYTE:
+        return INT8_KERNEL
+    if type_number == cnp.NPY_USHORT:
+        return UINT16_KERNEL
+    if type_number == cnp.NPY_SHORT:
+        return INT16_KERNEL
+    if type_number == cnp.NPY_FLOAT:
+        return FLOAT32_KERNEL
+    if type_number == cnp.NPY_DOUBLE:
+        return FLOAT64_KERNEL
+    if type_number == cnp.NPY_INT or type_number == cnp.NPY_LONG or type_number == cnp.NPY_LONGLONG:
+        return INT32_KERNEL if itemsize == 4 else INT64_KERNEL if itemsize == 8 else NO_KERNEL
+    if type_number == cnp.NPY_UINT or type_number == cnp.NPY_ULONG or type_number == cnp.NPY_ULONGLONG:
+        return UINT32_KERNEL if itemsize == 4 else UINT64_KERNEL if itemsize == 8 else NO_KERNEL
+    return NO_KERNEL
+
+
+cdef Py_ssize_t _first_outside(
+    int kernel, const void* data, Py_ssize_t rows, Py_ssize_t k, const double* lo, const double* hi
+) noexcept nogil:
+    """``rows`` contiguous rows of ``k`` elements at ``data``: the first with an element outside
+    ``[lo, hi]`` (NaN included), or -1; -2 for ``NO_KERNEL``."""
+    if kernel == UINT8_KERNEL:
+        return _first_row_out_of_bounds[cython.uchar](<const unsigned char*>data, rows, k, lo, hi)
+    if kernel == INT8_KERNEL:
+        return _first_row_out_of_bounds[cython.schar](<const signed char*>data, rows, k, lo, hi)
+    if kernel == UINT16_KERNEL:
+        return _first_row_out_of_bounds[cython.ushort](<const unsigned short*>data, rows, k, lo, hi)
+    if kernel == INT16_KERNEL:
+        return _first_row_out_of_bounds[cython.short](<const short*>data, rows, k, lo, hi)
+    if kernel == UINT32_KERNEL:
+        return _first_row_out_of_bounds[cython.uint](<const unsigned int*>data, rows, k, lo, hi)
+    if kernel == INT32_KERNEL:
+        return _first_row_out_of_bounds[cython.int](<const int*>data, rows, k, lo, hi)
+    if kernel == UINT64_KERNEL:
+        return _first_row_out_of_bounds[cython.ulonglong](<const unsigned long long*>data, rows, k, lo, hi)
+    if kernel == INT64_KERNEL:
+        return _first_int64_row_out_of_bounds(<const long long*>data, rows, k, lo, hi)
+    if kernel == FLOAT32_KERNEL:
+        return _first_row_out_of_bounds[cython.float](<const float*>data, rows, k, lo, hi)
+    if kernel == FLOAT64_KERNEL:
+        return _first_row_out_of_bounds[cython.double](<const double*>data, rows, k, lo, hi)
+    return -2
 
 
 def find_out_of_bounds(values, low, high):
@@ -685,7 +736,7 @@ def find_out_of_bounds(values, low, high):
             and cnp.PyArray_DIMS(<cnp.ndarray>high)[0] == row_elements
             and rows > 0
             and row_elements > 0
-            and _has_kernel(cnp.PyArray_TYPE(fast))
+            and _kernel_of(cnp.PyArray_TYPE(fast), cnp.PyArray_ITEMSIZE(fast)) != NO_KERNEL
         ):
             return _dispatch_out_of_bounds(fast, rows, row_elements, low, high)
     # Everything else: checked by the rule both cores share, then made a kernel's operand.
@@ -712,31 +763,12 @@ cdef Py_ssize_t _dispatch_out_of_bounds(
     Raw pointers rather than typed memoryviews: acquiring three buffers costs more
     than checking one step's row.
     """
-    cdef int type_number = cnp.PyArray_TYPE(flat)
-    cdef Py_ssize_t size = cnp.PyArray_ITEMSIZE(flat)
-    cdef void* data = cnp.PyArray_DATA(flat)
-    cdef const double* lo = <const double*>cnp.PyArray_DATA(low)
-    cdef const double* hi = <const double*>cnp.PyArray_DATA(high)
-    if type_number == cnp.NPY_UBYTE:
-        return _first_row_out_of_bounds[cython.uchar](<unsigned char*>data, rows, k, lo, hi)
-    if type_number == cnp.NPY_BYTE:
-        return _first_row_out_of_bounds[cython.schar](<signed char*>data, rows, k, lo, hi)
-    if type_number == cnp.NPY_SHORT:
-        return _first_row_out_of_bounds[cython.short](<short*>data, rows, k, lo, hi)
-    if type_number == cnp.NPY_USHORT:
-        return _first_row_out_of_bounds[cython.ushort](<unsigned short*>data, rows, k, lo, hi)
-    if type_number in (cnp.NPY_INT, cnp.NPY_LONG, cnp.NPY_LONGLONG) and size == 4:
-        return _first_row_out_of_bounds[cython.int](<int*>data, rows, k, lo, hi)
-    if type_number in (cnp.NPY_UINT, cnp.NPY_ULONG, cnp.NPY_ULONGLONG) and size == 4:
-        return _first_row_out_of_bounds[cython.uint](<unsigned int*>data, rows, k, lo, hi)
-    if type_number in (cnp.NPY_INT, cnp.NPY_LONG, cnp.NPY_LONGLONG) and size == 8:
-        return _first_int64_row_out_of_bounds(<long long*>data, rows, k, lo, hi)
-    if type_number in (cnp.NPY_UINT, cnp.NPY_ULONG, cnp.NPY_ULONGLONG) and size == 8:
-        return _first_row_out_of_bounds[cython.ulonglong](<unsigned long long*>data, rows, k, lo, hi)
-    if type_number == cnp.NPY_FLOAT:
-        return _first_row_out_of_bounds[cython.float](<float*>data, rows, k, lo, hi)
-    if type_number == cnp.NPY_DOUBLE:
-        return _first_row_out_of_bounds[cython.double](<double*>data, rows, k, lo, hi)
+    cdef Py_ssize_t first = _first_outside(
+        _kernel_of(cnp.PyArray_TYPE(flat), cnp.PyArray_ITEMSIZE(flat)), cnp.PyArray_DATA(flat), rows, k,
+        <const double*>cnp.PyArray_DATA(low), <const double*>cnp.PyArray_DATA(high),
+    )
+    if first != -2:
+        return first
     raise TypeError(f"unsupported dtype {flat.dtype} for a bounds check.")
 
 
@@ -919,6 +951,7 @@ cdef class _LeafBounds:
     cdef const double[::1] low
     cdef const double[::1] high
     cdef int type_number
+    cdef int kernel
     cdef Py_ssize_t itemsize
     cdef Py_ssize_t elements
     # Float leaves (no NaN bound): the bounds repeated over `tile` values (0: no tile). For
@@ -938,9 +971,8 @@ cdef class _LeafBounds:
         self.type_number = (<cnp.dtype>writer.dtype).type_num
         self.itemsize = (<cnp.dtype>writer.dtype).itemsize
         self.elements = low.shape[0]
-        if self.type_number == cnp.NPY_BOOL:
-            self.type_number = cnp.NPY_UBYTE
-        if not _has_kernel(self.type_number):
+        self.kernel = _kernel_of(self.type_number, self.itemsize)
+        if self.kernel == NO_KERNEL:
             # float16 and the like: no typed kernel; the caller checks such leaves the slow way.
             self.type_number = -1
         self.tile = 0
@@ -969,7 +1001,7 @@ cdef class _LeafBounds:
             if self.type_number == cnp.NPY_FLOAT:
                 return _tiled_outside[float](<const float*>data, rows * self.elements, self.tile, &self.low32[0], &self.high32[0])
             return _tiled_outside[double](<const double*>data, rows * self.elements, self.tile, &self.low64[0], &self.high64[0])
-        return _pointer_outside(data, self.type_number, self.itemsize, self.elements, &self.low[0], &self.high[0], rows)
+        return _first_outside(self.kernel, data, rows, self.elements, &self.low[0], &self.high[0]) >= 0
 
     cdef bint row_outside(self, Py_ssize_t row) except -1:
         """Whether any env's values in observations row ``row`` lie outside the bounds."""
@@ -1051,34 +1083,6 @@ cdef bint _tiled_outside(const float_value* values, Py_ssize_t total, Py_ssize_t
         value = values[start + j]
         outside |= (value < low[j]) | (value > high[j]) | (value != value)
     return outside != 0
-
-
-cdef bint _pointer_outside(
-    const unsigned char* data, int type_number, Py_ssize_t size, Py_ssize_t k, const double* lo, const double* hi,
-    Py_ssize_t rows=1,
-) noexcept nogil:
-    """``rows`` contiguous rows of ``k`` elements at ``data``: is any element outside ``[lo, hi]`` (NaN included)?"""
-    if type_number == cnp.NPY_UBYTE:
-        return _first_row_out_of_bounds[cython.uchar](<unsigned char*>data, rows, k, lo, hi) >= 0
-    if type_number == cnp.NPY_BYTE:
-        return _first_row_out_of_bounds[cython.schar](<signed char*>data, rows, k, lo, hi) >= 0
-    if type_number == cnp.NPY_SHORT:
-        return _first_row_out_of_bounds[cython.short](<short*>data, rows, k, lo, hi) >= 0
-    if type_number == cnp.NPY_USHORT:
-        return _first_row_out_of_bounds[cython.ushort](<unsigned short*>data, rows, k, lo, hi) >= 0
-    if type_number == cnp.NPY_FLOAT:
-        return _first_row_out_of_bounds[cython.float](<float*>data, rows, k, lo, hi) >= 0
-    if type_number == cnp.NPY_DOUBLE:
-        return _first_row_out_of_bounds[cython.double](<double*>data, rows, k, lo, hi) >= 0
-    if type_number in (cnp.NPY_INT, cnp.NPY_LONG, cnp.NPY_LONGLONG) and size == 4:
-        return _first_row_out_of_bounds[cython.int](<int*>data, rows, k, lo, hi) >= 0
-    if type_number in (cnp.NPY_UINT, cnp.NPY_ULONG, cnp.NPY_ULONGLONG) and size == 4:
-        return _first_row_out_of_bounds[cython.uint](<unsigned int*>data, rows, k, lo, hi) >= 0
-    if type_number in (cnp.NPY_INT, cnp.NPY_LONG, cnp.NPY_LONGLONG) and size == 8:
-        return _first_row_out_of_bounds[cython.longlong](<long long*>data, rows, k, lo, hi) >= 0
-    if type_number in (cnp.NPY_UINT, cnp.NPY_ULONG, cnp.NPY_ULONGLONG) and size == 8:
-        return _first_row_out_of_bounds[cython.ulonglong](<unsigned long long*>data, rows, k, lo, hi) >= 0
-    return False
 
 
 cdef inline bint _is_vector(object values, Py_ssize_t length, int type_number):
