@@ -115,7 +115,7 @@ def require_tuple(value: Any, field: str) -> tuple:
 def require_instance(value: Any, kind: type, field: str) -> Any:
     """An instance of ``kind`` (the calling core's own class)."""
     if not isinstance(value, kind):
-        raise TypeError(f"`{field}` must be a {kind.__name__}; got {type(value).__name__}.")
+        raise TypeError(f"`{field}` must be an instance of {kind.__name__}; got {type(value).__name__}.")
     return value
 
 
