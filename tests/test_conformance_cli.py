@@ -106,7 +106,7 @@ def test_an_unknown_env_exits_two_with_the_reason(workdir):
                      id="missing"),
         pytest.param("my_envs:gymnasium", "my_envs.gymnasium is a module, not callable", id="not-callable"),
         pytest.param("script:make", "names module 'script', which raised SystemExit(3) when imported", id="import"),
-        pytest.param("builtins:dict", "the env factory returned dict {}, not a gymnasium.Env", id="not-an-env"),
+        pytest.param("builtins:dict", "the env factory returned dict, not a gymnasium.Env", id="not-an-env"),
     ],
 )
 def test_a_target_that_cannot_be_resolved_exits_two_naming_it(workdir, target, message):

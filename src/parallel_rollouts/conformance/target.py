@@ -19,6 +19,7 @@ from typing import Any
 
 from gymnasium.envs.registration import EnvSpec
 
+from ..checks.factories import not_an_env
 from ..errors import ConfigurationError
 from ..make import _make_env, _resolve_spec
 from ..groups.vector_source import is_vector_env
@@ -155,9 +156,7 @@ def as_env(env: Any) -> tuple[Any, bool]:
     """What a factory returned, and whether it is a vector env; ``ConfigurationError`` if it is not an env."""
     vector = is_vector_env(env)
     if not vector and not (hasattr(env, "reset") and hasattr(env, "step") and hasattr(env, "action_space")):
-        raise ConfigurationError(
-            f"the env factory returned {type(env).__name__} {env!r:.80}, not a gymnasium.Env or VectorEnv."
-        )
+        raise not_an_env("the env factory", env, vector_envs=True)
     return env, vector
 
 

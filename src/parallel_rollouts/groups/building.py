@@ -16,6 +16,7 @@ from typing import Any
 
 from gymnasium import Env, Space
 
+from ..checks.factories import not_an_env
 from ..errors import ConfigurationError, SpaceError, WorkerError
 from ..config.layout import RolloutLayout
 from .base import RolloutGroup
@@ -33,10 +34,7 @@ def _make_one(env_fn: Callable[[], Any], index: int) -> Any:
     if is_vector_env(made):
         check_vector_env(made, f"env_fns[{index}]")
     elif not isinstance(made, Env):
-        raise SpaceError(
-            f"env_fns[{index}] returned {type(made).__name__}, not a gymnasium.Env "
-            "(nor a gymnasium.vector.VectorEnv)."
-        )
+        raise not_an_env(f"env_fns[{index}]", made, vector_envs=True)
     return made
 
 

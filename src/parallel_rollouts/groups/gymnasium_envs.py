@@ -29,6 +29,7 @@ import numpy as np
 from gymnasium import Env
 from gymnasium.vector import AutoresetMode
 
+from ..checks.factories import not_an_env
 from ..errors import ObservationError, SpaceError, WorkerError
 from ..config.layout import RolloutLayout
 from ..data.storage import RolloutStorage
@@ -56,10 +57,7 @@ class GymnasiumGroup:
     ) -> None:
         for column, env in enumerate(envs):
             if not isinstance(env, Env):
-                raise SpaceError(
-                    f"env_fns[{env_offset + column}] returned {type(env).__name__}, not a gymnasium.Env; "
-                    "ParallelVectorEnv steps single envs."
-                )
+                raise not_an_env(f"env_fns[{env_offset + column}]", env, vector_envs=False)
         self.envs = list(envs)
         self.env_offset = env_offset
         self.num_envs = len(self.envs)

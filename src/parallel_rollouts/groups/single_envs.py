@@ -42,6 +42,7 @@ from gymnasium import Env
 
 from ..checks.conversion import explain_rejected_row
 from ..checks.env_returns import check_reset_result
+from ..checks.factories import not_an_env
 from ..errors import EnvFailure, ObservationError, SpaceError, WorkerError
 from ..config.layout import RolloutLayout
 from ..checks.observations import ObservationChecker
@@ -119,9 +120,7 @@ def make_env(env_fn: Callable[[], Env], env_index: int) -> Env:
     except Exception as error:
         _raise_failures([(describe_failure(env_index, "make", error), error)])
     if not isinstance(env, Env):
-        raise SpaceError(
-            f"env_fns[{env_index}] returned {type(env).__name__}, not a gymnasium.Env."
-        )
+        raise not_an_env(f"env_fns[{env_index}]", env, vector_envs=False)
     return env
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from ..errors import SpaceError
+from ..checks.factories import not_an_env
 from ..config.seeding import EpisodeSeeds
 
 __all__ = ["RESTART_STREAM", "SeededEpisodeEnv", "make_seeded_episode_env"]
@@ -42,10 +42,7 @@ def make_seeded_episode_env(env_fn: Callable[[], gym.Env], env_index: int, root_
     """Call the user's factory and wrap what it returns (the factory each process calls)."""
     env = env_fn()
     if not isinstance(env, gym.Env):
-        raise SpaceError(
-            f"env_fns[{env_index}] returned {type(env).__name__}, not a gymnasium.Env; "
-            "ParallelVecEnv steps single Gymnasium envs (wrap old Gym envs with shimmy first)."
-        )
+        raise not_an_env(f"env_fns[{env_index}]", env, vector_envs=False)
     return SeededEpisodeEnv(env, env_index, root_seed)
 
 
