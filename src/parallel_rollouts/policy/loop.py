@@ -7,12 +7,13 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .output import PolicyOutputWriter
+from .output import PolicyOutputWriter, RandomActionSampler
+from ..config.layout import RolloutLayout
 from ..data.policy_inputs import policy_rows_of
 from ..data.spaces import SpaceLayout
 from ..data.storage import RolloutStorage
 
-__all__ = ["RolloutLoop"]
+__all__ = ["RolloutLoop", "build_loop"]
 
 
 class RolloutLoop:
@@ -73,3 +74,12 @@ class RolloutLoop:
             rows = policy_rows_of(storage.observations, t)
         observations = self._observation_layout.unflatten(rows) if self._nested else rows[0]
         self.output_writer.write(t, self.policy(observations), storage)
+
+
+def build_loop(layout: RolloutLayout, policy: Callable[[Any], Any] | None, start: int, stop: int) -> RolloutLoop:
+    """The loop of envs ``start .. stop - 1``: ``policy`` (``None``: each env samples from its own
+    seeded copy of the action space) and a writer that checks its output for those envs."""
+    if policy is None:
+        policy = RandomActionSampler(layout.action_layout, layout.root_seed, range(start, stop))
+    writer = PolicyOutputWriter(layout.action_layout, stop - start, layout.core)
+    return RolloutLoop(layout.observation_layout, writer, policy)

@@ -12,8 +12,7 @@ from typing import Any
 
 from ..groups import RolloutGroup
 from ..config.layout import RolloutLayout
-from .output import PolicyOutputWriter, RandomActionSampler
-from .loop import RolloutLoop
+from .loop import build_loop
 from ..data.storage import CompletedEpisodes, RolloutStorage
 
 __all__ = ["PolicyFailed", "SliceResult", "SliceRollout"]
@@ -55,11 +54,7 @@ class SliceRollout:
         policy: Any,
     ) -> None:
         self.group = group
-        if policy is None:
-            policy = RandomActionSampler(layout.action_layout, layout.root_seed, range(env_offset, env_offset + num_envs))
-        self.loop = RolloutLoop(
-            layout.observation_layout, PolicyOutputWriter(layout.action_layout, num_envs, layout.core), policy
-        )
+        self.loop = build_loop(layout, policy, env_offset, env_offset + num_envs)
         self._env_failed = False
 
     @property

@@ -24,8 +24,7 @@ from typing import Any
 
 from ..data.batch_memory import BatchMemory
 from ..errors import ConfigurationError
-from ..policy.output import PolicyOutputWriter, RandomActionSampler
-from ..policy.loop import RolloutLoop
+from ..policy.loop import RolloutLoop, build_loop
 from ..steppers.processes import ProcessStepper
 from ..data.storage import RolloutStorage
 from .base import RolloutResult, RolloutRunner, stepped_result
@@ -63,11 +62,7 @@ class PipelinedRunner(RolloutRunner):
         self._parts = []
         for part_workers in (workers[:half], workers[half:]):
             start, stop = part_workers[0].start, part_workers[-1].stop
-            part_policy = policy
-            if policy is None:
-                part_policy = RandomActionSampler(layout.action_layout, layout.root_seed, range(start, stop))
-            writer = PolicyOutputWriter(layout.action_layout, stop - start, layout.core)
-            self._parts.append(_Part(part_workers, start, stop, RolloutLoop(layout.observation_layout, writer, part_policy)))
+            self._parts.append(_Part(part_workers, start, stop, build_loop(layout, policy, start, stop)))
 
     @property
     def pool(self):
