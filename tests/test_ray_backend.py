@@ -162,7 +162,7 @@ def test_an_actor_killed_mid_collect_without_restarts_breaks_the_collector():
     fns = [partial(CountingEnv, env_id=i) for i in range(4)]
     fns[1] = partial(FaultyEnv, env_id=1, phase="step", at=2, how="exit")
     collector = ParallelRolloutCollector(fns, ConstantPolicy(2), "ray", horizon=4, seed=0, num_workers=2)
-    with pytest.raises(WorkerDiedError, match=r"Ray actor 0 \(envs 0..1\) died and no restarts are left") as info:
+    with pytest.raises(WorkerDiedError, match=r"Ray actor 0 \(envs 0..1\) died while running its rollout\.") as info:
         collector.collect()
     assert info.value.env_indices == (0, 1)
     with pytest.raises(CollectorClosedError):
@@ -196,6 +196,27 @@ def test_an_actor_killed_mid_collect_is_restarted_and_its_rows_are_marked_lost()
     reference = collect("sync", [partial(CountingEnv, env_id=i, episode_length=2) for i in range(2)], ConstantPolicy(2), horizon=4, seed=5)
     for batch, expected in zip((first, second, third), reference):
         np.testing.assert_array_equal(batch.observations[:, :2], expected.observations)
+
+
+def test_once_the_restarts_are_spent_the_error_lists_every_actor_lost_as_the_async_backend_does():
+    # Env 3 exits on its 6th step: in the second collect, then again in its replacement's second.
+    fns = [partial(CountingEnv, env_id=i, episode_length=2) for i in range(4)]
+    fns[3] = partial(FaultyEnv, env_id=3, phase="step", at=6, how="exit", episode_length=2)
+    collector = ParallelRolloutCollector(fns, ConstantPolicy(4), "ray", horizon=4, seed=5, num_workers=2, max_restarts=1)
+    try:
+        collector.collect()
+        np.testing.assert_array_equal(collector.collect().lost_env_indices, [2, 3])
+        collector.collect()
+        with pytest.raises(WorkerDiedError) as info:
+            collector.collect()
+    finally:
+        collector.close()
+    # The message of checks/failures.py's restarts_exhausted, one line per loss, in order.
+    lines = str(info.value).splitlines()
+    assert lines[0] == "workers were lost 2 times, more than max_restarts=1 allows; each loss, in order:"
+    for number in (1, 2):
+        assert lines[number].startswith(f"  {number}. Ray actor 1 (envs 2..3) died while running its rollout.")
+    assert info.value.env_indices == (2, 3, 2, 3)
 
 
 def test_asked_to_go_on_without_lost_actors_the_collector_keeps_collecting_with_their_envs_masked():

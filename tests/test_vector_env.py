@@ -10,7 +10,16 @@ from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
-from parallel_rollouts import ActionError, CollectorClosedError, ConfigurationError, ParallelVectorEnv, SpaceError, WorkerError
+from parallel_rollouts import (
+    ActionError,
+    CollectorClosedError,
+    ConfigurationError,
+    ParallelVectorEnv,
+    RunnerState,
+    SpaceError,
+    VectorEnvClosedError,
+    WorkerError,
+)
 from tests.leaks import ResourceSnapshot
 from tests.vector_envs import ADAPTER_ENVS, step_fails, cartpole, pendulum
 
@@ -223,3 +232,38 @@ def test_close_releases_every_process_and_segment_and_later_calls_fail_clearly(b
         env.step(np.zeros(4, dtype=np.int64))
     del env
     before.assert_nothing_leaked()
+
+
+@pytest.mark.parametrize("backend", ["sync", "async"])
+def test_states_move_ready_broken_closed_with_the_collectors_messages(backend):
+    extra = {"num_workers": 2} if backend == "async" else {}
+    env = ParallelVectorEnv([cartpole, step_fails], backend=backend, **extra)
+    try:
+        assert env.state is RunnerState.READY and env.failure is None and not env.closed
+        env.reset(seed=0)
+        with pytest.raises(WorkerError) as failed:
+            env.step(np.zeros(2, dtype=np.int64))
+        assert env.state is RunnerState.BROKEN and env.failure is failed.value and not env.closed
+        for call in (lambda: env.reset(seed=0), lambda: env.get_attr("spec"), lambda: env.step(np.zeros(2, dtype=np.int64))):
+            with pytest.raises(
+                VectorEnvClosedError,
+                match=r"^this ParallelVectorEnv is broken by an earlier failure \(WorkerError: env 1 raised ValueError "
+                r"in `step`: the simulator diverged(?s:.*)\); close it and create a new one\.$",
+            ) as refused:
+                call()
+            assert refused.value.__cause__ is failed.value
+    finally:
+        env.close()
+    assert env.state is RunnerState.CLOSED and env.failure is None and env.closed
+    with pytest.raises(VectorEnvClosedError, match=r"^this ParallelVectorEnv is closed; create a new one\.$"):
+        env.reset(seed=0)
+
+
+def test_closing_a_ready_vector_env_moves_it_to_closed_once():
+    env = ParallelVectorEnv([cartpole] * 2, backend="sync")
+    env.reset(seed=0)
+    env.close()
+    assert env.state is RunnerState.CLOSED and env.closed
+    env.close()  # idempotent: nothing is released twice
+    with pytest.raises(VectorEnvClosedError, match=r"^this ParallelVectorEnv is closed; create a new one\.$"):
+        env.call("render")

@@ -18,6 +18,7 @@ from .runners.base import RolloutRunner, RunnerState
 from .runners.build import build_runner, check_placement
 from .config.seeding import check_episode_seeds, draw_root_seed, validate_seed
 from .config.spec import RolloutSpec
+from .config.worker_options import WorkerOptions
 from .groups.vector_source import check_vector_env, is_vector_env
 
 __all__ = ["BACKENDS", "ParallelRolloutCollector"]
@@ -180,23 +181,12 @@ class ParallelRolloutCollector:
         repeated = sorted({key for key in info_keys if list(info_keys).count(key) > 1})
         if repeated:
             raise ConfigurationError(f"`info_keys` names {repeated[0]!r} twice; list each key once.")
-        for name, value, applies_to in (
-            ("num_workers", num_workers, ("async", "ray")),
-            ("context", context, ("async",)),
-            ("step_timeout", step_timeout, ("async", "ray")),
-            ("ray_options", ray_options, ("ray",)),
-            ("max_restarts", max_restarts, ("async", "ray")),
-        ):
-            if value is not None and backend not in applies_to:
-                raise ConfigurationError(
-                    f"`{name}` applies to backend {' or '.join(map(repr, applies_to))} only; got backend={backend!r}."
-                )
-        if step_timeout is not None and (
-            isinstance(step_timeout, bool) or not isinstance(step_timeout, (int, float)) or not step_timeout > 0
-        ):
-            raise ConfigurationError(f"`step_timeout` must be a positive number of seconds or None; got {step_timeout!r}.")
-        if max_restarts is not None and (isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0):
-            raise ConfigurationError(f"`max_restarts` must be an int >= 0 or None; got {max_restarts!r}.")
+        options = WorkerOptions.parse(
+            num_factories=len(env_fns), backend=backend, num_workers=num_workers, context=context,
+            step_timeout=step_timeout, max_restarts=max_restarts,
+        )
+        if ray_options is not None and backend != "ray":
+            raise ConfigurationError(f"`ray_options` applies to backend 'ray' only; got backend={backend!r}.")
         if max_restarts is not None and "max_restarts" in (ray_options or {}):
             raise ConfigurationError("`max_restarts` is given twice, as an argument and in `ray_options`; give it once.")
         policy_placement = check_placement(backend, policy_placement, pipelined)
@@ -219,11 +209,8 @@ class ParallelRolloutCollector:
             reuse_buffers=self._reuse_buffers,
             policy_placement=policy_placement,
             pipelined=pipelined,
-            num_workers=num_workers,
-            context=context,
-            step_timeout=step_timeout,
+            options=options,
             ray_options=ray_options,
-            max_restarts=max_restarts or 0,
         )
         #: Resolved by the runner once the envs were made (spaces, env count, core, checks).
         self._layout = self._backend.layout

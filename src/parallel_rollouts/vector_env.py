@@ -29,9 +29,11 @@ from .groups import make_all
 from .groups.gymnasium_envs import GymnasiumGroup, build_gymnasium_group
 from .core.selector import load_core
 from .errors import ConfigurationError, ResetNeededError, VectorEnvClosedError
+from .runners.lifecycle import Lifecycle, RunnerState
 from .processes.forwarded_warnings import raise_again
 from .data.spaces import check_env_spaces
 from .config.spec import RolloutSpec
+from .config.worker_options import WorkerOptions
 from .data.typed_actions import TypedActionWriter
 
 __all__ = ["ParallelVectorEnv"]
@@ -41,7 +43,7 @@ logger = logging.getLogger("parallel_rollouts")
 _BACKENDS = ("sync", "async")
 
 
-class ParallelVectorEnv(VectorEnv):
+class ParallelVectorEnv(Lifecycle, VectorEnv):
     """A ``gymnasium.vector.VectorEnv`` over the library's sync or async workers.
 
     Parameters
@@ -88,7 +90,13 @@ class ParallelVectorEnv(VectorEnv):
     then unusable. Any use after ``close()`` (or such a failure) raises
     :class:`~parallel_rollouts.VectorEnvClosedError`, a
     ``gymnasium.error.ClosedEnvironmentError``; ``close()`` still releases everything.
+    :attr:`state` is the collector's :class:`~parallel_rollouts.RunnerState`: ``READY``,
+    ``BROKEN`` (the error in :attr:`failure`) or ``CLOSED``.
     """
+
+    _subject = "ParallelVectorEnv"
+    _closed_error = VectorEnvClosedError
+    _after_close = "create a new one"
 
     def __init__(
         self,
@@ -102,13 +110,15 @@ class ParallelVectorEnv(VectorEnv):
         step_timeout: float | None = None,
         core: str = "auto",
     ) -> None:
-        self.closed = False
         self._backend = None
         self._group: GymnasiumGroup | None = None
-        self._broken: BaseException | None = None
         if backend not in _BACKENDS:
             raise ConfigurationError(f"`backend` must be one of {_BACKENDS!r}; got {backend!r}.")
         check_env_factories(env_fns)
+        options = WorkerOptions.parse(
+            num_factories=len(env_fns), backend=backend, backends=_BACKENDS,
+            num_workers=num_workers, context=context, step_timeout=step_timeout,
+        )
         try:
             self.autoreset_mode = autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
         except ValueError:
@@ -116,10 +126,6 @@ class ParallelVectorEnv(VectorEnv):
                 f"`autoreset_mode` must be a gymnasium.vector.AutoresetMode or one of "
                 f"{[mode.value for mode in AutoresetMode]!r}; got {autoreset_mode!r}."
             ) from None
-        if backend == "sync":
-            for name, value in (("num_workers", num_workers), ("context", context), ("step_timeout", step_timeout)):
-                if value is not None:
-                    raise ConfigurationError(f"`{name}` applies to backend 'async' only; got backend='sync'.")
         self.copy = bool(copy)
         self.backend = backend
         core_name, core_module = load_core(core)
@@ -135,7 +141,7 @@ class ParallelVectorEnv(VectorEnv):
         if backend == "sync":
             self._start_sync(spec)
         else:
-            self._start_async(spec, num_workers, context, step_timeout)
+            self._start_async(spec, options)
         self._action_checker = ActionBatchChecker(
             self._action_layout, self.num_envs, core_module, "the", float_box_bounds="pass"
         )
@@ -167,13 +173,13 @@ class ParallelVectorEnv(VectorEnv):
         self._storage = layout.allocate_storage()
         self._group.begin(self._storage)
 
-    def _start_async(self, spec: RolloutSpec, num_workers, context, step_timeout) -> None:
+    def _start_async(self, spec: RolloutSpec, options: WorkerOptions) -> None:
         from .processes import worker_main as protocol
         from .processes.pool import WorkerPool
         from .processes.startup import unguarded_main_error
 
         try:
-            self._backend = WorkerPool.start(spec, num_workers=num_workers, context=context, step_timeout=step_timeout)
+            self._backend = WorkerPool.start(spec, options=options)
         except ConfigurationError as error:
             if str(error) == str(unguarded_main_error()):
                 # The pool speaks of collectors; here the user created a ParallelVectorEnv.
@@ -189,11 +195,11 @@ class ParallelVectorEnv(VectorEnv):
 
     def _request(self, command: bytes, argument: int = 0, payload: bytes = b"") -> list:
         """Run one request on every worker; the unpickled results in worker order (``None`` where empty)."""
-        self._check_usable()
+        self.check_usable()
         try:
             replies = self._backend.request(command, argument, payload=payload)
         except BaseException as error:
-            self._broken = error
+            self._break(error)
             raise_again(self._backend.take_warnings(), quietly=True)
             raise
         # The request is complete on every worker: a warning made an error loses only its result.
@@ -203,32 +209,15 @@ class ParallelVectorEnv(VectorEnv):
     def _handle(self, request: tuple) -> list:
         """``group.handle(request)`` on every group; the results in group order."""
         if self._group is not None:
-            self._check_usable()
-            try:
-                return [self._group.handle(request)]
-            except BaseException as error:
-                self._broken = error
-                raise
+            self.check_usable()
+            return [self._guarded(self._group.handle, request)]
         return self._request(self._worker.HANDLE, 0, pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
 
     def _step_groups(self) -> list:
         if self._group is not None:
-            self._check_usable()
-            try:
-                return [self._group.step(0)]
-            except BaseException as error:
-                self._broken = error
-                raise
+            self.check_usable()
+            return [self._guarded(self._group.step, 0)]
         return self._request(self._worker.STEP)
-
-    def _check_usable(self) -> None:
-        if self.closed:
-            raise VectorEnvClosedError("this ParallelVectorEnv is closed; create a new one.")
-        if self._broken is not None:
-            raise VectorEnvClosedError(
-                f"this ParallelVectorEnv is broken by an earlier failure ({type(self._broken).__name__}: "
-                f"{self._broken}); close it and create a new one."
-            ) from self._broken
 
     def _merge_infos(self, parts: list) -> dict:
         infos: dict = {}
@@ -262,7 +251,7 @@ class ParallelVectorEnv(VectorEnv):
         in env order. Front ends that hand out one info dict per env (:mod:`parallel_rollouts.sb3`)
         read these instead of Gymnasium's merged dict.
         """
-        self._check_usable()
+        self.check_usable()
         seeds = self._seeds_per_env(seed)
         super().reset(seed=seeds[0] if isinstance(seed, (int, np.integer)) else None)
         options = dict(options) if options is not None else None
@@ -313,7 +302,7 @@ class ParallelVectorEnv(VectorEnv):
         In ``SAME_STEP`` mode an env whose episode ended reports ``{"final_obs", "final_info"}``
         first, then its reset info if that is not empty.
         """
-        self._check_usable()
+        self.check_usable()
         if self._never_reset.any():
             unreset = np.flatnonzero(self._never_reset).tolist()
             raise ResetNeededError(
@@ -350,14 +339,22 @@ class ParallelVectorEnv(VectorEnv):
     def render(self) -> tuple:
         return self.call("render")
 
+    @property
+    def closed(self) -> bool:
+        return self._state is RunnerState.CLOSED
+
+    def close(self, **kwargs: Any) -> None:
+        """Close every env and release the workers and shared memory (``CLOSED``); idempotent."""
+        if self._mark_closed():
+            self.close_extras(**kwargs)
+
     def close_extras(self, **kwargs: Any) -> None:
-        """Close every env and release the workers and shared memory."""
+        """Close every env and release the workers and shared memory (called once, by :meth:`close`)."""
         if self._backend is not None:
             self._backend.close()
         elif self._group is not None:
             for index, error in self._group.close():
                 logger.warning("env %d raised while closing: %s", index, error)
-        self._broken = None
 
     def __del__(self) -> None:
         if not getattr(self, "closed", True):

@@ -26,16 +26,17 @@ from multiprocessing.connection import wait
 
 import numpy as np
 
-from ..errors import CollectorClosedError, EnvFailure, StepTimeoutError, WorkerDiedError, WorkerError
-from ..checks.failures import merged_failure, restarts_exhausted
+from ..errors import CollectorClosedError, StepTimeoutError, WorkerDiedError, WorkerError
+from ..checks.failures import losses_beyond_restarts, merged_failure, timed_out
 from ..data.spaces import check_env_spaces
 from ..config.layout import RolloutLayout
 from ..config.spec import RolloutSpec
+from ..config.worker_options import WorkerOptions
 from . import worker_main as protocol
 from .forwarded_warnings import raise_again
 from .shared_memory import SharedStorage
 from .slicing import pickle_env_fns, resolve_num_workers, split_envs
-from .startup import attach, exit_if_importing_the_main_script, raise_startup_errors, resolve_context, startup_reply
+from .startup import attach, exit_if_importing_the_main_script, raise_startup_errors, startup_reply
 from .worker_handle import WorkerHandle, close_worker, died_error, launch_worker, read_crash_report, stop_worker
 
 __all__ = ["WorkerPool"]
@@ -156,23 +157,21 @@ class WorkerPool:
     def start(
         cls,
         spec: RolloutSpec,
-        num_workers: int | None = None,
-        context: str | object | None = None,
-        step_timeout: float | None = None,
+        *,
+        options: WorkerOptions,
         policy: protocol.ShippedPolicy | None = None,
-        max_restarts: int = 0,
     ) -> WorkerPool:
         """Start the workers, check every env's spaces, create the segment, attach the workers.
 
         With ``policy`` (rollout workers), each worker builds its own copy of the policy.
-        ``max_restarts``: how many dead or hung workers :meth:`replace` may replace over
-        the pool's life.
+        ``options.max_restarts``: how many dead or hung workers :meth:`replace` may replace
+        over the pool's life.
         """
         resources = _Resources()
         try:
             exit_if_importing_the_main_script()
-            num_workers = resolve_num_workers(num_workers, spec.num_factories)
-            mp_context = resolve_context(context)
+            num_workers = resolve_num_workers(options.num_workers, spec.num_factories)
+            mp_context = options.multiprocessing_context()
             pickled = pickle_env_fns(spec.env_fns, "a worker process")
             for index, (start, stop) in enumerate(split_envs(spec.num_factories, num_workers)):
                 resources.workers.append(launch_worker(mp_context, index, start, stop, pickled))
@@ -180,7 +179,7 @@ class WorkerPool:
         except BaseException:
             resources.shutdown(graceful=False)
             raise
-        return cls(order.layout, resources, step_timeout, (mp_context, pickled, order), max_restarts)
+        return cls(order.layout, resources, options.step_timeout, (mp_context, pickled, order), options.max_restarts)
 
     @property
     def shared(self) -> SharedStorage:
@@ -258,10 +257,9 @@ class WorkerPool:
         restarts = self._restarts
         deaths = [self._record_death(worker, loss) for worker, loss in losses]
         restarts.deaths.extend(deaths)
-        if restarts.max_restarts == 0:
-            raise merged_failure([loss for _, loss in losses])
-        if len(losses) > self.restarts_left:
-            raise restarts_exhausted(restarts.deaths, restarts.max_restarts)
+        error = losses_beyond_restarts([loss for _, loss in losses], restarts.deaths, restarts.max_restarts, self.restarts_left)
+        if error is not None:
+            raise error
 
     def replace(self, worker: WorkerHandle, policy: protocol.ShippedPolicy | None = None) -> None:
         """Stop ``worker`` (dead or hung) and start a new process for its envs, from the same
@@ -374,14 +372,11 @@ class WorkerPool:
                 if connection not in ready:
                     if worker.process.sentinel in ready:
                         self._raise_died(worker)
-                    raise StepTimeoutError(
-                        f"{worker.describe()} did not finish within step_timeout={self.step_timeout} s "
-                        "per step; "
-                        "its envs may hang. The collector is now unusable.",
-                        tuple(
-                            EnvFailure(index, "step", "StepTimeoutError", "timed out", "")
-                            for index in range(worker.start, worker.stop)
-                        ),
+                    raise timed_out(
+                        worker.describe(),
+                        f"within step_timeout={self.step_timeout} s per step",
+                        range(worker.start, worker.stop),
+                        outcome="The collector is now unusable.",
                     )
             reply = connection.recv_bytes()
         except (EOFError, ConnectionError):

@@ -62,13 +62,10 @@ def cgroup_cpu_quota(root: Path = CGROUP_ROOT) -> int | None:
 
 
 def resolve_num_workers(num_workers: int | None, num_envs: int) -> int:
-    """``num_workers``, checked; ``None`` means ``min(usable_cores(), num_envs)``."""
+    """``num_workers`` as given (checked by :class:`~parallel_rollouts.config.worker_options.WorkerOptions`);
+    ``None`` means ``min(usable_cores(), num_envs)``."""
     if num_workers is None:
         return max(1, min(usable_cores(), num_envs))
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or not 1 <= num_workers <= num_envs:
-        raise ConfigurationError(
-            f"`num_workers` must be an int between 1 and the number of envs ({num_envs}); got {num_workers!r}."
-        )
     return num_workers
 
 

@@ -27,7 +27,6 @@ __all__ = [
     "attach",
     "exit_if_importing_the_main_script",
     "raise_startup_errors",
-    "resolve_context",
     "startup_reply",
     "unguarded_main_error",
 ]
@@ -68,22 +67,6 @@ def attach(spec: RolloutSpec, resources, policy) -> protocol.AttachOrder:
         worker.connection.send(("attach", replace(order, column_offset=worker.start)))
     raise_startup_errors([startup_reply(worker, "ready") for worker in resources.workers])
     return order
-
-
-def resolve_context(context):
-    if context is None:
-        return multiprocessing.get_context("spawn")
-    if isinstance(context, str):
-        try:
-            return multiprocessing.get_context(context)
-        except ValueError as error:
-            raise ConfigurationError(
-                f"`context` must be a multiprocessing start method {multiprocessing.get_all_start_methods()!r} "
-                f"or a context; got {context!r} (multiprocessing: {error})."
-            ) from error
-    if hasattr(context, "Process") and hasattr(context, "Pipe"):
-        return context
-    raise ConfigurationError(f"`context` must be a start method name or a multiprocessing context; got {context!r}.")
 
 
 def raise_startup_errors(replies: list) -> None:

@@ -14,7 +14,8 @@ import signal
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
-from ..errors import EnvFailure, WorkerDiedError
+from ..checks.failures import worker_died
+from ..errors import WorkerDiedError
 from . import worker_main as protocol
 from .waiting import SpinThenBlock, spin_budget_seconds
 
@@ -135,6 +136,4 @@ def exit_description(process) -> str:
 
 def died_error(worker: WorkerHandle, when: str, phase: str = "worker") -> WorkerDiedError:
     """The error for a worker process that is gone, naming it, its envs and how it ended."""
-    how = exit_description(worker.process)
-    failures = tuple(EnvFailure(index, phase, "WorkerDiedError", how, "") for index in range(worker.start, worker.stop))
-    return WorkerDiedError(f"{worker.describe()} {how} {when}", failures)
+    return worker_died(worker.describe(), range(worker.start, worker.stop), exit_description(worker.process), when, phase=phase)

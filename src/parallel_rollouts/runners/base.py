@@ -1,31 +1,17 @@
-"""What the collector asks of a runner, what one rollout hands back, and the runner's one state."""
+"""What the collector asks of a runner and what one rollout hands back (its state: :mod:`.lifecycle`)."""
 
 from __future__ import annotations
 
 import abc
-import enum
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import CollectorClosedError
 from ..config.layout import RolloutLayout
 from ..data.storage import CompletedEpisodes, RolloutStorage
+from .lifecycle import Lifecycle, RunnerState
 
 __all__ = ["RolloutResult", "RolloutRunner", "RunnerState", "stepped_result"]
-
-
-class RunnerState(enum.Enum):
-    """Where a runner stands; only the runner itself moves it (as Gymnasium's ``AsyncState``)."""
-
-    #: Between rollouts: ``collect()`` may be called.
-    READY = "ready"
-    #: A ``collect()`` is under way (a policy calling ``collect()`` again lands here).
-    COLLECTING = "collecting"
-    #: A failure left the envs in an unknown state; only ``close()`` is left to do.
-    BROKEN = "broken"
-    #: ``close()`` was called; every process and segment is released.
-    CLOSED = "closed"
 
 
 @dataclass
@@ -47,7 +33,7 @@ class RolloutResult:
     env_wait_seconds: np.ndarray | None = None
 
 
-class RolloutRunner(abc.ABC):
+class RolloutRunner(Lifecycle, abc.ABC):
     """Runs one whole rollout per ``collect()``, and owns its own :class:`RunnerState`.
 
     A failure that leaves the envs in an unknown state moves the runner to ``BROKEN``
@@ -57,41 +43,13 @@ class RolloutRunner(abc.ABC):
     rejected, keeps the in-process, pipelined and rollout-worker runners ``READY``, and
     breaks the Ray runner (its actors step on independently), except an ``ActionError``
     found when merging the slices. Callers ask
-    (:attr:`state`, :attr:`failure`, :meth:`check_usable`); they never write.
+    (:attr:`state`, :attr:`failure`, :meth:`check_usable`, which raises
+    :class:`CollectorClosedError`); they never write.
 
     ``layout`` is the rollout layout resolved when the runner's envs were made.
     """
 
     layout: RolloutLayout
-    _state: RunnerState = RunnerState.READY
-    _failure: BaseException | None = None
-
-    @property
-    def state(self) -> RunnerState:
-        return self._state
-
-    @property
-    def failure(self) -> BaseException | None:
-        """The error that broke the runner (``None`` unless ``BROKEN``)."""
-        return self._failure
-
-    def check_usable(self) -> None:
-        """Raise :class:`CollectorClosedError`, with the message of the state, unless ``READY``."""
-        state = self._state
-        if state is RunnerState.READY:
-            return
-        if state is RunnerState.CLOSED:
-            raise CollectorClosedError("this collector is closed; create a new one to collect again.")
-        if state is RunnerState.COLLECTING:
-            raise CollectorClosedError(
-                "a `collect()` is already under way on this collector (was `collect()` called from the policy?); "
-                "wait for it to return."
-            )
-        failure = self._failure
-        raise CollectorClosedError(
-            f"this collector is broken by an earlier failure ({type(failure).__name__}: {failure}); "
-            "close it and create a new one."
-        ) from failure
 
     def collect(self) -> RolloutResult:
         """One rollout (``READY`` -> ``COLLECTING`` -> ``READY``, or ``BROKEN``)."""
@@ -104,13 +62,9 @@ class RolloutRunner(abc.ABC):
                 self._state = RunnerState.READY
 
     def close(self) -> None:
-        """Release everything; idempotent. A stored failure is dropped: its traceback holds
-        the frames of the failed rollout and, through them, its storage."""
-        if self._state is RunnerState.CLOSED:
-            return
-        self._state = RunnerState.CLOSED
-        self._failure = None
-        self._close()
+        """Release everything; idempotent."""
+        if self._mark_closed():
+            self._close()
 
     @abc.abstractmethod
     def _collect(self) -> RolloutResult: ...
@@ -122,24 +76,6 @@ class RolloutRunner(abc.ABC):
         """Warnings raised in worker processes or actors since the last call
         (:mod:`parallel_rollouts.processes.forwarded_warnings` records)."""
         return []
-
-    @property
-    def broken(self) -> bool:
-        return self._state is RunnerState.BROKEN
-
-    def _break(self, error: BaseException) -> None:
-        """The envs are in an unknown state after ``error``: refuse every later rollout."""
-        if self._state is not RunnerState.CLOSED:
-            self._failure = error
-            self._state = RunnerState.BROKEN
-
-    def _guarded(self, function, *args):
-        """Call ``function``; any exception it raises breaks the runner."""
-        try:
-            return function(*args)
-        except BaseException as error:
-            self._break(error)
-            raise
 
 
 def stepped_result(stepper, memory, episodes: CompletedEpisodes, has_values: bool, has_log_probs: bool) -> RolloutResult:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ..data.batch_memory import BatchMemory
 from ..errors import ConfigurationError
-from ..policy.output import PolicyOutputWriter, RandomActionSampler
-from ..policy.loop import RolloutLoop
+from ..policy.loop import build_loop
 from ..config.spec import RolloutSpec
+from ..config.worker_options import WorkerOptions
 from .base import RolloutRunner
 
 __all__ = ["POLICY_PLACEMENTS", "build_runner"]
@@ -49,27 +50,26 @@ def build_runner(
     reuse_buffers: bool,
     policy_placement: str,
     pipelined: bool,
-    num_workers: int | None,
-    context: Any,
-    step_timeout: float | None,
+    options: WorkerOptions,
     ray_options: dict | None,
-    max_restarts: int = 0,
 ) -> RolloutRunner:
+    """The runner of ``backend`` (and placement): ``options`` already parsed at the front door."""
     if backend == "ray":
         from .ray import RayOptions, RayRunner
 
-        options = dict(ray_options or {})
-        if max_restarts:
-            options["max_restarts"] = max_restarts
-        return RayRunner(spec, policy, num_workers, RayOptions.parse(options), step_timeout, reuse_buffers)
+        parsed = RayOptions.parse(ray_options)
+        if parsed.max_restarts:
+            # Given as ``ray_options['max_restarts']``: the front door refuses it given twice.
+            options = replace(options, max_restarts=parsed.max_restarts)
+        return RayRunner(spec, policy, options=options, ray_options=parsed, reuse_buffers=reuse_buffers)
     if policy_placement == "workers":
         from .rollout_workers import RolloutWorkersRunner
 
-        return RolloutWorkersRunner.build(spec, policy, reuse_buffers, num_workers, context, step_timeout, max_restarts)
+        return RolloutWorkersRunner.build(spec, policy, reuse_buffers=reuse_buffers, options=options)
     if backend == "async":
         from ..steppers.processes import ProcessStepper
 
-        stepper = ProcessStepper.build(spec, num_workers, context, step_timeout, max_restarts)
+        stepper = ProcessStepper.build(spec, options=options)
     else:
         from ..steppers.in_process import InProcessStepper
 
@@ -83,11 +83,7 @@ def build_runner(
             return PipelinedRunner(stepper, memory, policy)
         from .local import LocalRunner
 
-        if policy is None:
-            policy = RandomActionSampler(layout.action_layout, layout.root_seed, range(layout.num_envs))
-        writer = PolicyOutputWriter(layout.action_layout, layout.num_envs, layout.core)
-        loop = RolloutLoop(layout.observation_layout, writer, policy)
-        return LocalRunner(stepper, memory, loop)
+        return LocalRunner(stepper, memory, build_loop(layout, policy, 0, layout.num_envs))
     except BaseException:
         stepper.close()
         raise

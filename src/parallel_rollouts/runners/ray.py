@@ -39,13 +39,15 @@ import numpy as np
 
 from ..data.batch_memory import BatchMemory
 from ..groups import check_distinct_envs
+from ..checks.failures import losses_beyond_restarts, merged_failure, timed_out, worker_died
 from ..groups.single_envs import EnvGroup, close_each, describe_failure, make_env
-from ..errors import ConfigurationError, EnvFailure, StepTimeoutError, WorkerDiedError
+from ..errors import ConfigurationError, StepTimeoutError, WorkerDiedError, WorkerError
 from ..processes.forwarded_warnings import WarningRecorder
 from ..processes.slicing import pickle_env_fns, resolve_num_workers, split_envs, usable_cores
 from ..config.layout import RolloutLayout
 from ..data.spaces import check_env_spaces
 from ..config.spec import RolloutSpec
+from ..config.worker_options import WorkerOptions
 from ..data.storage import CompletedEpisodes
 from .base import RolloutResult, RolloutRunner
 from ..policy.shipping import PolicyReplica, PolicyShipper, PolicySnapshot
@@ -67,7 +69,8 @@ class RayOptions:
     address: join this cluster (``"auto"`` or ``"ray://host:port"``); ``None`` joins
         the cluster this process already initialised, else starts a local one.
     num_cpus, num_gpus: resources reserved by each actor.
-    max_restarts: how many dead actors may be replaced over the collector's life.
+    max_restarts: how many dead actors may be replaced over the collector's life (the same as the
+        collector's ``max_restarts`` argument; give one or the other).
     runtime_env: each actor's Ray runtime environment (``{"pip": [...], "env_vars": {...},
         "working_dir": ...}``), as ``ray.remote(...).options(runtime_env=...)`` takes it.
     scheduling_strategy: where Ray places each actor (``"SPREAD"``, a
@@ -234,29 +237,32 @@ class RayRunner(RolloutRunner):
         self,
         spec: RolloutSpec,
         policy: Any,
-        num_workers: int | None,
-        options: RayOptions,
-        step_timeout: float | None = None,
+        *,
+        options: WorkerOptions,
+        ray_options: RayOptions,
         reuse_buffers: bool = False,
     ) -> None:
         self._ray = ray = _import_ray()
         self._reuse_buffers = reuse_buffers
-        self._options = options
-        self._step_timeout = step_timeout
+        self._options = ray_options
+        self._step_timeout = options.step_timeout
+        self._max_restarts = options.max_restarts
         self._uses_local_ray = False
         self._actors: list = []
         self._restarts_left = options.max_restarts
+        #: Every actor lost over the collector's life, in order (one error each).
+        self._deaths: list[WorkerError] = []
         # Warnings the actors raised, returned with their results (take_warnings).
         self._forwarded: list = []
         self._shipper = None if policy is None else PolicyShipper(policy, "backend='ray' ships the policy to every actor")
         # Checked here, before any actor starts, so that an unpicklable policy fails fast.
         initial_policy = None if self._shipper is None else self._shipper.snapshot()
         self._pickled_env_fns = pickle_env_fns(spec.env_fns, "a Ray actor")
-        self._slices = split_envs(spec.num_factories, resolve_num_workers(num_workers, spec.num_factories))
+        self._slices = split_envs(spec.num_factories, resolve_num_workers(options.num_workers, spec.num_factories))
         # How many times each slice's actor was replaced: a replacement's envs draw their
         # episode seeds from that incarnation's stream, never handed out before.
         self._incarnations = [0] * len(self._slices)
-        self._uses_local_ray = _LocalRay.acquire(ray, options.address)
+        self._uses_local_ray = _LocalRay.acquire(ray, ray_options.address)
         self._actor_class = ray.remote(SliceActor)
         try:
             self._actors = [self._create_actor(index) for index in range(len(self._slices))]
@@ -326,17 +332,21 @@ class RayRunner(RolloutRunner):
                 actor_of = actor_indices or list(range(len(references)))
                 late = [position for position, reference in enumerate(references) if reference in pending]
                 replaceable = len(late) <= self._restarts_left or self._options.continue_without_lost_actors
-                error = self._timed_out([actor_of[position] for position in late], replaceable)
+                for position in late:
+                    # They may never return.
+                    self._kill(actor_of[position])
                 on_time = [position for position in range(len(references)) if position not in late]
                 results_on_time, dead_on_time, failure = self._wait([references[position] for position in on_time])
                 if not replaceable:
-                    return [], [], failure or error
+                    return [], [], failure or self._timed_out([actor_of[position] for position in late], False)
                 # The actors that overran count as lost (killed above); the others' rollouts stand.
                 results = [None] * len(references)
                 for position, result in zip(on_time, results_on_time):
                     results[position] = result
                 dead = [(on_time[position], death) for position, death in dead_on_time]
-                return results, dead + [(position, error) for position in late], failure
+                # One loss per actor, each naming its own envs.
+                late_losses = [(position, self._timed_out([actor_of[position]], True)) for position in late]
+                return results, dead + late_losses, failure
         results, dead, failure = [], [], None
         for index, reference in enumerate(references):
             try:
@@ -350,37 +360,32 @@ class RayRunner(RolloutRunner):
             results.append(None)
         return results, dead, failure
 
-    def _timed_out(self, indices: list[int], replaced: bool = False) -> StepTimeoutError:
-        """The error for actors whose rollout overran; they are killed, since they may never return."""
-        for index in indices:
-            try:
-                self._ray.kill(self._actors[index])
-            except Exception:
-                logger.debug("killing a Ray actor failed", exc_info=True)
-        names = ", ".join(self._describe(index) for index in indices)
-        envs = [env for index in indices for env in range(*self._slices[index])]
-        return StepTimeoutError(
-            f"{names} did not finish a rollout of horizon={self.layout.horizon} within "
-            f"horizon * step_timeout = {self.layout.horizon * self._step_timeout:g} s; its envs (or the policy) may "
-            "hang. The actors were killed"
+    def _timed_out(self, indices: list[int], replaced: bool) -> StepTimeoutError:
+        """The error for actors whose rollout overran (and that were killed)."""
+        return timed_out(
+            ", ".join(self._describe(index) for index in indices),
+            f"a rollout of horizon={self.layout.horizon} within "
+            f"horizon * step_timeout = {self.layout.horizon * self._step_timeout:g} s",
+            [env for index in indices for env in range(*self._slices[index])],
+            suspects="its envs (or the policy)",
+            outcome="The actors were killed"
             + (" and are replaced (max_restarts)." if replaced else " and the collector is now unusable."),
-            tuple(EnvFailure(env, "step", "StepTimeoutError", "timed out", "") for env in envs),
         )
 
-    def _died_error(self, dead: list, note: str) -> WorkerDiedError:
-        failures = []
-        for index, death in dead:
-            start, stop = self._slices[index]
-            failures.extend(describe_failure(env, "worker", death) for env in range(start, stop))
-        names = ", ".join(self._describe(index) for index, _ in dead)
-        return WorkerDiedError(f"{names} died{note}.", tuple(failures))
+    def _lost(self, index: int, death: BaseException, when: str) -> WorkerError:
+        """The error for actor ``index`` lost ``when``: a timeout as it is, a death named (Ray's cause kept)."""
+        if isinstance(death, WorkerError):
+            return death
+        envs = range(*self._slices[index])
+        failures = [describe_failure(env, "worker", death) for env in envs]
+        return worker_died(self._describe(index), envs, "died", when, failures=failures)
 
     def _get_all(self, references: list) -> list:
         results, dead, failure = self._wait(references)
         if failure is not None:
             raise failure
         if dead:
-            raise self._died_error(dead, "")
+            raise merged_failure([self._lost(index, death, "while starting up.") for index, death in dead])
         return results
 
     def _collect(self) -> RolloutResult:
@@ -415,8 +420,10 @@ class RayRunner(RolloutRunner):
         return self._assemble(parts)
 
     def _restart(self, dead: list) -> None:
-        if len(dead) > self._restarts_left:
-            error = self._died_error(dead, f" and no restarts are left (max_restarts={self._options.max_restarts})")
+        losses = [self._lost(index, death, "while running its rollout.") for index, death in dead]
+        self._deaths.extend(losses)
+        error = losses_beyond_restarts(losses, self._deaths, self._max_restarts, self._restarts_left)
+        if error is not None:
             if not self._options.continue_without_lost_actors:
                 self._break(error)
                 raise error
@@ -434,12 +441,10 @@ class RayRunner(RolloutRunner):
                     break
                 except WorkerDiedError as death:
                     # The replacement died while starting up: a loss like any other.
-                    if self._restarts_left == 0:
-                        raise self._died_error(
-                            [(index, death)],
-                            f" while starting up as a replacement, and no restarts are left "
-                            f"(max_restarts={self._options.max_restarts})",
-                        ) from death
+                    self._deaths.append(death)
+                    error = losses_beyond_restarts([death], self._deaths, self._max_restarts, self._restarts_left)
+                    if error is not None:
+                        raise error from death
 
     def _start_replacement(self, index: int) -> None:
         self._restarts_left -= 1

@@ -26,6 +26,7 @@ from ..processes import worker_main as protocol
 from ..processes.batch_segments import BatchSegments
 from ..processes.pool import WorkerPool
 from ..config.spec import RolloutSpec
+from ..config.worker_options import WorkerOptions
 from ..data.storage import CompletedEpisodes
 from .base import RolloutResult, RolloutRunner
 from ..policy.shipping import PolicyShipper
@@ -64,11 +65,9 @@ class RolloutWorkersRunner(RolloutRunner):
         cls,
         spec: RolloutSpec,
         policy: Any,
+        *,
         reuse_buffers: bool,
-        num_workers=None,
-        context=None,
-        step_timeout=None,
-        max_restarts: int = 0,
+        options: WorkerOptions,
     ) -> RolloutWorkersRunner:
         shipper = snapshot = None
         if policy is not None:
@@ -77,14 +76,7 @@ class RolloutWorkersRunner(RolloutRunner):
             )
             # Checked here, before any worker starts, so that an unpicklable policy fails fast.
             snapshot = pickle.dumps(shipper.snapshot(), protocol=pickle.HIGHEST_PROTOCOL)
-        pool = WorkerPool.start(
-            spec,
-            num_workers,
-            context,
-            step_timeout,
-            policy=protocol.ShippedPolicy(snapshot),
-            max_restarts=max_restarts,
-        )
+        pool = WorkerPool.start(spec, options=options, policy=protocol.ShippedPolicy(snapshot))
         # Fresh batches are written straight into segments of their own: nothing is copied out.
         segments = None if reuse_buffers else BatchSegments(pool.layout.allocate_storage)
         memory = BatchMemory(pool.layout.allocate_storage, reuse_buffers, pool.shared.storage, segments)

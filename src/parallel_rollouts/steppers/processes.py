@@ -21,6 +21,7 @@ from ..processes import worker_main as protocol
 from ..processes.batch_segments import BatchSegments
 from ..processes.pool import WorkerPool
 from ..config.spec import RolloutSpec
+from ..config.worker_options import WorkerOptions
 from ..data.storage import CompletedEpisodes, RolloutStorage
 from .base import EnvStepper
 
@@ -44,8 +45,8 @@ class ProcessStepper(EnvStepper):
         self._rows_in_flight: dict[int, int] = {}
 
     @classmethod
-    def build(cls, spec: RolloutSpec, num_workers=None, context=None, step_timeout=None, max_restarts=0) -> ProcessStepper:
-        return cls(WorkerPool.start(spec, num_workers, context, step_timeout, max_restarts=max_restarts))
+    def build(cls, spec: RolloutSpec, *, options: WorkerOptions) -> ProcessStepper:
+        return cls(WorkerPool.start(spec, options=options))
 
     def take_warnings(self) -> list:
         return self.pool.take_warnings()

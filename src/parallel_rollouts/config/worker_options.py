@@ -1,0 +1,100 @@
+"""The worker options of a collector or vector env, parsed and checked once at its front door.
+
+``num_workers``, ``context``, ``step_timeout`` and ``max_restarts`` reach every runner, stepper
+and pool below the front doors as one :class:`WorkerOptions`, passed by keyword; nothing below
+checks them again.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigurationError
+
+__all__ = ["APPLIES_TO", "WorkerOptions"]
+
+#: The backends each option means something to; given for any other, it is refused.
+APPLIES_TO = {
+    "num_workers": ("async", "ray"),
+    "context": ("async",),
+    "step_timeout": ("async", "ray"),
+    "max_restarts": ("async", "ray"),
+}
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How the envs' worker processes (or Ray actors) are run; build it with :meth:`parse`."""
+
+    #: Worker processes / actors, each owning a contiguous slice of the env factories
+    #: (``None``: ``min(usable cores, num_envs)``, resolved when the workers start).
+    num_workers: int | None = None
+    #: A multiprocessing start method name or context (``None``: ``"spawn"``).
+    context: Any = None
+    #: Seconds one step may take before :class:`StepTimeoutError` (``None``: no bound).
+    step_timeout: float | None = None
+    #: How many lost workers may be replaced over the owner's life.
+    max_restarts: int = 0
+
+    @classmethod
+    def parse(
+        cls,
+        *,
+        num_factories: int,
+        backend: str,
+        backends: Sequence[str] | None = None,
+        num_workers: Any = None,
+        context: Any = None,
+        step_timeout: Any = None,
+        max_restarts: Any = None,
+    ) -> WorkerOptions:
+        """Check each option once, naming it, what it must be and what it got.
+
+        ``num_factories``: the env factories the workers share; ``backend``: the one chosen,
+        out of ``backends`` (the front door's own; by default every backend): an option given
+        for a backend it does not apply to is refused. ``None`` means the default everywhere.
+        """
+        given = {"num_workers": num_workers, "context": context, "step_timeout": step_timeout, "max_restarts": max_restarts}
+        for name, value in given.items():
+            applies_to = [option_backend for option_backend in APPLIES_TO[name] if backends is None or option_backend in backends]
+            if value is not None and backend not in applies_to:
+                raise ConfigurationError(
+                    f"`{name}` applies to backend {' or '.join(map(repr, applies_to))} only; got backend={backend!r}."
+                )
+        if num_workers is not None and (
+            isinstance(num_workers, bool) or not isinstance(num_workers, int) or not 1 <= num_workers <= num_factories
+        ):
+            raise ConfigurationError(
+                f"`num_workers` must be an int between 1 and the number of envs ({num_factories}); got {num_workers!r}."
+            )
+        _multiprocessing_context(context)
+        if step_timeout is not None and (
+            isinstance(step_timeout, bool) or not isinstance(step_timeout, (int, float)) or not step_timeout > 0
+        ):
+            raise ConfigurationError(f"`step_timeout` must be a positive number of seconds or None; got {step_timeout!r}.")
+        if max_restarts is not None and (isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0):
+            raise ConfigurationError(f"`max_restarts` must be an int >= 0 or None; got {max_restarts!r}.")
+        return cls(num_workers, context, step_timeout, max_restarts or 0)
+
+    def multiprocessing_context(self) -> Any:
+        """The multiprocessing context to start workers with (``"spawn"`` unless ``context`` says)."""
+        return _multiprocessing_context(self.context)
+
+
+def _multiprocessing_context(context: Any) -> Any:
+    if context is None:
+        return multiprocessing.get_context("spawn")
+    if isinstance(context, str):
+        try:
+            return multiprocessing.get_context(context)
+        except ValueError as error:
+            raise ConfigurationError(
+                f"`context` must be a multiprocessing start method {multiprocessing.get_all_start_methods()!r} "
+                f"or a context; got {context!r} (multiprocessing: {error})."
+            ) from error
+    if hasattr(context, "Process") and hasattr(context, "Pipe"):
+        return context
+    raise ConfigurationError(f"`context` must be a start method name or a multiprocessing context; got {context!r}.")
