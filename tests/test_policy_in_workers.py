@@ -189,7 +189,7 @@ def test_a_closure_over_a_module_switched_to_eval_runs_in_eval_mode():
 
 
 def test_an_unchanged_policy_sends_nothing_after_the_first_collect(monkeypatch):
-    from parallel_rollouts.runners import policy_shipping
+    from parallel_rollouts.policy import shipping as policy_shipping
 
     policy = ModuleHolder()
     sent = []
