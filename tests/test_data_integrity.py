@@ -484,7 +484,10 @@ class LoggingEnv(CountingEnv):
         return result
 
 
-_WATCHED = ("rollout_loop.py", "local.py", "in_process.py", "single_envs.py", "chain.py", "building.py", "batch_memory.py", "collector.py")
+_WATCHED = (
+    "policy/loop.py", "local.py", "in_process.py", "single_envs.py", "chain.py", "building.py", "batch_memory.py",
+    "policy_inputs.py", "collector.py",
+)
 
 
 def _lines_in_a_collect(collector, watched=_WATCHED) -> int:
@@ -573,7 +576,7 @@ def test_an_interruption_at_any_line_leaves_the_collector_consistent_or_clearly_
     _interrupt_every_line(build)
 
 
-_WATCHED_VECTOR = _WATCHED + ("vector_source.py", "policy.py", "action_checks.py")
+_WATCHED_VECTOR = _WATCHED + ("vector_source.py", "policy/output.py", "checks/actions.py")
 
 
 @pytest.mark.parametrize("mode", ["NEXT_STEP", "DISABLED"])
