@@ -1,5 +1,6 @@
 """The spine of the suite: every backend gives the same batch, bit for bit, for every space kind."""
 
+import copy
 from functools import partial
 
 import gymnasium as gym
@@ -125,3 +126,26 @@ def test_gymnasium_make_envs_with_wrappers_work():
     fns = [partial(gym.make, "Pendulum-v1")] * 2
     (batch,) = collect_batches("sync", fns, horizon=5, seed=0, collects=1)
     assert batch.observations.shape == (5, 2, 3) and batch.actions.shape == (5, 2, 1)
+
+
+@pytest.mark.parametrize(
+    "space",
+    [spaces.Discrete(2), spaces.Discrete(7, start=-3), spaces.Discrete(5, dtype=np.int32), spaces.Discrete(300, start=1)],
+    ids=["two", "negative-start", "int32", "wide"],
+)
+def test_random_discrete_actions_are_each_env_s_own_space_sample(space):
+    """policy=None on a Discrete space draws without calling ``sample()``: the same numbers, in
+    the same order, as a copy of the space seeded as the env's sampler is."""
+    from parallel_rollouts.config.seeding import action_sampler_seed
+    from parallel_rollouts.data.spaces import SpaceLayout
+    from parallel_rollouts.policy.output import RandomActionSampler
+
+    layout = SpaceLayout(space, "action")
+    sampler = RandomActionSampler(layout, 11, range(3, 7))
+    references = [copy.deepcopy(space) for _ in range(4)]
+    for env_index, reference in zip(range(3, 7), references):
+        reference.seed(action_sampler_seed(11, env_index))
+    for _ in range(50):
+        actions = sampler(None)
+        assert actions.dtype == layout.leaves[0].dtype and actions.shape == (4,)
+        np.testing.assert_array_equal(actions, [reference.sample() for reference in references])

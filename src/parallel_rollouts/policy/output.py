@@ -9,6 +9,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 
 from ..checks.actions import ActionBatchChecker, as_action_array, to_numpy
 from ..errors import ActionError
@@ -118,8 +119,15 @@ class RandomActionSampler:
             space = copy.deepcopy(action_layout.space)
             space.seed(action_sampler_seed(root_seed, env_index))
             self._spaces.append(space)
+        # A plain Discrete space: draw as its sample() does, without the call's argument checks
+        # and the flattening (half of a row's sampling time for 8 envs; the same numbers).
+        self._discrete = type(action_layout.space) is spaces.Discrete
 
     def __call__(self, observations: Any) -> Any:
+        if self._discrete:
+            dtype = self._layout.leaves[0].dtype
+            draws = [space.start + space.np_random.integers(space.n, dtype=space.dtype.type) for space in self._spaces]
+            return self._layout.unflatten([np.asarray(draws, dtype=dtype)])
         per_env = [self._layout.flatten(space.sample()) for space in self._spaces]
         leaves = [
             np.asarray([env_values[leaf_index] for env_values in per_env], dtype=leaf.dtype)
