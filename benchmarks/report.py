@@ -30,6 +30,7 @@ __all__ = [
     "TARGETS",
     "ceiling_rows",
     "comparison_markdown",
+    "format_accounts",
     "format_group_table",
     "format_machine_record",
     "machine_record",
@@ -129,6 +130,26 @@ def format_group_table(group: dict) -> str:
             lines.append("  ".join("-" * width for width in widths))
     lines.extend("  " + note for note in _notes(group))
     return "\n".join(lines)
+
+
+def format_accounts(group: dict) -> str:
+    """Per contender, what one collect cost each of its processes (medians over rounds), and its
+    per-round ratios against the two-process peers; empty where neither was measured."""
+    lines = []
+    for name, entry in group["contenders"].items():
+        accounts = entry.get("per_process")
+        if accounts:
+            cells = [
+                f"{'main' if index == 0 else f'child {index}'}: {cpu:.2f} ms CPU, {faults:.0f} faults, "
+                f"{read:.1f} kB in, {written:.1f} kB out"
+                for index, (cpu, faults, read, written) in enumerate(
+                    zip(accounts["cpu_ms"], accounts["minor_faults"], accounts["read_kb"], accounts["written_kb"])
+                )
+            ]
+            lines.append(f"  {name}: " + "; ".join(cells))
+        for reference, ratio in entry.get("ratios_vs_two_processes", {}).items():
+            lines.append(f"  {name} vs {reference}: {_ratio_cell(ratio)}")
+    return "\n".join(["per collect, per process (median over rounds):", *lines]) if lines else ""
 
 
 def comparison_markdown(result: dict) -> str:

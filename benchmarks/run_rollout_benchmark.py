@@ -51,6 +51,7 @@ from .envs import measure_step_cpu_seconds
 from .report import (
     ceiling_rows,
     comparison_markdown,
+    format_accounts,
     format_group_table,
     format_machine_record,
     machine_record,
@@ -132,6 +133,7 @@ def _run_group(
 ) -> dict:
     contenders: list[Contender] = []
     skipped: dict[str, str] = {}
+    tree: dict[str, list[int]] = {}
     try:
         for name in settings.contenders:
             reason = unavailable_reason(name, workload, num_envs)
@@ -139,14 +141,18 @@ def _run_group(
                 skipped[name] = reason
                 progress(f"  skipping {name}: {reason}")
                 continue
+            known = _descendants(os.getpid())
             contenders.append(
                 make_contender(name, workload, num_envs, settings.horizon, settings.seed, num_workers=settings.num_workers)
             )
+            # This process and the ones the contender started (multiprocessing's helpers excluded:
+            # they existed already, or are shared by every contender).
+            tree[contenders[-1].name] = [os.getpid(), *sorted(_descendants(os.getpid()) - known - _helpers())]
         for contender in contenders:
             _warm_up(contender, settings)
         measured = run_rounds(
-            contenders, _timed_collect, settings.rounds, order="rotate",
-            after_round=lambda index: progress(f"  round {index + 1}/{settings.rounds} done"),
+            contenders, lambda contender: _timed_collect(contender, tree[contender.name]), settings.rounds,
+            order="rotate", after_round=lambda index: progress(f"  round {index + 1}/{settings.rounds} done"),
         )
     finally:
         _close_all(contenders)
@@ -154,19 +160,103 @@ def _run_group(
     seconds = {c.name: [s[0] for s in samples] for c, samples in zip(contenders, measured.samples)}
     cpu_seconds = {c.name: [s[1] for s in samples] for c, samples in zip(contenders, measured.samples)}
     useful = {c.name: [s[2] for s in samples] for c, samples in zip(contenders, measured.samples)}
-    return _summarize_group(workload, num_envs, settings, seconds, cpu_seconds, useful, processes, skipped)
+    group = _summarize_group(workload, num_envs, settings, seconds, cpu_seconds, useful, processes, skipped)
+    for contender, samples in zip(contenders, measured.samples):
+        accounts = [sample[3] for sample in samples]
+        if accounts and all(accounts):
+            group["contenders"][contender.name]["per_process"] = _summarize_accounts(accounts)
+    return group
 
 
-def _timed_collect(contender: Contender) -> tuple[float, float, int]:
-    """One collect: its wall seconds, this process's CPU seconds, its useful transitions.
+#: Two-process peers every contender is also compared with, round by round.
+TWO_PROCESS_REFERENCES = ("hand-loop/2proc", "bare-loop/2proc")
+
+#: What one collect costs each process of a contender, from Linux's /proc: CPU time (the
+#: scheduler's nanosecond count), minor page faults (first touches of memory), and bytes read
+#: and written by system calls (pipes and sockets included: what the processes exchanged).
+ACCOUNT_FIELDS = ("cpu_ms", "minor_faults", "read_kb", "written_kb")
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live descendant of ``pid`` (Linux; empty elsewhere)."""
+    found, pending = set(), [pid]
+    while pending:
+        parent = pending.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as file:
+                    children = [int(child) for child in file.read().split()]
+            except OSError:
+                continue
+            for child in children:
+                if child not in found:
+                    found.add(child)
+                    pending.append(child)
+    return found
+
+
+def _helpers() -> set[int]:
+    """multiprocessing's resource tracker and forkserver, if running: no contender's own."""
+    helpers = set()
+    for pid in _descendants(os.getpid()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as file:
+                command = file.read()
+        except OSError:
+            continue
+        if b"resource_tracker" in command or b"forkserver" in command:
+            helpers.add(pid)
+    return helpers
+
+
+def _counters(pids: list[int]) -> list[tuple[float, ...]] | None:
+    """``ACCOUNT_FIELDS`` of each of ``pids`` so far; ``None`` where /proc does not tell."""
+    counters = []
+    try:
+        for pid in pids:
+            with open(f"/proc/{pid}/schedstat") as file:
+                cpu_ns = int(file.read().split()[0])
+            with open(f"/proc/{pid}/stat") as file:
+                minor_faults = int(file.read().rsplit(")", 1)[1].split()[7])
+            with open(f"/proc/{pid}/io") as file:
+                io = dict(line.split(": ") for line in file.read().splitlines())
+            counters.append((cpu_ns / 1e6, minor_faults, int(io["rchar"]) / 1e3, int(io["wchar"]) / 1e3))
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+    return counters
+
+
+def _summarize_accounts(accounts: list[list[tuple[float, ...]]]) -> dict:
+    """Per process (this one first), the median over rounds of each ``ACCOUNT_FIELDS`` entry."""
+    processes = len(accounts[0])
+    return {
+        field: [statistics.median(account[process][index] for account in accounts) for process in range(processes)]
+        for index, field in enumerate(ACCOUNT_FIELDS)
+    }
+
+
+def _timed_collect(contender: Contender, pids: list[int]) -> tuple[float, float, int, list | None]:
+    """One collect: its wall seconds, this process's CPU seconds, its useful transitions, and
+    what it cost each of ``pids`` (``ACCOUNT_FIELDS``; ``None`` without /proc).
 
     This process's CPU time is the whole cost of a single-process contender, and less
-    sensitive than wall time to other load on a shared machine.
+    sensitive than wall time to other load on a shared machine. The counters are read
+    outside the timed span.
     """
+    before = _counters(pids)
     cpu_start = time.process_time()
     start = time.perf_counter()
     useful_transitions = contender.collect()
-    return time.perf_counter() - start, time.process_time() - cpu_start, useful_transitions
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    after = _counters(pids)
+    account = None
+    if before is not None and after is not None:
+        account = [tuple(end - begin for begin, end in zip(first, last)) for first, last in zip(before, after)]
+    return elapsed, cpu, useful_transitions, account
 
 
 def _warm_up(contender: Contender, settings: ComparisonSettings) -> None:
@@ -223,6 +313,11 @@ def _summarize_group(
             reference: summarize_ratios(rates[name], rates[reference])
             for reference in REFERENCE_CONTENDERS
             if reference in rates
+        }
+        entry["ratios_vs_two_processes"] = {
+            reference: summarize_ratios(rates[name], rates[reference])
+            for reference in TWO_PROCESS_REFERENCES
+            if reference in rates and reference != name
         }
         if processes[name] == 1:
             # Only a single-process contender's whole cost shows in this process's CPU time.
@@ -411,6 +506,7 @@ def run_compare(args: argparse.Namespace, machine: dict) -> dict:
     result["load_average"] = {"before": load_before, "after": os.getloadavg()}
     for group in result["groups"]:
         print("\n" + format_group_table(group), flush=True)
+        print(format_accounts(group), flush=True)
     result["targets"] = target_rows(result)
     result["ceilings"] = ceiling_rows(result)
     for row in result["targets"]:

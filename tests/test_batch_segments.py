@@ -192,3 +192,78 @@ def test_kept_batches_hold_no_descriptors_and_no_segment_names(mode, no_leaks):
     reference = _reference(31)
     for batch, expected in zip(kept, reference):
         assert_batches_identical(batch, expected)
+
+
+def _rollout_workers(**options) -> ParallelRolloutCollector:
+    return ParallelRolloutCollector(COUNTING, None, "async", num_workers=2, policy_placement="workers", **SETTINGS, **options)
+
+
+def test_a_held_view_is_never_overwritten_while_dropped_batches_recycle_one_segment(no_leaks):
+    """The default's promise with recycling in steady state: 30 collects, one batch segment more."""
+    reference = _reference(32)
+    before = our_segments()
+    with _rollout_workers() as collector:
+        collector.collect()  # dropped at once: its segment is the one recycled below
+        observations = collector.collect().observations[:, 0]  # a view is all that is kept
+        kept_final = collector.collect().final_observations[2:, 1:3]
+        names = our_segments() - before
+        for index in range(3, 32):
+            batch = collector.collect()
+            assert_batches_identical(batch, reference[index])
+            names |= our_segments() - before
+            del batch
+        # The working segment, the two pinned by the views, and one recycled for every other batch.
+        assert len(names) == 4
+        np.testing.assert_array_equal(observations, reference[1].observations[:, 0])
+        np.testing.assert_array_equal(kept_final, reference[2].final_observations[2:, 1:3])
+        assert kept_final.any()
+    assert our_segments() == before
+
+
+def test_a_collector_dropped_without_close_frees_its_workers_and_segments(no_leaks):
+    """Nothing leaks when the collector is only let go of (the no_leaks fixture counts processes,
+    segments and descriptors); a batch still held stays readable."""
+    reference = _reference(3)
+    before = our_segments()
+    collector = _rollout_workers()
+    collector.collect()
+    held = collector.collect()
+    collector.collect()
+    del collector
+    gc.collect()
+    assert our_segments() == before
+    assert_batches_identical(held, reference[1])
+
+
+def test_a_worker_lost_between_collects_is_replaced_and_recycling_goes_on(no_leaks):
+    """A killed rollout worker's replacement maps the recycled segments afresh: every later batch
+    is whole, a batch held across the loss is unchanged, and no segment is left behind."""
+    import copy
+    import signal
+
+    before = our_segments()
+    with _rollout_workers(max_restarts=2) as collector:
+        held = collector.collect()
+        expected = copy.deepcopy(held)
+        for index in range(8):
+            if index in (2, 5):
+                worker = collector._backend.pool.workers[index % 2]
+                lost = np.arange(worker.start, worker.stop)
+                os.kill(worker.process.pid, signal.SIGKILL)
+                worker.process.join(5)
+            batch = collector.collect()
+            if index in (2, 5):
+                # Replaced before the rollout: its envs start fresh episodes, listed as lost.
+                np.testing.assert_array_equal(batch.lost_env_indices, lost)
+            else:
+                assert batch.lost_env_indices.size == 0
+            assert batch.valid.all()
+            # Counting envs: each observation names its env and its step in the episode, so a
+            # worker writing another's columns, or a stale segment's rows, shows here.
+            env_ids = np.broadcast_to(np.arange(4, dtype=np.float32), batch.valid.shape)
+            np.testing.assert_array_equal(batch.observations[..., 0], env_ids)
+            assert (batch.observations[..., 1] < 3).all()
+            del batch
+        assert_batches_identical(held, expected)
+        assert len(our_segments() - before) <= 3  # working, held, one recycled
+    assert our_segments() == before
