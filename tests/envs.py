@@ -263,3 +263,19 @@ def crash(how: str) -> None:
     elif how == "hang":
         time.sleep(3600)
     raise ValueError(how)
+
+
+class DiesWhenRemade:
+    """A CartPole factory whose first call after ``armed`` exists (and ``spent`` does not) ends
+    its process: the replacement of a lost worker dies while it makes its envs."""
+
+    def __init__(self, armed: str, spent: str) -> None:
+        self.armed, self.spent = armed, spent
+
+    def __call__(self):
+        import os
+
+        if os.path.exists(self.armed) and not os.path.exists(self.spent):
+            open(self.spent, "w").close()
+            os._exit(3)
+        return gym.make("CartPole-v1")

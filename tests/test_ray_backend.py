@@ -561,32 +561,15 @@ def test_an_actor_killed_between_collects_loses_its_slice_of_the_next_and_the_on
     assert_valid_rows_replay(batches)
 
 
-class _DiesWhenRemade:
-    """CartPole, but the first one made after ``armed`` exists ends its process (once)."""
-
-    def __init__(self, armed: str, spent: str) -> None:
-        self.armed, self.spent = armed, spent
-
-    def __call__(self):
-        import os
-
-        import gymnasium as gym
-
-        if os.path.exists(self.armed) and not os.path.exists(self.spent):
-            open(self.spent, "w").close()
-            os._exit(3)
-        return gym.make("CartPole-v1")
-
-
 def test_a_replacement_actor_that_dies_while_starting_is_replaced_again(tmp_path):
-    from tests.envs import CrashingCartPole
+    from tests.envs import CrashingCartPole, DiesWhenRemade
     from tests.test_restarts import CRASH_STEP, HORIZON, NUM_ENVS, assert_valid_rows_replay
 
     armed, spent = tmp_path / "armed", tmp_path / "spent"
     fns = [cartpole] * NUM_ENVS
     # Env 3 crashes in the second collect and arms env 2's factory, which then ends the
     # first replacement while it makes its envs; the second replacement starts.
-    fns[2] = _DiesWhenRemade(str(armed), str(spent))
+    fns[2] = DiesWhenRemade(str(armed), str(spent))
     fns[3] = partial(CrashingCartPole, CRASH_STEP, "exit", str(armed))
     with ParallelRolloutCollector(fns, None, "ray", horizon=HORIZON, seed=5, num_workers=2, max_restarts=2) as collector:
         batches = [collector.collect() for _ in range(3)]
@@ -595,3 +578,37 @@ def test_a_replacement_actor_that_dies_while_starting_is_replaced_again(tmp_path
     np.testing.assert_array_equal(lost.lost_env_indices, [2, 3])
     assert first.valid.all() and after.valid.all() and after.lost_env_indices.size == 0
     assert_valid_rows_replay(batches)
+
+
+def test_a_replacement_actor_dying_with_no_restarts_left_names_the_actor_each_time(tmp_path):
+    from tests.envs import CrashingCartPole, DiesWhenRemade
+    from tests.test_restarts import CRASH_STEP, HORIZON, NUM_ENVS
+
+    armed, spent = tmp_path / "armed", tmp_path / "spent"
+    fns = [cartpole] * NUM_ENVS
+    fns[2] = DiesWhenRemade(str(armed), str(spent))
+    fns[3] = partial(CrashingCartPole, CRASH_STEP, "exit", str(armed))
+    collector = ParallelRolloutCollector(fns, None, "ray", horizon=HORIZON, seed=5, num_workers=2, max_restarts=1)
+    try:
+        collector.collect()
+        with pytest.raises(WorkerDiedError, match=r"(?s)more than max_restarts=1.*1\. Ray actor 1 \(envs 2\.\.3\).*2\. Ray actor 1 \(envs 2\.\.3\)"):
+            collector.collect()
+    finally:
+        collector.close()
+
+
+def test_asked_to_go_on_a_replacement_that_dies_at_start_up_leaves_its_envs_lost(tmp_path):
+    from tests.envs import CrashingCartPole, DiesWhenRemade
+    from tests.test_restarts import CRASH_STEP, HORIZON, NUM_ENVS
+
+    armed, spent = tmp_path / "armed", tmp_path / "spent"
+    fns = [cartpole] * NUM_ENVS
+    fns[2] = DiesWhenRemade(str(armed), str(spent))
+    fns[3] = partial(CrashingCartPole, CRASH_STEP, "exit", str(armed))
+    options = {"max_restarts": 1, "continue_without_lost_actors": True}
+    with ParallelRolloutCollector(fns, None, "ray", horizon=HORIZON, seed=5, num_workers=2, ray_options=options) as collector:
+        first, second, third = (collector.collect() for _ in range(3))
+    assert first.valid.all()
+    for batch in (second, third):
+        np.testing.assert_array_equal(batch.lost_env_indices, [2, 3])
+        assert not batch.valid[:, 2:].any() and batch.valid[:, :2].all()

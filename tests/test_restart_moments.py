@@ -20,10 +20,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from parallel_rollouts import ParallelRolloutCollector, RunnerState
+from parallel_rollouts import ParallelRolloutCollector, RunnerState, WorkerDiedError
 from parallel_rollouts.processes import worker_main as protocol
 from parallel_rollouts.processes.pool import WorkerPool
-from tests.envs import CrashingCartPole
+from tests.envs import CrashingCartPole, DiesWhenRemade
 from tests.test_restarts import assert_valid_rows_replay
 
 pytestmark = pytest.mark.timeout(120)
@@ -31,20 +31,6 @@ pytestmark = pytest.mark.timeout(120)
 NUM_ENVS, HORIZON, NUM_WORKERS = 4, 8, 2
 PER_STEP_MODES = {"per-step": {}, "pipelined": {"pipelined": True}}
 MODES = {**PER_STEP_MODES, "rollout-workers": {"policy_placement": "workers"}}
-
-
-class DiesWhenRemade:
-    """A CartPole factory whose first call after ``armed`` exists (and ``spent`` does not) ends
-    its process: the replacement of a killed worker dies while it makes its envs."""
-
-    def __init__(self, armed: str, spent: str) -> None:
-        self.armed, self.spent = armed, spent
-
-    def __call__(self):
-        if os.path.exists(self.armed) and not os.path.exists(self.spent):
-            open(self.spent, "w").close()
-            os._exit(3)
-        return gym.make("CartPole-v1")
 
 
 def pool_of(collector) -> WorkerPool:
@@ -219,7 +205,7 @@ def test_a_replacement_dying_with_no_restarts_left_breaks_the_collector_naming_b
         collector.collect()
         open(armed, "w").close()
         kill(pool_of(collector).workers[1])
-        with pytest.raises(Exception, match=r"(?s)more than max_restarts=1.*1\. worker 1.*2\. worker 1"):
+        with pytest.raises(WorkerDiedError, match=r"(?s)more than max_restarts=1.*1\. worker 1.*2\. worker 1"):
             collector.collect()
         assert collector._backend.state is RunnerState.BROKEN
     finally:

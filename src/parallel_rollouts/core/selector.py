@@ -25,7 +25,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ..errors import ConfigurationError, CoreUnavailableError
-from . import twin as _core_python
+from . import twin
 
 __all__ = [
     "CORE_CHOICES",
@@ -169,7 +169,7 @@ def load_core(choice: str = "auto") -> tuple[str, ModuleType]:
         if name == "python":
             _report_fallback()
     if name == "python":
-        return name, _core_python
+        return name, twin
     if _compiled_core is None:
         raise CoreUnavailableError(
             f"core='compiled' was requested but cannot be used. {_COMPILED_IMPORT_ERROR} "

@@ -288,11 +288,18 @@ class WorkerPool:
         stop_worker(worker, CLOSE_TIMEOUT)
         old_process = worker.process
         fresh = launch_worker(mp_context, worker.index, *worker.factories, pickled)
-        if hasattr(old_process, "close"):
-            old_process.close()
+        # The handle takes the new process before anything else can raise, so that shutdown
+        # always finds it (and its pipe ends) whatever happens next.
         worker.process, worker.connection, worker.waiter = fresh.process, fresh.connection, fresh.waiter
         worker.crash_report, worker.alive, worker.awaiting_reply = fresh.crash_report, True, False
         worker.incarnation += 1
+        if hasattr(old_process, "close"):
+            try:
+                old_process.close()
+            except ValueError:
+                # Not reaped yet (killed, still exiting): the process object is dropped instead,
+                # and multiprocessing reaps the process later.
+                logger.debug("a replaced worker was not reaped yet", exc_info=True)
         reply = startup_reply(worker, "spaces")
         raise_startup_errors([reply])
         if len(reply) != worker.stop - worker.start:
@@ -376,7 +383,10 @@ class WorkerPool:
                         worker.describe(),
                         f"within step_timeout={self.step_timeout} s per step",
                         range(worker.start, worker.stop),
-                        outcome="The collector is now unusable.",
+                        outcome=(
+                            "It is replaced while restarts are left (max_restarts)." if self._restarts.max_restarts
+                            else "The collector is now unusable."
+                        ),
                     )
             reply = connection.recv_bytes()
         except (EOFError, ConnectionError):

@@ -380,12 +380,15 @@ class RayRunner(RolloutRunner):
         failures = [describe_failure(env, "worker", death) for env in envs]
         return worker_died(self._describe(index), envs, "died", when, failures=failures)
 
-    def _get_all(self, references: list) -> list:
+    def _get_all(self, references: list, actor_indices: list[int] | None = None) -> list:
+        """``ray.get`` each reference; ``actor_indices[k]`` is the actor of ``references[k]``
+        (default: ``k``), so that a death names the actor it happened to."""
         results, dead, failure = self._wait(references)
         if failure is not None:
             raise failure
         if dead:
-            raise merged_failure([self._lost(index, death, "while starting up.") for index, death in dead])
+            actor_of = actor_indices or list(range(len(references)))
+            raise merged_failure([self._lost(actor_of[position], death, "while starting up.") for position, death in dead])
         return results
 
     def _collect(self) -> RolloutResult:
@@ -443,8 +446,15 @@ class RayRunner(RolloutRunner):
                     # The replacement died while starting up: a loss like any other.
                     self._deaths.append(death)
                     error = losses_beyond_restarts([death], self._deaths, self._max_restarts, self._restarts_left)
-                    if error is not None:
+                    if error is None:
+                        continue
+                    if not self._options.continue_without_lost_actors:
                         raise error from death
+                    # Asked to go on with fewer actors: this one's envs stay lost.
+                    logger.warning("%s; its envs stay lost in every later batch", error)
+                    self._kill(index)
+                    self._actors[index] = None
+                    break
 
     def _start_replacement(self, index: int) -> None:
         self._restarts_left -= 1
@@ -455,7 +465,7 @@ class RayRunner(RolloutRunner):
         policy = None if self._shipper is None else self._ray.put(self._shipper.resend())
         started = [self._start(self._actors[index], policy)]
         self._wait_for_placement(started)
-        self._forwarded.extend(record for records in self._get_all(started) for record in records)
+        self._forwarded.extend(record for records in self._get_all(started, [index]) for record in records)
 
     def _kill(self, index: int) -> None:
         try:
