@@ -561,16 +561,24 @@ def test_an_actor_killed_between_collects_loses_its_slice_of_the_next_and_the_on
     assert_valid_rows_replay(batches)
 
 
-def test_a_replacement_actor_that_dies_while_starting_is_replaced_again(tmp_path):
+def _fns_whose_first_replacement_dies(tmp_path):
+    """Env 3 crashes in the second collect and arms env 2's factory, which then ends the first
+    replacement of their actor (1) while it makes its envs; a second replacement starts.
+    Returns the factories and the file the dying replacement leaves behind."""
     from tests.envs import CrashingCartPole, DiesWhenRemade
-    from tests.test_restarts import CRASH_STEP, HORIZON, NUM_ENVS, assert_valid_rows_replay
+    from tests.test_restarts import CRASH_STEP, NUM_ENVS
 
     armed, spent = tmp_path / "armed", tmp_path / "spent"
     fns = [cartpole] * NUM_ENVS
-    # Env 3 crashes in the second collect and arms env 2's factory, which then ends the
-    # first replacement while it makes its envs; the second replacement starts.
     fns[2] = DiesWhenRemade(str(armed), str(spent))
     fns[3] = partial(CrashingCartPole, CRASH_STEP, "exit", str(armed))
+    return fns, spent
+
+
+def test_a_replacement_actor_that_dies_while_starting_is_replaced_again(tmp_path):
+    from tests.test_restarts import HORIZON, assert_valid_rows_replay
+
+    fns, spent = _fns_whose_first_replacement_dies(tmp_path)
     with ParallelRolloutCollector(fns, None, "ray", horizon=HORIZON, seed=5, num_workers=2, max_restarts=2) as collector:
         batches = [collector.collect() for _ in range(3)]
     assert spent.exists(), "the first replacement did not die as the test meant it to"
@@ -581,13 +589,9 @@ def test_a_replacement_actor_that_dies_while_starting_is_replaced_again(tmp_path
 
 
 def test_a_replacement_actor_dying_with_no_restarts_left_names_the_actor_each_time(tmp_path):
-    from tests.envs import CrashingCartPole, DiesWhenRemade
-    from tests.test_restarts import CRASH_STEP, HORIZON, NUM_ENVS
+    from tests.test_restarts import HORIZON
 
-    armed, spent = tmp_path / "armed", tmp_path / "spent"
-    fns = [cartpole] * NUM_ENVS
-    fns[2] = DiesWhenRemade(str(armed), str(spent))
-    fns[3] = partial(CrashingCartPole, CRASH_STEP, "exit", str(armed))
+    fns, _ = _fns_whose_first_replacement_dies(tmp_path)
     collector = ParallelRolloutCollector(fns, None, "ray", horizon=HORIZON, seed=5, num_workers=2, max_restarts=1)
     try:
         collector.collect()
@@ -598,13 +602,9 @@ def test_a_replacement_actor_dying_with_no_restarts_left_names_the_actor_each_ti
 
 
 def test_asked_to_go_on_a_replacement_that_dies_at_start_up_leaves_its_envs_lost(tmp_path):
-    from tests.envs import CrashingCartPole, DiesWhenRemade
-    from tests.test_restarts import CRASH_STEP, HORIZON, NUM_ENVS
+    from tests.test_restarts import HORIZON
 
-    armed, spent = tmp_path / "armed", tmp_path / "spent"
-    fns = [cartpole] * NUM_ENVS
-    fns[2] = DiesWhenRemade(str(armed), str(spent))
-    fns[3] = partial(CrashingCartPole, CRASH_STEP, "exit", str(armed))
+    fns, spent = _fns_whose_first_replacement_dies(tmp_path)
     options = {"max_restarts": 1, "continue_without_lost_actors": True}
     with ParallelRolloutCollector(fns, None, "ray", horizon=HORIZON, seed=5, num_workers=2, ray_options=options) as collector:
         first, second, third = (collector.collect() for _ in range(3))
@@ -612,3 +612,4 @@ def test_asked_to_go_on_a_replacement_that_dies_at_start_up_leaves_its_envs_lost
     for batch in (second, third):
         np.testing.assert_array_equal(batch.lost_env_indices, [2, 3])
         assert not batch.valid[:, 2:].any() and batch.valid[:, :2].all()
+    assert spent.exists(), "the first replacement did not die as the test meant it to"
