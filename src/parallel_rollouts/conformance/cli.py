@@ -9,11 +9,13 @@ warned, 1 when a check failed (the factory or the env raised, ran past
 for a target that cannot be resolved (a module that cannot be imported, a name
 it lacks or that is not callable, an unregistered id, a factory that returns no
 env) or an argument that is not valid, 130 when interrupted with Ctrl-C.
+``parallel-rollouts --version`` prints the installed version and exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import sys
@@ -26,11 +28,21 @@ __all__ = ["main"]
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
+def _installed_version() -> str:
+    # The installed distribution's version, which the build reads from `parallel_rollouts.__version__`
+    # (the one place it is written); read from the metadata because this floor may not import the root.
+    try:
+        return importlib.metadata.version("parallel-rollouts")
+    except importlib.metadata.PackageNotFoundError:
+        return "(version unknown: the package is not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="parallel-rollouts",
         description="Check that an env meets what parallel collection relies on, and time the backends for it.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_installed_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     target_help = "a registered env id (CartPole-v1, ale_py:ALE/Pong-v5) or module:factory"
 
