@@ -69,6 +69,8 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
     core:
         ``"auto"``, ``"compiled"`` or ``"python"``.
 
+    Notes
+    -----
     ``reset(seed=...)`` takes ``None``, an int ``s`` (env ``i`` gets ``s + i``)
     or a list of one int or ``None`` per env, like ``SyncVectorEnv``; autoresets
     use no seed. ``np_random_seed`` is the tuple of every env's seed.
