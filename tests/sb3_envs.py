@@ -181,3 +181,30 @@ def replaying(env_fn: Callable[[], gym.Env], index: int, adapter: Any) -> Callab
 
 def _replaying_env(env_fn: Callable[[], gym.Env], index: int, adapter: Any) -> gym.Env:
     return ReplayRecordedSeeds(env_fn(), lambda: adapter.episode_seeds()[index])
+
+
+class MatchBitsEnv(gym.Env):
+    """Shows 4 random bits; the ``MultiBinary(4)`` action scores one point per bit it copies.
+
+    Learnable in a few thousand steps, and strict: an action that is not 0 or 1
+    in every position is an error, so a value the adapter changed would show.
+    Episodes last 8 steps (truncated).
+    """
+
+    observation_space = spaces.Box(0.0, 1.0, shape=(4,), dtype=np.float32)
+    action_space = spaces.MultiBinary(4)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._steps = 0
+        self._bits = self.np_random.integers(0, 2, size=4)
+        return self._bits.astype(np.float32), {}
+
+    def step(self, action):
+        action = np.asarray(action)
+        if action.shape != (4,) or not np.isin(action, (0, 1)).all():
+            raise ValueError(f"MatchBitsEnv takes 4 bits of 0 or 1; got {action!r}")
+        reward = float((action == self._bits).sum())
+        self._steps += 1
+        self._bits = self.np_random.integers(0, 2, size=4)
+        return self._bits.astype(np.float32), reward, False, self._steps >= 8, {}

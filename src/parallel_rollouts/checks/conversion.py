@@ -8,6 +8,13 @@ shape, C-contiguous) through :func:`convert_row`; when it refuses a value,
 :func:`explain_rejected_row` says why, for the error message. Sources that hand
 over whole batches (a vector env's observations, rewards and end flags) store
 them with :func:`store_rows`, under the same rule.
+
+Actions are stricter by default: a float action for an integer leaf is refused
+(a policy that returns floats for a ``Discrete`` space has usually lost its
+``argmax`` or its sampling). A front door that must take floats that stand for
+integers, as Stable-Baselines3's ``DummyVecEnv`` does for a ``MultiBinary``
+space, converts them with :func:`whole_floats_as`: every value a whole number
+that fits the leaf's dtype, so that the conversion changes no value.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["convert_row", "explain_rejected_row", "store_rows"]
+__all__ = ["convert_row", "explain_rejected_row", "store_rows", "whole_floats_as"]
 
 _NUMERIC_KINDS = "biuf"
 
@@ -109,3 +116,24 @@ def explain_rejected_row(source: Any, row_shape: tuple[int, ...], dtype: np.dtyp
         f"integer {bad[0].item()!r} (dtype {array.dtype}), which does not fit the leaf's dtype "
         f"{dtype} (range {info.min}..{info.max}); storing it would change it"
     )
+
+
+def whole_floats_as(array: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
+    """A float ``array`` as integer ``dtype`` when every value is a whole number that fits it, else ``None``.
+
+    ``0.0`` and ``1.0`` become ``0`` and ``1``; ``0.5``, ``1.5``, NaN, an infinity or a
+    value past the dtype's range give ``None``, for the caller's check to refuse.
+    """
+    dtype = np.dtype(dtype)
+    if array.dtype.kind != "f" or dtype.kind not in "iub":
+        return None
+    if array.size == 0:
+        return array.astype(dtype)
+    if not (np.isfinite(array).all() and (np.mod(array, 1) == 0).all()):
+        return None
+    if dtype.kind == "b":
+        return array.astype(dtype) if bool(((array == 0) | (array == 1)).all()) else None
+    info = np.iinfo(dtype)
+    if array.min() < info.min or array.max() > info.max:
+        return None
+    return array.astype(dtype)

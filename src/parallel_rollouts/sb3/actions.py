@@ -9,6 +9,14 @@ range(n)]`` gives), which this module stacks leaf by leaf into the batched
 structure (a dict or tuple of ``[num_envs, ...]`` arrays). The values are
 stacked without casting, so the action check that follows still sees a float
 where an integer belongs, and refuses it.
+
+SB3's policies for a ``MultiBinary`` space sample from a Bernoulli distribution
+and hand over float32 actions that are exactly ``0.0`` or ``1.0``, which
+``DummyVecEnv`` passes to the env. :func:`whole_float_actions` takes such
+floats as the integers they are (the conversion rule's
+:func:`~parallel_rollouts.checks.conversion.whole_floats_as`: no value
+changes); a float that is not a whole number (``0.5``, ``1.5``) is left as it
+is, for the action check to refuse with the env's index.
 """
 
 from __future__ import annotations
@@ -20,10 +28,11 @@ import numpy as np
 from gymnasium import spaces
 
 from ..checks.actions import to_numpy
+from ..checks.conversion import whole_floats_as
 from ..errors import ActionError, SpaceError
 from ..data.spaces import SpaceLayout
 
-__all__ = ["batch_per_env_actions"]
+__all__ = ["batch_per_env_actions", "whole_float_actions"]
 
 
 def batch_per_env_actions(layout: SpaceLayout, actions: Any, num_envs: int) -> Any:
@@ -61,3 +70,32 @@ def _holds_one_action_per_env(space: spaces.Space, actions: Any, num_envs: int) 
         return all(isinstance(action, Mapping) for action in actions)
     # A batched Tuple action holds arrays at its top level, never tuples.
     return all(isinstance(action, (tuple, list)) for action in actions)
+
+
+def whole_float_actions(layout: SpaceLayout, actions: Any) -> Any:
+    """``actions`` with every float leaf of whole numbers for an integer leaf turned into that leaf's dtype.
+
+    Anything else is returned as it was given, for the action check to judge.
+    """
+    integer_leaves = [leaf.dtype.kind in "iub" for leaf in layout.leaves]
+    if not any(integer_leaves):
+        return actions
+    if not layout.is_nested:
+        return _whole_floats_or_as_given(actions, layout.leaves[0].dtype)
+    try:
+        values = layout.flatten(actions)
+    except SpaceError:
+        return actions  # the action check says what does not match
+    converted = [
+        _whole_floats_or_as_given(value, leaf.dtype) if integer else value
+        for leaf, integer, value in zip(layout.leaves, integer_leaves, values)
+    ]
+    return layout.unflatten(converted)
+
+
+def _whole_floats_or_as_given(value: Any, dtype: np.dtype) -> Any:
+    array = to_numpy(value)
+    if not isinstance(array, np.ndarray) or array.dtype.kind != "f":
+        return value
+    converted = whole_floats_as(array, dtype)
+    return value if converted is None else converted

@@ -43,7 +43,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 
 from ..checks.conversion import convert_row, explain_rejected_row
 from ..errors import ConfigurationError, ObservationError, SpaceError
-from .actions import batch_per_env_actions
+from .actions import batch_per_env_actions, whole_float_actions
 from .env_side import NOT_ASKED, RAISED, RESTART_STREAM, make_seeded_episode_env
 from ..config.seeding import EpisodeSeeds, draw_root_seed, episode_seed, validate_seed
 from ..data.spaces import SpaceLayout
@@ -68,6 +68,18 @@ class ParallelVecEnv(VecEnv):
         ``seed(s)`` later starts a new stream at root ``s`` from the next ``reset()``.
     num_workers, context, step_timeout, core:
         As for :class:`~parallel_rollouts.ParallelVectorEnv`.
+    start_method:
+        ``SubprocVecEnv``'s name for ``context`` (a multiprocessing start method:
+        ``"spawn"``, ``"forkserver"``, ``"fork"``), so that
+        ``make_vec_env(..., vec_env_cls=ParallelVecEnv, vec_env_kwargs=dict(start_method="spawn"))``
+        works as it does for ``SubprocVecEnv``. ``None`` (and the default) starts
+        the workers with ``"spawn"``. Give ``start_method`` or ``context``, not both.
+
+    Actions are those of SB3's vec envs: ``actions[i]`` is env ``i``'s action. For
+    an integer space (``Discrete``, ``MultiDiscrete``, ``MultiBinary``), float
+    actions that are whole numbers, such as the ``0.0``/``1.0`` SB3's policies give
+    for ``MultiBinary``, are taken as those integers; any other float (``0.5``) is
+    refused with an :class:`~parallel_rollouts.ActionError` naming the env.
     """
 
     def __init__(
@@ -80,8 +92,21 @@ class ParallelVecEnv(VecEnv):
         context: str | None = None,
         step_timeout: float | None = None,
         core: str = "auto",
+        start_method: str | None = None,
     ) -> None:
         self._vector_env: ParallelVectorEnv | None = None
+        if start_method is not None:
+            if context is not None:
+                raise ConfigurationError(
+                    f"`start_method`={start_method!r} and `context`={context!r} both choose how workers start; "
+                    "give one (`start_method` is SubprocVecEnv's name for `context`)."
+                )
+            if backend != "async":
+                raise ConfigurationError(
+                    f"`start_method`={start_method!r} applies to backend 'async' only, which starts worker "
+                    f"processes; backend={backend!r} runs every env in this process. Drop it, or use 'async'."
+                )
+            context = start_method
         check_env_factories(env_fns)
         root_seed = draw_root_seed() if seed is None else validate_seed(seed)
         factories = [partial(make_seeded_episode_env, env_fn, index, root_seed) for index, env_fn in enumerate(env_fns)]
@@ -209,6 +234,7 @@ class ParallelVecEnv(VecEnv):
             raise RuntimeError("`step_wait()` needs actions: call `step_async(actions)` (or `step(actions)`) first.")
         actions, self._actions = self._actions, None
         actions = batch_per_env_actions(self._action_layout, actions, self.num_envs)
+        actions = whole_float_actions(self._action_layout, actions)
         observations, rewards, terminations, truncations, parts = vector_env._step_unmerged(actions)
         dones = terminations | truncations
         time_limits = (truncations & ~terminations).tolist()
