@@ -35,6 +35,7 @@ from .errors import (
 )
 from .make import make_collector
 from .policy.output import PolicyOutput
+from .policy.recurrent import RecurrentPolicy
 from .runners.base import RunnerState
 from .vector_env import ParallelVectorEnv
 
@@ -84,6 +85,7 @@ __all__ = [
     "ParallelVectorEnv",
     "PolicyOutput",
     "PolicyTransferError",
+    "RecurrentPolicy",
     "ResetNeededError",
     "RolloutBatch",
     "RunnerState",

@@ -48,7 +48,12 @@ class ParallelRolloutCollector:
         Dict/Tuple spaces; with the default ``reuse_buffers=False`` they are the
         returned batch's own rows, which the policy may keep). PyTorch tensors are accepted in what it returns.
         ``None`` samples each env's action from its own seeded copy of the action
-        space.
+        space. A policy with a callable ``initial_state(num_envs)`` attribute is
+        recurrent (:class:`RecurrentPolicy`): it is called as
+        ``policy(observations, state, episode_starts) -> (output, next_state)``, the
+        collector resets and carries its state, and the batch records it
+        (``initial_state``, ``episode_starts``, ``final_states``,
+        ``bootstrap_states``); see ``docs/recurrent.md``.
     backend:
         ``"serial"`` (reference), ``"sync"`` (all envs in this process),
         ``"async"`` (worker processes writing into shared memory) or ``"ray"``
@@ -131,6 +136,9 @@ class ParallelRolloutCollector:
         collect is replaced before any row (``async``): that batch is whole and
         lists its envs. Once the restarts are spent, a loss raises a
         :class:`WorkerDiedError` listing every loss. See ``docs/async-backend.md``.
+    store_states:
+        With a recurrent policy, also store the state the policy was given at
+        every row (``batch.states``, ``[T, N, ...]`` per leaf; default off).
     ray_options:
         Ray backend only: ``{"address", "num_cpus", "num_gpus", "max_restarts",
         "runtime_env", "scheduling_strategy", "continue_without_lost_actors"}``
@@ -165,6 +173,7 @@ class ParallelRolloutCollector:
         policy_placement: str | None = None,
         pipelined: bool = False,
         max_restarts: int | None = None,
+        store_states: bool = False,
     ) -> None:
         # First, so that __del__ can close whatever a failing constructor already made.
         self._owner_pid = os.getpid()
@@ -190,6 +199,8 @@ class ParallelRolloutCollector:
         if max_restarts is not None and "max_restarts" in (ray_options or {}):
             raise ConfigurationError("`max_restarts` is given twice, as an argument and in `ray_options`; give it once.")
         policy_placement = check_placement(backend, policy_placement, pipelined)
+        if not isinstance(store_states, bool):
+            raise ConfigurationError(f"`store_states` must be True or False; got {store_states!r}.")
         self._seed = draw_root_seed() if seed is None else validate_seed(seed)
         self._core_name, _ = load_core(core)
         self._backend_name = backend
@@ -199,6 +210,7 @@ class ParallelRolloutCollector:
             tuple(env_fns), self._seed, horizon, tuple(info_keys), self._core_name,
             observation_check=check_observation_check(observation_check),
             episode_seeds=check_episode_seeds(episode_seeds),
+            store_states=store_states,
         )
         self._spec = spec
         # The runner: named `_backend` because it is what `backend=` chose.

@@ -46,6 +46,8 @@ class RolloutLayout:
     episode_seeds: str = "every"
     #: Action storage holds each action's own dtype (the VectorEnv adapter's; see ``typed_actions``).
     typed_actions: bool = False
+    #: A recurrent policy's state at every row goes into the batch (``batch.states``).
+    store_states: bool = False
 
     # Derived once from the fields above, never pickled.
     observation_layout: SpaceLayout = field(init=False, repr=False, compare=False)

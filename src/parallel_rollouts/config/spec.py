@@ -32,6 +32,8 @@ class RolloutSpec:
     #: Store each action with the dtype it was given (the VectorEnv adapter's envs receive
     #: the caller's dtype, as in ``SyncVectorEnv``; see ``typed_actions``).
     typed_actions: bool = False
+    #: Store a recurrent policy's state at every row (``batch.states``).
+    store_states: bool = False
     #: Async workers host ``group_builder(envs, env_offset, layout)`` instead of the rollout
     #: groups when set (the VectorEnv adapter does); picklable.
     group_builder: Callable | None = field(default=None, compare=False)

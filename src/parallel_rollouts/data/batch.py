@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .recurrent_record import RecurrentRecord
 from .spaces import SpaceLayout
 
 __all__ = ["TIMING_FIELDS", "RolloutBatch"]
@@ -84,6 +85,18 @@ class RolloutBatch:
         (every env of a worker shows the worker's figure). Replies are read in
         worker order, so the first worker's figure also holds the time all
         workers step in parallel. Zero for the other backends.
+    initial_state, episode_starts, final_states, bootstrap_states, states:
+        With a recurrent policy (``None`` otherwise), NumPy copies of its state, each
+        leaf in the nesting ``initial_state()`` returns. ``initial_state``: ``[N, ...]``,
+        the state the policy was given at row 0 (already reset where row 0 starts an
+        episode). ``episode_starts``: ``[T, N]`` bool, true where the state was reset
+        to the initial state before the policy saw the row. ``final_states``:
+        ``[T, N, ...]``, where ``final_observation_mask`` is true the next state the
+        policy returned at that row (the state to evaluate ``final_observations``
+        with); zero elsewhere. ``bootstrap_states``: ``[N, ...]``, the state for
+        ``bootstrap_observations`` (reset where that row starts an episode; the next
+        batch's ``initial_state``). ``states`` (``store_states=True``, else ``None``):
+        ``[T, N, ...]``, the state given at every row. See ``docs/recurrent.md``.
     """
 
     observations: Any
@@ -109,6 +122,11 @@ class RolloutBatch:
     env_step_seconds: np.ndarray
     env_reset_seconds: np.ndarray
     env_wait_seconds: np.ndarray
+    initial_state: Any = None
+    episode_starts: np.ndarray | None = None
+    final_states: Any = None
+    bootstrap_states: Any = None
+    states: Any = None
 
     @property
     def dones(self) -> np.ndarray:
@@ -137,6 +155,9 @@ class RolloutBatch:
         if result.lost_from_rows is not None:
             valid &= np.arange(horizon)[:, None] < result.lost_from_rows[None, :]
         wait = result.env_wait_seconds
+        recurrent = {}
+        if result.recurrent is not None:
+            recurrent = _recurrent_fields(result.recurrent, result.lost_from_rows)
         return cls(
             observations=observation_layout.unflatten([leaf[:horizon] for leaf in storage.observations]),
             actions=action_layout.unflatten(list(storage.actions)),
@@ -163,4 +184,23 @@ class RolloutBatch:
             env_step_seconds=storage.env_step_seconds[0],
             env_reset_seconds=storage.env_reset_seconds[0],
             env_wait_seconds=np.zeros(num_envs) if wait is None else wait,
+            **recurrent,
         )
+
+
+def _recurrent_fields(record: RecurrentRecord, lost_from_rows: np.ndarray | None) -> dict:
+    """The batch's state fields; rows lost with a replaced worker are zero, like every other field."""
+    if lost_from_rows is not None:
+        horizon = record.episode_starts.shape[0]
+        lost = np.arange(horizon)[:, None] >= lost_from_rows[None, :]
+        record.episode_starts[lost] = False
+        for leaves in (record.final_states, record.states or []):
+            for leaf in leaves:
+                leaf[lost] = 0
+        lost_part_way = lost_from_rows < horizon
+        for leaf in record.bootstrap_states:
+            leaf[lost_part_way] = 0
+        lost_before_any_row = lost_from_rows < 0
+        for leaf in record.initial_state:
+            leaf[lost_before_any_row] = 0
+    return record.batch_fields()

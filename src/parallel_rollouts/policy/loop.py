@@ -8,8 +8,10 @@ from typing import Any, Optional
 import numpy as np
 
 from .output import PolicyOutputWriter, RandomActionSampler
+from .recurrent import StateCarrier, is_recurrent
 from ..config.layout import RolloutLayout
 from ..data.policy_inputs import policy_rows_of
+from ..data.recurrent_record import RecurrentRecord
 from ..data.spaces import SpaceLayout
 from ..data.storage import RolloutStorage
 
@@ -21,14 +23,30 @@ class RolloutLoop:
 
     ``steps_done`` says how far the last :meth:`run` got, so that a caller can
     drop a rollout cleanly when the policy raises part-way.
+
+    A recurrent policy (:func:`~parallel_rollouts.policy.recurrent.is_recurrent`) is called
+    with the state of envs ``env_start ..`` that the loop's
+    :class:`~parallel_rollouts.policy.recurrent.StateCarrier` keeps from row to row and from
+    run to run; :attr:`recurrent_record` is then what the last completed run recorded of it.
     """
 
-    def __init__(self, observation_layout: SpaceLayout, output_writer: PolicyOutputWriter, policy: Callable[[Any], Any]) -> None:
+    def __init__(
+        self,
+        observation_layout: SpaceLayout,
+        output_writer: PolicyOutputWriter,
+        policy: Callable[..., Any],
+        env_start: int = 0,
+        store_states: bool = False,
+    ) -> None:
         self._observation_layout = observation_layout
         self._nested = observation_layout.is_nested
         self.output_writer = output_writer
         self.policy = policy
         self.steps_done = 0
+        self.recurrent_record: RecurrentRecord | None = None
+        self._env_start = env_start
+        self._store_states = store_states
+        self._carrier: StateCarrier | None = None
 
     def run(
         self,
@@ -51,6 +69,9 @@ class RolloutLoop:
         if policy_rows is None:
             observations = storage.observations
             policy_rows = lambda t: policy_rows_of(observations, t)  # noqa: E731
+        if is_recurrent(self.policy):
+            self._run_recurrent(storage, step, policy_rows, on_step_error)
+            return
         # The body of act(), inlined: one Python frame less on every row.
         write, policy, nested, unflatten = self.output_writer.write, self.policy, self._nested, self._observation_layout.unflatten
         self.output_writer.reset_rollout()
@@ -66,14 +87,62 @@ class RolloutLoop:
                 raise
             self.steps_done = t + 1
 
+    def _run_recurrent(self, storage, step, policy_rows, on_step_error) -> None:
+        """:meth:`run` for a recurrent policy: the carrier resets and carries the state."""
+        write, policy, nested, unflatten = self.output_writer.write, self.policy, self._nested, self._observation_layout.unflatten
+        self.output_writer.reset_rollout()
+        self.steps_done = 0
+        self.recurrent_record = None
+        carrier = self.carrier(storage.rewards.shape[1])
+        carrier.begin(policy, storage)
+        for t in range(storage.horizon):
+            rows = policy_rows(t)
+            write(t, carrier.call(policy, t, unflatten(rows) if nested else rows[0]), storage)
+            try:
+                step(t)
+            except BaseException as error:
+                if on_step_error is not None:
+                    on_step_error(error)
+                raise
+            self.steps_done = t + 1
+        self.recurrent_record = carrier.finish()
+
+    def carrier(self, num_envs: int) -> StateCarrier:
+        """The state carrier of this loop's envs (made at the first recurrent rollout)."""
+        if self._carrier is None:
+            self._carrier = StateCarrier(num_envs, self._env_start, self._store_states)
+        return self._carrier
+
+    def restart_envs(self, env_indices) -> None:
+        """These envs (indices within the loop) start fresh episodes at the next run's row 0."""
+        if self._carrier is not None and len(env_indices):
+            self._carrier.restart(env_indices)
+
+    def begin_rows(self, storage: RolloutStorage) -> None:
+        """Before the first :meth:`act` of a rollout driven row by row (the pipelined runner)."""
+        self.output_writer.reset_rollout()
+        self.recurrent_record = None
+        if is_recurrent(self.policy):
+            self.carrier(storage.rewards.shape[1]).begin(self.policy, storage)
+
+    def finish_rows(self) -> None:
+        """After the last step of a rollout driven row by row: :attr:`recurrent_record`."""
+        if is_recurrent(self.policy):
+            self.recurrent_record = self._carrier.finish()
+
     def act(self, t: int, storage: RolloutStorage, rows: list[np.ndarray] | None = None) -> None:
         """Call the policy on ``rows`` (default: private read-only copies of row ``t``); write its
         checked output into row ``t``. The policy cannot corrupt the batch through ``rows``.
+        A recurrent policy's rollout is begun with :meth:`begin_rows`.
         """
         if rows is None:
             rows = policy_rows_of(storage.observations, t)
         observations = self._observation_layout.unflatten(rows) if self._nested else rows[0]
-        self.output_writer.write(t, self.policy(observations), storage)
+        if self._carrier is not None and is_recurrent(self.policy):
+            output = self._carrier.call(self.policy, t, observations)
+        else:
+            output = self.policy(observations)
+        self.output_writer.write(t, output, storage)
 
 
 def build_loop(layout: RolloutLayout, policy: Callable[[Any], Any] | None, start: int, stop: int) -> RolloutLoop:
@@ -82,4 +151,4 @@ def build_loop(layout: RolloutLayout, policy: Callable[[Any], Any] | None, start
     if policy is None:
         policy = RandomActionSampler(layout.action_layout, layout.root_seed, range(start, stop))
     writer = PolicyOutputWriter(layout.action_layout, stop - start, layout.core)
-    return RolloutLoop(layout.observation_layout, writer, policy)
+    return RolloutLoop(layout.observation_layout, writer, policy, start, layout.store_states)

@@ -13,6 +13,7 @@ from typing import Any
 from ..groups import RolloutGroup
 from ..config.layout import RolloutLayout
 from .loop import build_loop
+from ..data.recurrent_record import RecurrentRecord
 from ..data.storage import CompletedEpisodes, RolloutStorage
 
 __all__ = ["PolicyFailed", "SliceResult", "SliceRollout"]
@@ -23,6 +24,8 @@ class SliceResult:
     episodes: CompletedEpisodes
     has_values: bool
     has_log_probs: bool
+    #: A recurrent policy's state record of the slice's envs (``None``: not recurrent).
+    recurrent: RecurrentRecord | None = None
 
 
 class PolicyFailed(Exception):
@@ -82,7 +85,7 @@ class SliceRollout:
             raise PolicyFailed(error, loop.steps_done) from error
         episodes = group.finish()
         writer = loop.output_writer
-        return SliceResult(episodes, bool(writer.has_values), bool(writer.has_log_probs))
+        return SliceResult(episodes, bool(writer.has_values), bool(writer.has_log_probs), loop.recurrent_record)
 
     def _note_env_failure(self, error: BaseException) -> None:
         self._env_failed = True

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..config.layout import RolloutLayout
+from ..data.recurrent_record import RecurrentRecord
 from ..data.storage import CompletedEpisodes, RolloutStorage
 from .lifecycle import Lifecycle, RunnerState
 
-__all__ = ["RolloutResult", "RolloutRunner", "RunnerState", "stepped_result"]
+__all__ = ["RolloutResult", "RolloutRunner", "RunnerState", "lost_part_way", "replaced_since", "restarted_envs", "stepped_result"]
 
 
 @dataclass
@@ -31,6 +32,8 @@ class RolloutResult:
     #: ``[N]`` float64: seconds this process waited for the worker hosting each env
     #: (``None`` for runners whose envs run in this process).
     env_wait_seconds: np.ndarray | None = None
+    #: A recurrent policy's state record of every env (``None``: the policy is not recurrent).
+    recurrent: RecurrentRecord | None = None
 
 
 class RolloutRunner(Lifecycle, abc.ABC):
@@ -90,3 +93,29 @@ def stepped_result(stepper, memory, episodes: CompletedEpisodes, has_values: boo
     if replaced is not None:
         result.lost_env_indices = replaced
     return result
+
+
+# A recurrent policy's state follows the envs: the envs of a replaced worker start fresh
+# episodes, so the loop must reset their state. These read, from a per-step stepper, which
+# envs that concerns (``np.int64`` indices; none for a stepper that replaces no worker).
+
+
+def restarted_envs(stepper) -> np.ndarray:
+    """After ``stepper.begin``: the envs whose worker was replaced before this rollout's row 0."""
+    replaced = stepper.replaced_env_indices()
+    return np.zeros(0, dtype=np.int64) if replaced is None else np.asarray(replaced, dtype=np.int64)
+
+
+def lost_part_way(stepper) -> np.ndarray:
+    """The envs whose worker was lost (and replaced) during this rollout."""
+    lost_from = stepper.lost_from_rows()
+    if lost_from is None:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(lost_from < stepper.layout.horizon).astype(np.int64)
+
+
+def replaced_since(stepper, replaced_before: np.ndarray) -> np.ndarray:
+    """After ``stepper.finish``: the envs whose worker was replaced during this rollout (lost at a
+    step, or after its last one)."""
+    replaced = restarted_envs(stepper)
+    return np.union1d(np.setdiff1d(replaced, replaced_before), lost_part_way(stepper)).astype(np.int64)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..data.batch_memory import BatchMemory
 from ..policy.loop import RolloutLoop
 from ..steppers.base import EnvStepper
-from .base import RolloutResult, RolloutRunner, stepped_result
+from .base import RolloutResult, RolloutRunner, lost_part_way, replaced_since, restarted_envs, stepped_result
 
 __all__ = ["LocalRunner"]
 
@@ -23,6 +23,9 @@ class LocalRunner(RolloutRunner):
         memory, loop = self._memory, self._loop
         storage = memory.begin()
         self._guarded(self.stepper.begin, storage)
+        # Envs of a worker replaced before this rollout start fresh episodes at its row 0.
+        replaced_before = restarted_envs(self.stepper)
+        loop.restart_envs(replaced_before)
         try:
             loop.run(storage, self.stepper.step_function(), memory.policy_rows, self._break)
         except BaseException:
@@ -36,10 +39,15 @@ class LocalRunner(RolloutRunner):
                     # The caller sees the policy's error (its chain intact); the
                     # abandon failure is what later calls report.
                     self._break(abandon_error)
+                loop.restart_envs(lost_part_way(self.stepper))
             raise
         episodes = self._guarded(self.stepper.finish)
         writer = loop.output_writer
-        return stepped_result(self.stepper, memory, episodes, bool(writer.has_values), bool(writer.has_log_probs))
+        result = stepped_result(self.stepper, memory, episodes, bool(writer.has_values), bool(writer.has_log_probs))
+        result.recurrent = loop.recurrent_record
+        # Envs of a worker replaced during this rollout start fresh episodes at the next one's row 0.
+        loop.restart_envs(replaced_since(self.stepper, replaced_before))
+        return result
 
     def take_warnings(self) -> list:
         return self.stepper.take_warnings()

@@ -22,12 +22,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..data.batch_memory import BatchMemory
+from ..data.recurrent_record import RecurrentRecord
 from ..errors import ConfigurationError
 from ..policy.loop import RolloutLoop, build_loop
 from ..steppers.processes import ProcessStepper
 from ..data.storage import RolloutStorage
-from .base import RolloutResult, RolloutRunner, stepped_result
+from .base import RolloutResult, RolloutRunner, lost_part_way, replaced_since, restarted_envs, stepped_result
 from ..policy.slice_merge import merged_output_fields
 
 __all__ = ["PipelinedRunner"]
@@ -72,11 +75,14 @@ class PipelinedRunner(RolloutRunner):
         memory, stepper, parts = self._memory, self.stepper, self._parts
         storage = memory.begin()
         self._guarded(stepper.begin, storage)
+        replaced_before = restarted_envs(stepper)
+        self._restart(replaced_before)
         for part in parts:
             part.columns = storage.columns(part.start, part.stop)
-            part.loop.output_writer.reset_rollout()
             part.steps_done, part.pending = 0, False
         try:
+            for part in parts:
+                part.loop.begin_rows(part.columns)
             for t in range(storage.horizon):
                 for part in parts:
                     self._wait(part)
@@ -86,9 +92,12 @@ class PipelinedRunner(RolloutRunner):
             for part in parts:
                 self._wait(part)
             has_values, has_log_probs = self._optional_fields()
+            for part in parts:
+                part.loop.finish_rows()
         except BaseException:
             if not self.broken:
                 self._drop_rollout()
+                self._restart(lost_part_way(stepper))
             raise
         finally:
             # Views of this batch held here would keep its memory from being recycled once
@@ -96,7 +105,18 @@ class PipelinedRunner(RolloutRunner):
             for part in parts:
                 part.columns = None
         episodes = self._guarded(stepper.finish)
-        return stepped_result(stepper, memory, episodes, has_values, has_log_probs)
+        result = stepped_result(stepper, memory, episodes, has_values, has_log_probs)
+        result.recurrent = RecurrentRecord.merge(
+            [(part.start, part.stop, part.loop.recurrent_record) for part in parts], self.layout.num_envs
+        )
+        self._restart(replaced_since(stepper, replaced_before))
+        return result
+
+    def _restart(self, env_indices: np.ndarray) -> None:
+        """A recurrent policy's state restarts for these envs (their worker was replaced) at the next row 0."""
+        for part in self._parts:
+            inside = env_indices[(env_indices >= part.start) & (env_indices < part.stop)]
+            part.loop.restart_envs(inside - part.start)
 
     def _wait(self, part: _Part) -> None:
         if part.pending:

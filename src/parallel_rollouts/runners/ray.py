@@ -38,6 +38,7 @@ import cloudpickle
 import numpy as np
 
 from ..data.batch_memory import BatchMemory
+from ..data.recurrent_record import RecurrentRecord
 from ..groups import check_distinct_envs
 from ..checks.failures import losses_beyond_restarts, merged_failure, timed_out, worker_died
 from ..groups.single_envs import EnvGroup, close_each, describe_failure, make_env
@@ -179,7 +180,7 @@ class SliceActor:
             # Reported as the policy raised it; the runner breaks on any actor failure.
             raise failed.error from None
         return (
-            storage, result.episodes, result.has_values, result.has_log_probs, self._warnings.take(),
+            storage, result.episodes, result.has_values, result.has_log_probs, self._warnings.take(), result.recurrent,
         )
 
     def pid(self) -> int:
@@ -476,12 +477,13 @@ class RayRunner(RolloutRunner):
     def _assemble(self, parts: list) -> RolloutResult:
         memory = self._memory
         storage = memory.begin()
-        episodes, lost, fields, field_slices = [], [], [], []
+        episodes, lost, fields, field_slices, recurrent = [], [], [], [], []
         for (start, stop), part in zip(self._slices, parts):
             if part is None:
                 lost.extend(range(start, stop))
                 continue
-            slice_storage, slice_episodes, values, log_probs, records = part
+            slice_storage, slice_episodes, values, log_probs, records, slice_recurrent = part
+            recurrent.append((start, stop, slice_recurrent))
             self._forwarded.extend(records)
             slice_storage.copy_to(storage.columns(start, stop))
             episodes.append(slice_episodes)
@@ -502,7 +504,7 @@ class RayRunner(RolloutRunner):
             lost_from_rows[lost] = -1
         return RolloutResult(
             memory.finish(lost_from_rows), merged, has_values, has_log_probs, np.asarray(lost, dtype=np.int64),
-            lost_from_rows=lost_from_rows,
+            lost_from_rows=lost_from_rows, recurrent=RecurrentRecord.merge(recurrent, self.layout.num_envs),
         )
 
     def take_warnings(self) -> list:

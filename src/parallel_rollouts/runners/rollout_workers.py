@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..data.batch_memory import BatchMemory
+from ..data.recurrent_record import RecurrentRecord
 from ..errors import ActionError, PolicyTransferError
 from ..processes import worker_main as protocol
 from ..processes.batch_segments import BatchSegments
@@ -137,9 +138,15 @@ class RolloutWorkersRunner(RolloutRunner):
         episodes = CompletedEpisodes.merge([result.episodes for result in results] or [CompletedEpisodes.empty_buffers(0)])
         lost = [] if lost_from_rows is None else np.flatnonzero(lost_from_rows < pool.layout.horizon).tolist()
         lost = np.array(sorted(set(lost) | set(replaced_first)), dtype=np.int64)
+        # Each worker carries its envs' recurrent state between collects; a lost worker's record
+        # went with it (zero in the batch), and its replacement starts them from the initial state.
+        recurrent = RecurrentRecord.merge(
+            [(worker.start, worker.stop, result.recurrent) for worker, result in zip(survivors, results)],
+            pool.layout.num_envs,
+        )
         return RolloutResult(
             memory.finish(lost_from_rows), episodes, has_values, has_log_probs, lost,
-            lost_from_rows=lost_from_rows, env_wait_seconds=pool.take_wait_seconds(),
+            lost_from_rows=lost_from_rows, env_wait_seconds=pool.take_wait_seconds(), recurrent=recurrent,
         )
 
     def _replacement_policy(self) -> protocol.ShippedPolicy:
