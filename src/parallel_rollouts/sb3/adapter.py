@@ -75,6 +75,8 @@ class ParallelVecEnv(VecEnv):
         works as it does for ``SubprocVecEnv``. ``None`` (and the default) starts
         the workers with ``"spawn"``. Give ``start_method`` or ``context``, not both.
 
+    Notes
+    -----
     Actions are those of SB3's vec envs: ``actions[i]`` is env ``i``'s action. For
     an integer space (``Discrete``, ``MultiDiscrete``, ``MultiBinary``), float
     actions that are whole numbers, such as the ``0.0``/``1.0`` SB3's policies give
