@@ -1,116 +1,85 @@
-"""The README cannot rot: each of its Python blocks runs as a script outside the checkout, and its
-backend table matches the committed benchmark results.
-
-A block whose fence reads ```` ```python norun ```` is shown but not run; none is today.
-"""
+"""The README cannot rot: each of its code blocks runs (Python as a script outside the checkout,
+shell commands with the installed console script), or is marked as an excerpt whose shortened
+version runs elsewhere; its first collect is the block CI runs in a fresh clone; it stays a front
+page."""
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-import parallel_rollouts
+from tests.doc_blocks import REPO_ROOT, code_blocks, run_block, short_versions_named
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-FENCE = re.compile(r"^```python([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
-
-
-def _python_blocks(text: str = README) -> list[tuple[int, str]]:
-    """``(line number, code)`` of every Python block not marked ``norun``."""
-    blocks = []
-    for match in FENCE.finditer(text):
-        if "norun" not in match.group(1).split():
-            blocks.append((text.count("\n", 0, match.start()) + 1, match.group(2)))
-    return blocks
+README_PATH = REPO_ROOT / "README.md"
+README = README_PATH.read_text(encoding="utf-8")
+BLOCKS = code_blocks(README_PATH)
+RUN = [block for block in BLOCKS if block.excerpt is None]
 
 
-BLOCKS = _python_blocks()
-#: Pages of docs/ whose examples run the same way (a Ray page would start a cluster per block).
-DOC_PAGES = ("vector-envs.md", "sb3.md")
-DOC_BLOCKS = [
-    (page, line, code)
-    for page in DOC_PAGES
-    for line, code in _python_blocks((REPO_ROOT / "docs" / page).read_text(encoding="utf-8"))
-]
+def _section(heading: str) -> str:
+    start = README.index(f"\n{heading}\n")
+    end = README.find("\n## ", start + 1)
+    return README[start : end if end != -1 else len(README)]
 
 
-def test_the_readme_has_python_blocks_to_run():
-    assert len(BLOCKS) >= 4
+def test_the_readme_is_a_front_page():
+    assert 150 <= len(README.splitlines()) <= 200
 
 
-@pytest.mark.parametrize("line, code", BLOCKS, ids=[f"README.md:{line}" for line, _ in BLOCKS])
-def test_readme_python_block_runs_as_a_script_outside_the_checkout(line, code, tmp_path):
-    _run_block_outside_the_checkout("README.md", line, code, tmp_path)
+def test_the_readme_has_a_python_block_per_front_door():
+    code = "\n".join(block.code for block in RUN if block.language == "python")
+    for front_door in ("make_collector(", "ParallelRolloutCollector(", "ParallelVectorEnv(", "ParallelVecEnv("):
+        assert front_door in code, f"no README block runs {front_door}"
 
 
-def test_the_docs_pages_have_python_blocks_to_run():
-    assert {page for page, _, _ in DOC_BLOCKS} == set(DOC_PAGES)
+@pytest.mark.parametrize("block", RUN, ids=[block.id for block in RUN])
+def test_readme_code_block_runs_as_written_outside_the_checkout(block, tmp_path):
+    run_block(block, block.code, tmp_path)
 
 
-@pytest.mark.parametrize("page, line, code", DOC_BLOCKS, ids=[f"docs/{page}:{line}" for page, line, _ in DOC_BLOCKS])
-def test_docs_python_block_runs_as_a_script_outside_the_checkout(page, line, code, tmp_path):
-    _run_block_outside_the_checkout(f"docs/{page}", line, code, tmp_path)
+def test_the_first_collect_is_the_first_block_of_its_section_and_runs_the_compiled_core(tmp_path):
+    # .ci/run takes the first python block under this heading and runs it in a fresh clone.
+    section = _section("## A first collect")
+    first = next(block for block in RUN if block.language == "python" and block.code in section)
+    assert section.index("```python") < section.index(first.code)
+    assert "make_collector(" in first.code
+    completed = run_block(first, first.code, tmp_path)
+    assert completed.stdout.strip().splitlines()[-1] == "core: compiled"
 
 
-def _run_block_outside_the_checkout(where: str, line: int, code: str, tmp_path) -> None:
-    # Only the package is importable, as after `pip install .`: not examples/, tests/ or benchmarks/.
-    site = tmp_path / "site"
-    shutil.copytree(REPO_ROOT / "src" / "parallel_rollouts", site / "parallel_rollouts", ignore=shutil.ignore_patterns("__pycache__"))
-    script = tmp_path / "snippet.py"
-    # A fallback to the pure-Python core would mean the copied package lost its extension. (The
-    # warning category lives in the package, which `-W` cannot import at start-up: set it here.)
-    guard = "import warnings\nimport parallel_rollouts\nwarnings.simplefilter('error', parallel_rollouts.CoreFallbackWarning)\n"
-    script.write_text(guard + code, encoding="utf-8")
-    env = {key: value for key, value in os.environ.items() if key != "PARALLEL_ROLLOUTS_PURE_PYTHON"}
-    env["PYTHONPATH"] = str(site)
-    completed = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )
-    assert completed.returncode == 0, f"{where} block at line {line} failed:\n{completed.stderr}"
-    assert completed.stdout.strip(), f"{where} block at line {line} printed nothing"
+def test_the_install_sequence_clones_and_installs_with_pip_install_dot():
+    install = [block for block in BLOCKS if block.code in _section("## Install") and block.language == "bash"]
+    assert len(install) == 1 and install[0].excerpt is not None and ".ci/run" in install[0].excerpt
+    lines = [line.split("#")[0].strip() for line in install[0].code.splitlines()]
+    assert lines[0].startswith("git clone REPOSITORY_URL ")
+    assert "python -m pip install ." in lines
 
 
-# -- the backend table -----------------------------------------------------------------------
-
-TABLE_WORKLOADS = {
-    "Gymnasium `CartPole-v1`": "cartpole",
-    "84x84x4 uint8 image observations": "image",
-    "~0.5 ms of Python per step": "half_ms",
-}
-TABLE_NUM_ENVS = 16
-
-
-def expected_backend_rows(results: dict) -> dict[str, str]:
-    """The README's backend table rows, rendered from ``benchmarks/results/comparison.json``."""
-    groups = {(group["env"], group["num_envs"]): group for group in results["groups"]}
-    rows = {}
-    for label, workload in TABLE_WORKLOADS.items():
-        group = groups[(workload, TABLE_NUM_ENVS)]
-        sync = group["contenders"]["sync"]
-        asynchronous = group["contenders"]["async"]
-        rows[label] = (
-            f"| {label} | {group['env_step_cpu_us']:,.0f} µs | {sync['transitions_per_s']['median']:,.0f} | "
-            f"{asynchronous['transitions_per_s']['median']:,.0f} | {asynchronous['ratio_vs_sync']['median']:.2f}x |"
-        )
-    return rows
+def test_the_readme_quotes_two_test_commands_that_ci_runs():
+    tests = [block for block in BLOCKS if block.code in _section("## Running the tests") and block.language == "bash"]
+    assert len(tests) == 1
+    commands = [line.split("#")[0].strip() for line in tests[0].code.splitlines()]
+    assert "python -m pytest tests/test_install.py" in commands and "python -m pytest" in commands
+    ci = (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert '"## Running the tests"' in ci, ".ci/run no longer runs the README's test commands"
 
 
-def test_the_backend_table_shows_the_committed_benchmark_results():
-    results = json.loads((REPO_ROOT / "benchmarks" / "results" / "comparison.json").read_text(encoding="utf-8"))
-    assert results["settings"]["num_workers"] == 2 and results["settings"]["horizon"] == 128
-    table = README.split("<!-- backend-table:")[1].split("<!-- end backend-table -->")[0]
-    expected = expected_backend_rows(results)
-    shown = {line.split("|")[1].strip(): line.strip() for line in table.splitlines() if line.startswith("| ")}
-    stale = {label: row for label, row in expected.items() if shown.get(label) != row}
-    assert not stale, "README.md's backend table differs from benchmarks/results/comparison.json; use:\n" + "\n".join(
-        expected.values()
-    )
+@pytest.mark.parametrize("block", [block for block in BLOCKS if block.excerpt], ids=lambda block: block.id)
+def test_every_readme_excerpt_names_where_its_short_version_runs(block):
+    named = short_versions_named(block.excerpt)
+    assert named, f"{block.id}: the excerpt marker names no test file or .ci/run: {block.excerpt!r}"
+    for path in named:
+        assert (REPO_ROOT / path).is_file(), f"{block.id}: {path} does not exist"
+
+
+def test_every_relative_link_of_the_readme_resolves():
+    from tests.test_docs_blocks import broken_links
+
+    assert broken_links(README_PATH) == []
+
+
+def test_the_readme_links_every_docs_page_a_user_reads_first():
+    for page in ("install.md", "training.md", "batch-contract.md", "api.md", "benchmarks.md", "conformance.md"):
+        assert f"(docs/{page}" in README, page
+    assert Path(REPO_ROOT / "CHANGELOG.md").is_file() and "(CHANGELOG.md)" in README
