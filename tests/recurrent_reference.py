@@ -37,13 +37,16 @@ def _row(state, t: int):
     return state[t]
 
 
-def assert_matches_reference(batches, policy, make_env, first_fresh=True) -> int:
+def assert_matches_reference(batches, policy, make_env, states_kept_when_lost: bool = True) -> int:
     """Replay every env alone on a fresh env made by ``make_env``, from the recorded episode
     seeds, with ``policy`` called on that env alone and its state reset to
     ``policy.initial_state(1)`` exactly at each reset; every action, value, observation, reward,
     flag and every recorded state must equal the batches'. An env starts afresh where its first
     row's episode seed is not the one it was running (its worker was replaced). Returns the
     number of episode starts seen after row 0 (so a test can require autoresets mid-rollout).
+
+    ``states_kept_when_lost=False``: a worker lost part-way took the ``final_states`` and
+    ``states`` of its envs' valid rows with it (rollout workers), so they are zero there.
     """
     starts_seen = 0
     for env_index in range(batches[0].num_envs):
@@ -53,6 +56,7 @@ def assert_matches_reference(batches, policy, make_env, first_fresh=True) -> int
             if observation is not None and int(batch.step_episode_seeds[0, env_index]) != running_seed:
                 assert env_index in batch.lost_env_indices or env_index in batches[collect - 1].lost_env_indices
                 observation = None
+            states_recorded = states_kept_when_lost or batch.valid[-1, env_index]
             for t in range(batch.horizon):
                 where = f"collect {collect}, row {t}, env {env_index}"
                 if not batch.valid[t, env_index]:
@@ -68,7 +72,7 @@ def assert_matches_reference(batches, policy, make_env, first_fresh=True) -> int
                 assert batch.episode_starts[t, env_index] == start, f"{where}: episode_starts"
                 if t == 0:
                     assert_state_row(batch.initial_state, env_index, state, f"{where}: initial_state")
-                if batch.states is not None:
+                if batch.states is not None and states_recorded:
                     assert_state_row(_row(batch.states, t), env_index, state, f"{where}: states")
                 output, next_state = policy(observation[None], state, np.array([start]))
                 actions = output.actions if isinstance(output, PolicyOutput) else output
@@ -81,7 +85,8 @@ def assert_matches_reference(batches, policy, make_env, first_fresh=True) -> int
                 assert (batch.terminations[t, env_index], batch.truncations[t, env_index]) == (terminated, truncated), where
                 state = next_state
                 if terminated or truncated:
-                    assert_state_row(_row(batch.final_states, t), env_index, next_state, f"{where}: final_states")
+                    if states_recorded:
+                        assert_state_row(_row(batch.final_states, t), env_index, next_state, f"{where}: final_states")
                     observation = None
                 else:
                     for path, leaf in state_leaves(batch.final_states):
@@ -96,3 +101,10 @@ def assert_matches_reference(batches, policy, make_env, first_fresh=True) -> int
 def cartpole_with_short_episodes() -> gym.Env:
     """CartPole truncated at 13 steps: terminations and truncations both land mid-rollout."""
     return gym.make("CartPole-v1", max_episode_steps=13)
+
+
+def short_crashing_cartpole(at_step: int, marker: str) -> gym.Env:
+    """:func:`cartpole_with_short_episodes` whose process is killed at its ``at_step``-th step, once."""
+    from tests.envs import CrashingCartPole
+
+    return gym.wrappers.TimeLimit(CrashingCartPole(at_step, "kill", marker), max_episode_steps=13)

@@ -10,7 +10,12 @@ import torch
 from parallel_rollouts import ActionError, ConfigurationError, ParallelRolloutCollector, RecurrentPolicy
 from tests.batch_compare import assert_batches_identical
 from tests.recurrent_policies import GRUPolicy, counting_policy
-from tests.recurrent_reference import assert_matches_reference, cartpole_with_short_episodes, state_leaves
+from tests.recurrent_reference import (
+    assert_matches_reference,
+    cartpole_with_short_episodes,
+    short_crashing_cartpole,
+    state_leaves,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -286,3 +291,68 @@ def test_a_state_returned_with_its_graph_is_carried_without_it():
         batch = collector.collect()
     assert seen == [False] * 5
     assert isinstance(batch.final_states, np.ndarray) and [path for path, _ in state_leaves(batch.initial_state)] == [""]
+
+
+# -- lost workers (max_restarts) ------------------------------------------------------------
+
+
+RESTARTABLE = ["async per-step", "async pipelined", "rollout workers"]
+
+
+def restartable_collector(mode: str, fns, policy) -> ParallelRolloutCollector:
+    options = {**BACKENDS[mode]}
+    backend = options.pop("backend")
+    return ParallelRolloutCollector(
+        fns, policy, backend, horizon=HORIZON, seed=3, max_restarts=2, store_states=True, **options
+    )
+
+
+@pytest.mark.parametrize("mode", RESTARTABLE)
+def test_a_worker_killed_between_collects_restarts_its_envs_from_the_initial_state(mode, no_leaks):
+    from tests.test_restart_moments import kill, pool_of
+
+    policy = GRUPolicy()
+    with restartable_collector(mode, [cartpole_with_short_episodes] * NUM_ENVS, policy) as collector:
+        batches = [collector.collect()]
+        kill(pool_of(collector).workers[1])
+        batches += [collector.collect(), collector.collect()]
+    np.testing.assert_array_equal(batches[1].lost_env_indices, [2, 3])
+    assert batches[1].episode_starts[0, 2:].all()
+    np.testing.assert_array_equal(batches[1].initial_state["h"][2:], np.zeros((2, 8), np.float32))
+    assert_matches_reference(batches, policy, cartpole_with_short_episodes)
+
+
+@pytest.mark.parametrize("mode", ["async per-step", "async pipelined"])
+def test_a_worker_lost_at_a_step_keeps_the_state_record_of_the_rows_before(mode, monkeypatch, no_leaks):
+    from parallel_rollouts.processes import worker_main as protocol
+    from tests.test_restart_moments import KillAt
+
+    trigger = KillAt(monkeypatch, protocol.STEP, "one", 5)
+    policy = GRUPolicy()
+    with restartable_collector(mode, [cartpole_with_short_episodes] * NUM_ENVS, policy) as collector:
+        batches = [collector.collect()]
+        trigger.arm()
+        batches += [collector.collect(), collector.collect()]
+    assert trigger.fired
+    lost = batches[1]
+    assert lost.valid[:5, 2:].all() and not lost.valid[5:, 2:].any()
+    assert not lost.episode_starts[5:, 2:].any() and not lost.bootstrap_states["h"][2:].any()
+    assert batches[2].episode_starts[0, 2:].all()
+    assert_matches_reference(batches, policy, cartpole_with_short_episodes)
+
+
+def test_a_rollout_worker_lost_part_way_leaves_initial_state_and_episode_starts_to_recompute_from(tmp_path, no_leaks):
+    """The worker's state went with it; its valid rows keep what a learner recomputes from."""
+    from functools import partial
+
+    fns = [cartpole_with_short_episodes] * NUM_ENVS
+    # Env 3 kills its process at its 35th step: row 10 of the second collect.
+    fns[3] = partial(short_crashing_cartpole, 35, str(tmp_path / "crashed"))
+    policy = GRUPolicy()
+    with restartable_collector("rollout workers", fns, policy) as collector:
+        batches = [collector.collect() for _ in range(3)]
+    lost = batches[1]
+    np.testing.assert_array_equal(lost.lost_env_indices, [2, 3])
+    assert lost.valid[:5, 2:].all() and not lost.valid[-1, 2:].any()
+    assert lost.episode_starts[1:, 2:][lost.valid[1:, 2:]].any(), "the rebuilt episode starts show no reset to test"
+    assert_matches_reference(batches, policy, cartpole_with_short_episodes, states_kept_when_lost=False)

@@ -25,8 +25,9 @@ class RecurrentRecord:
     ``episode_starts``: ``[T, n]`` bool. ``final_states``: ``[T, n, ...]`` per leaf, the
     policy's next state at each row where an episode ended, zero elsewhere.
     ``bootstrap_states``: ``[n, ...]``, the state for the row after the last (already reset
-    where that row starts an episode). ``states``: ``[T, n, ...]``, the state given at every
-    row, or ``None`` when not stored.
+    where that row starts an episode); ``bootstrap_starts``: ``[n]`` bool, which envs start an
+    episode at that row. ``states``: ``[T, n, ...]``, the state given at every row, or ``None``
+    when not stored.
     """
 
     tree: StateTree
@@ -34,6 +35,7 @@ class RecurrentRecord:
     episode_starts: np.ndarray
     final_states: list[np.ndarray]
     bootstrap_states: list[np.ndarray]
+    bootstrap_starts: np.ndarray
     states: list[np.ndarray] | None
 
     @classmethod
@@ -62,15 +64,18 @@ class RecurrentRecord:
             return merged
 
         episode_starts = np.zeros((horizon, num_envs), dtype=np.bool_)
+        bootstrap_starts = np.zeros(num_envs, dtype=np.bool_)
         for start, stop, record in parts:
             if record is not None:
                 episode_starts[:, start:stop] = record.episode_starts
+                bootstrap_starts[start:stop] = record.bootstrap_starts
         return cls(
             tree=model.tree,
             initial_state=per_env(lambda record: record.initial_state, ()),
             episode_starts=episode_starts,
             final_states=per_env(lambda record: record.final_states, (horizon,)),
             bootstrap_states=per_env(lambda record: record.bootstrap_states, ()),
+            bootstrap_starts=bootstrap_starts,
             states=per_env(lambda record: record.states, (horizon,)) if store_states else None,
         )
 

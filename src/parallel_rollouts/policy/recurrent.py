@@ -143,6 +143,7 @@ class StateCarrier:
             episode_starts=np.empty((horizon, n), dtype=np.bool_),
             final_states=[np.zeros((horizon, n) + shape, dtype) for shape, dtype in zip(tree.leaf_shapes, tree.leaf_dtypes)],
             bootstrap_states=[],
+            bootstrap_starts=np.zeros(n, dtype=np.bool_),
             states=(
                 [np.empty((horizon, n) + shape, dtype) for shape, dtype in zip(tree.leaf_shapes, tree.leaf_dtypes)]
                 if self._store_states else None
@@ -179,6 +180,7 @@ class StateCarrier:
         record = self._record
         self._settle(record.episode_starts.shape[0] - 1, last=True)
         record.bootstrap_states = [leaf_to_numpy(leaf) for leaf in self._leaves]
+        record.bootstrap_starts = self._row_starts.copy()
         self._record = self._storage = None
         return record
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..data.batch_memory import BatchMemory
 from ..data.recurrent_record import RecurrentRecord
+from ..data.state_tree import StateTree, leaf_to_numpy
 from ..errors import ActionError, PolicyTransferError
 from ..processes import worker_main as protocol
 from ..processes.batch_segments import BatchSegments
@@ -55,11 +56,18 @@ def _first_unsure_row(storage, start: int, stop: int) -> int:
 class RolloutWorkersRunner(RolloutRunner):
     """``backend="async", policy_placement="workers"``."""
 
-    def __init__(self, pool: WorkerPool, memory: BatchMemory, shipper: PolicyShipper | None) -> None:
+    def __init__(self, pool: WorkerPool, memory: BatchMemory, shipper: PolicyShipper | None, policy: Any = None) -> None:
         self.pool = pool
         self.layout = pool.layout
         self._memory = memory
         self._shipper = shipper
+        self._policy = policy
+        # A recurrent policy's state lives in the workers; what this process keeps of it is
+        # what rebuilds the record of a worker lost part-way: the last batch's bootstrap states
+        # and starts (None: not known, as after a dropped rollout) and the envs starting afresh
+        # at the next row 0.
+        self._previous_record: tuple[list[np.ndarray], np.ndarray] | None = None
+        self._fresh = np.ones(pool.layout.num_envs, dtype=np.bool_)
 
     @classmethod
     def build(
@@ -81,7 +89,7 @@ class RolloutWorkersRunner(RolloutRunner):
         # Fresh batches are written straight into segments of their own: nothing is copied out.
         segments = None if reuse_buffers else BatchSegments(pool.layout.allocate_storage)
         memory = BatchMemory(pool.layout.allocate_storage, reuse_buffers, pool.shared.storage, segments)
-        return cls(pool, memory, shipper)
+        return cls(pool, memory, shipper, policy)
 
     def _collect(self) -> RolloutResult:
         memory, pool = self._memory, self.pool
@@ -97,6 +105,9 @@ class RolloutWorkersRunner(RolloutRunner):
         for worker, _ in found_dead:
             self._guarded(pool.replace, worker, self._replacement_policy())
         replaced_first = [index for worker, _ in found_dead for index in range(worker.start, worker.stop)]
+        fresh, self._fresh = self._fresh, np.zeros(pool.layout.num_envs, dtype=np.bool_)
+        fresh[replaced_first] = True
+        previous_record, self._previous_record = self._previous_record, None
         storage = memory.begin()
         # Rows a worker records mark where it got to, should it be lost part-way (a seed is never negative).
         storage.step_episode_seeds.fill(NOT_RECORDED)
@@ -111,6 +122,7 @@ class RolloutWorkersRunner(RolloutRunner):
         lost_from_rows = None
         for worker, _ in losses:
             self._guarded(pool.replace, worker, self._replacement_policy())
+            self._fresh[worker.start : worker.stop] = True
             if lost_from_rows is None:
                 lost_from_rows = np.full(pool.layout.num_envs, pool.layout.horizon, dtype=np.int64)
             lost_from_rows[worker.start : worker.stop] = _first_unsure_row(storage, worker.start, worker.stop)
@@ -138,16 +150,40 @@ class RolloutWorkersRunner(RolloutRunner):
         episodes = CompletedEpisodes.merge([result.episodes for result in results] or [CompletedEpisodes.empty_buffers(0)])
         lost = [] if lost_from_rows is None else np.flatnonzero(lost_from_rows < pool.layout.horizon).tolist()
         lost = np.array(sorted(set(lost) | set(replaced_first)), dtype=np.int64)
-        # Each worker carries its envs' recurrent state between collects; a lost worker's record
-        # went with it (zero in the batch), and its replacement starts them from the initial state.
+        # Each worker carries its envs' recurrent state between collects; its replacement starts
+        # them from the initial state at the next row 0.
         recurrent = RecurrentRecord.merge(
             [(worker.start, worker.stop, result.recurrent) for worker, result in zip(survivors, results)],
             pool.layout.num_envs,
         )
+        for worker, _ in losses:
+            if recurrent is not None:
+                self._rebuild_lost_record(recurrent, storage, worker, int(lost_from_rows[worker.start]), fresh, previous_record)
+        if recurrent is not None:
+            # Copies: the caller owns the batch, and may write into it.
+            self._previous_record = ([leaf.copy() for leaf in recurrent.bootstrap_states], recurrent.bootstrap_starts.copy())
         return RolloutResult(
             memory.finish(lost_from_rows), episodes, has_values, has_log_probs, lost,
             lost_from_rows=lost_from_rows, env_wait_seconds=pool.take_wait_seconds(), recurrent=recurrent,
         )
+
+    def _rebuild_lost_record(self, record, storage, worker, rows: int, fresh, previous) -> None:
+        """The state record of a worker lost after ``rows`` complete rows went with it: rebuild
+        what a learner needs of its valid rows, ``initial_state`` and ``episode_starts``, from
+        what this process knows (the last batch's record, the rows in storage). Its
+        ``final_states`` and ``states`` stay zero: recompute them from those two."""
+        start, stop = worker.start, worker.stop
+        fresh = fresh[start:stop]
+        if rows <= 0 or (previous is None and not fresh.all()):
+            return
+        _, initial = StateTree.of(self._policy.initial_state(stop - start), stop - start, "the policy's `initial_state()`")
+        for index, (target, initial_leaf) in enumerate(zip(record.initial_state, initial)):
+            initial_leaf = leaf_to_numpy(initial_leaf)
+            carried = initial_leaf if previous is None else previous[0][index][start:stop]
+            target[start:stop] = np.where(fresh.reshape((-1,) + (1,) * (initial_leaf.ndim - 1)), initial_leaf, carried)
+        record.episode_starts[0, start:stop] = fresh if previous is None else fresh | previous[1][start:stop]
+        ended = storage.terminations[: rows - 1, start:stop] | storage.truncations[: rows - 1, start:stop]
+        record.episode_starts[1:rows, start:stop] = ended | storage.reset_steps[: rows - 1, start:stop]
 
     def _replacement_policy(self) -> protocol.ShippedPolicy:
         """The policy a replacement worker starts from: the state every other copy is at."""
