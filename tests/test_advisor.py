@@ -53,13 +53,78 @@ def test_a_vector_env_factory_is_one_source_of_its_own_envs():
         advise(partial(vector_envs.sync_vector, "cartpole", 3, "same_step"), 5, **TINY)
 
 
-def test_an_option_that_cannot_run_is_reported_not_fatal():
+def test_rollout_workers_do_not_apply_to_a_policy_that_does_not_pickle():
     unpicklable_policy = _LockedPolicy()
     advice = advise(envs.WalkEnv, 2, policy=unpicklable_policy, **TINY)
     workers = next(result for result in advice.results if result.option.policy_placement == "workers")
-    assert not workers.measured and "pickl" in workers.error.lower()
-    assert "not measured" in str(advice)
+    assert not workers.measured and not workers.applicable and "does not pickle" in workers.error
+    assert "does not apply: the policy does not pickle" in str(advice)
+    assert advice.complete and advice.unmeasured == []
     assert advice.recommended.option.policy_placement == "main"
+
+
+def test_no_recommendation_when_an_option_could_not_be_measured():
+    advice = advise(envs.WalkEnv, 2, policy=_FailsInWorkers(), **TINY)
+    workers = next(result for result in advice.results if result.option.policy_placement == "workers")
+    assert workers.applicable and not workers.measured, workers.error
+    assert advice.unmeasured == [workers] and not advice.complete
+    assert advice.recommended is None and advice.near_ties == []
+    text = str(advice)
+    assert "Recommendation" not in text
+    assert "No recommendation: 1 of 3 options could not be measured (async, rollout workers)" in text
+    assert advice.to_dict()["complete"] is False and advice.to_dict()["recommended_code"] is None
+
+
+def test_each_pick_prints_the_code_that_builds_it():
+    advice = advise("CartPole-v1", 2, **TINY)
+    codes = {result.option.label: result.option.code for result in advice.results}
+    assert codes["sync"].splitlines() == [
+        "from parallel_rollouts import make_collector",
+        'collector = make_collector("CartPole-v1", num_envs=2, policy=policy, backend="sync", horizon=8)',
+    ]
+    assert codes["async, rollout workers"].endswith(
+        'backend="async", policy_placement="workers", num_workers=2, horizon=8)'
+    )
+    assert codes["sync, vector env"].splitlines() == [
+        "import gymnasium",
+        "from parallel_rollouts import ParallelRolloutCollector",
+        'collector = ParallelRolloutCollector(gymnasium.make_vec("CartPole-v1", num_envs=2, '
+        'vectorization_mode="vector_entry_point"), policy, backend="sync", horizon=8)',
+    ]
+    namespace = {"policy": None}
+    for label, code in codes.items():  # each one runs as printed
+        exec(code.replace("horizon=8", "horizon=8, seed=0"), namespace)
+        with namespace["collector"] as collector:
+            assert collector.collect().num_envs == 2, label
+    # CartPole's vector implementation resets on the step after an end: the batch needs masking.
+    vector = next(result for result in advice.results if result.option.label == "sync, vector env")
+    assert vector.option.needs_valid_mask
+    assert not any(result.option.needs_valid_mask for result in advice.results if result.option.source == "env factories")
+
+
+def test_a_vector_pick_prints_its_own_code_and_says_to_mask_with_valid():
+    vector = Option("sync", "sync", "main", None, None, "vector env", code="import gymnasium\ncollector = X",
+                    needs_valid_mask=True)
+    plain = Option("sync", "sync", "main", None, None, code="collector = Y")
+    advice = _advice([OptionResult(plain, [10.0, 10.0], 0.0, 2), OptionResult(vector, [20.0, 20.0], 0.0, 2)])
+    text = str(advice)
+    assert "Recommendation: backend=\"sync\"  (sync, vector env)" in text
+    assert "    import gymnasium\n    collector = X" in text
+    assert "weight the loss by `batch.valid`" in text
+    assert "next best: sync (backend=\"sync\")" in text
+    advice = _advice([OptionResult(plain, [20.0, 20.0], 0.0, 2), OptionResult(vector, [10.0, 10.0], 0.0, 2)])
+    assert "batch.valid" not in str(advice)
+    assert "next best: sync, vector env (backend=\"sync\", the env's vector implementation as the source)" in str(advice)
+
+
+def test_a_factory_target_prints_code_with_the_factory():
+    advice = advise(envs.WalkEnv, 2, **TINY)
+    sync = advice.results[0].option
+    assert sync.code.splitlines() == [
+        "import tests.conformance_envs",
+        "from parallel_rollouts import ParallelRolloutCollector",
+        "collector = ParallelRolloutCollector([tests.conformance_envs.WalkEnv] * 2, policy, backend=\"sync\", horizon=8)",
+    ]
 
 
 def test_thorough_mode_adds_pipelined():
@@ -112,6 +177,22 @@ def test_without_a_near_tie_the_next_best_is_quoted_with_its_spread():
     advice = _advice([_result("a", [10.0, 12.0]), _result("b", [20.0, 22.0])])
     assert advice.recommended.option.name == "b" and advice.near_ties == []
     assert "next best: a" in str(advice) and "faster in 0 of 2 rounds" in str(advice)
+
+
+class _FailsInWorkers:
+    """A policy that pickles, but raises in a worker process: its rollout workers cannot be measured."""
+
+    def __init__(self) -> None:
+        import os
+
+        self.home = os.getpid()
+
+    def __call__(self, observations):
+        import os
+
+        if os.getpid() != self.home:
+            raise RuntimeError("this policy runs in its own process only")
+        return np.zeros(len(observations), dtype=np.int64)
 
 
 class _LockedPolicy:

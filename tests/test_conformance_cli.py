@@ -58,6 +58,30 @@ BROKEN_MODULE = textwrap.dedent(
 
     def make_hanging():
         return HangInReset(gymnasium.make("CartPole-v1"))
+
+
+    def make_here_only():
+        # Builds in the process that was started, never in a worker process it starts.
+        import multiprocessing
+
+        if multiprocessing.parent_process() is not None:
+            raise RuntimeError("this env builds in the main process only")
+        return gymnasium.make("CartPole-v1")
+    """
+)
+
+UNGUARDED_SCRIPT = textwrap.dedent(
+    """
+    import gymnasium
+    from parallel_rollouts import {call}
+
+
+    def make():
+        return gymnasium.make("CartPole-v1")
+
+
+    result = {call}(make{arguments})
+    print(result)
     """
 )
 
@@ -178,6 +202,63 @@ def test_advise_prints_what_it_measured_and_a_recommendation(workdir):
     advice = json.loads((workdir / "advice.json").read_text())["advice"]
     assert advice["recommended"] in [option["label"] for option in advice["options"]]
     assert all(len(option["rates"]) == 2 for option in advice["options"] if option["error"] is None)
+
+
+def test_advise_exits_one_and_recommends_nothing_when_an_option_could_not_be_measured(workdir):
+    result = _run(
+        "advise", "my_envs:make_here_only", "--num-envs", "2", "--horizon", "8", "--rounds", "2",
+        "--trial-seconds", "0.05", "--json", "advice.json", cwd=workdir,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "No recommendation: 2 of 3 options could not be measured (async, per step, async, rollout workers)" \
+        in result.stdout
+    assert "Recommendation:" not in result.stdout
+    assert "this env builds in the main process only" in result.stdout
+    advice = json.loads((workdir / "advice.json").read_text())["advice"]
+    assert advice["complete"] is False and advice["recommended"] is None
+
+
+def _run_script(workdir: Path, call: str, arguments: str) -> subprocess.CompletedProcess:
+    (workdir / "unguarded.py").write_text(UNGUARDED_SCRIPT.format(call=call, arguments=arguments))
+    return subprocess.run(
+        [sys.executable, "unguarded.py"], cwd=workdir, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
+
+
+def test_check_env_in_a_script_without_the_main_guard_names_the_guard_and_starts_no_process(workdir):
+    result = _run_script(workdir, "check_env", ", max_steps=50")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("Conformance of") == 1  # no spawned process ran the script again
+    assert "rebuilds in a spawned process         FAIL  not run: `check_env` is called at the top level of" \
+        in result.stdout
+    flat = " ".join(result.stdout.split())
+    assert "unguarded.py (line 10), outside `if __name__ == \"__main__\":`" in flat
+    assert "fix: put the script's code under `if __name__ == \"__main__\":`" in flat
+    assert "bootstrapping phase" not in result.stdout + result.stderr
+
+
+def test_advise_in_a_script_without_the_main_guard_measures_nothing_and_names_the_guard(workdir):
+    result = _run_script(workdir, "advise", ", 2, rounds=1, trial_seconds=0.05")
+    assert result.returncode == 1
+    assert "ConfigurationError: `advise` is called at the top level of" in result.stderr
+    assert "outside `if __name__ == \"__main__\":`" in result.stderr and "Nothing was measured" in result.stderr
+    assert "Backend advice" not in result.stdout
+
+
+def test_a_spawned_process_importing_a_script_that_calls_check_env_refuses_the_call(workdir):
+    # A guard the source check cannot read as one: the spawned process stops the call itself.
+    script = UNGUARDED_SCRIPT.format(call="check_env", arguments=", max_steps=50").replace(
+        "result = check_env", "if __name__ != 'a module name no script has':\n    result = check_env"
+    ).replace("\nprint(result)", "\n    print(result.result('rebuilds in a spawned process'))")
+    (workdir / "odd_guard.py").write_text(script)
+    result = subprocess.run(
+        [sys.executable, "odd_guard.py"], cwd=workdir, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
+    assert result.stdout.count("CheckResult(") == 1, result.stdout  # the spawned process printed no report
+    assert "exited with code 1 before answering" in result.stdout
+    assert "This is such a process" in result.stderr
 
 
 def test_the_console_script_is_declared():

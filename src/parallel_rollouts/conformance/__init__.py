@@ -6,6 +6,8 @@ process), ``spaces_check``, ``determinism``, ``aliasing``, ``global_random``,
 processes); ``report`` holds the results, ``check`` runs them all, ``guard``
 runs each within its time limit (``watchdog``) and turns what the env raises
 into a failed check, telling the user's Ctrl-C apart (``interrupts``);
+``main_guard`` finds a script that would be run again by the processes the
+checks spawn (no ``if __name__ == "__main__":``);
 ``advisor`` times the backends, ``cli`` is the command line.
 """
 

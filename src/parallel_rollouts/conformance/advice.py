@@ -25,6 +25,11 @@ class Option:
     env_fns: Any = field(repr=False, compare=False)
     source: str = "env factories"
     pipelined: bool = False
+    #: The Python that builds this option's collector, as the user would write it.
+    code: str = field(default="", compare=False)
+    #: Whether the batch holds rows that are no transition (a vector env's next-step autoreset), to
+    #: be masked with ``batch.valid``.
+    needs_valid_mask: bool = field(default=False, compare=False)
 
     def collector_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {}
@@ -38,6 +43,12 @@ class Option:
     @property
     def label(self) -> str:
         return self.name if self.source == "env factories" else f"{self.name}, {self.source}"
+
+    def describe(self) -> str:
+        """The arguments, and the env source when it is not the env factories themselves."""
+        if self.source == "env factories":
+            return self.as_arguments()
+        return f"{self.as_arguments()}, the env's vector implementation as the source"
 
     def as_arguments(self) -> str:
         """The collector arguments that select this option."""
@@ -60,6 +71,9 @@ class OptionResult:
     startup_seconds: float
     collects: int
     error: str | None = None
+    #: False when the option cannot apply to what was given (rollout workers with a policy that does
+    #: not pickle): it is listed with its reason and does not hold the recommendation back.
+    applicable: bool = True
 
     @property
     def measured(self) -> bool:
@@ -75,7 +89,9 @@ class Advice:
     """The advisor's measurements and recommendation for one env, ``num_envs`` and horizon.
 
     ``recommended`` is the measured option that was fastest relative to the
-    others round by round (:meth:`paired_score`);
+    others round by round (:meth:`paired_score`), and ``None`` when an option
+    that applies could not be measured (:attr:`unmeasured`): a comparison that
+    lacks an option could pick a slower one;
     ``ratios_to_recommended(result)`` gives another option's speed relative to it
     in each round; ``near_ties`` lists the options within the noise of it: faster
     in at least one round, and at least ``NEAR_TIE`` of its speed in the median
@@ -97,10 +113,24 @@ class Advice:
         return [result for result in self.results if result.measured]
 
     @property
+    def unmeasured(self) -> list[OptionResult]:
+        """The options that apply but could not be measured (an error, or no round finished)."""
+        return [result for result in self.results if result.applicable and not result.measured]
+
+    @property
+    def complete(self) -> bool:
+        """Whether every option that applies was measured, so that a recommendation can be made."""
+        return bool(self.measured) and not self.unmeasured
+
+    @property
     def recommended(self) -> OptionResult | None:
-        """The option fastest relative to the others in the same rounds (see :meth:`paired_score`)."""
-        measured = self.measured
-        return max(measured, key=self.paired_score) if measured else None
+        """The option fastest relative to the others in the same rounds (see :meth:`paired_score`).
+
+        ``None`` unless :attr:`complete`.
+        """
+        if not self.complete:
+            return None
+        return max(self.measured, key=self.paired_score)
 
     def paired_score(self, result: OptionResult) -> float:
         """Median over rounds of ``result``'s rate divided by the first measured option's rate in that round.
@@ -115,12 +145,16 @@ class Advice:
 
     def ratios_to_recommended(self, result: OptionResult) -> np.ndarray:
         best = self.recommended
+        if best is None:
+            raise ValueError("no option is recommended: see `unmeasured`.")
         rounds = min(len(result.rates), len(best.rates))
         return np.asarray(result.rates[:rounds]) / np.asarray(best.rates[:rounds])
 
     @property
     def near_ties(self) -> list[OptionResult]:
         best = self.recommended
+        if best is None:
+            return []
         return [
             result
             for result in self.measured
@@ -149,29 +183,35 @@ class Advice:
             workers = "-" if result.option.num_workers is None else str(result.option.num_workers)
             head = f"  {result.option.label.ljust(label_width)}  {workers:>7}"
             if not result.measured:
-                lines.append(f"{head}  not measured: {result.error or 'no round finished'}")
+                what = "not measured" if result.applicable else "does not apply"
+                lines.append(f"{head}  {what}: {result.error or 'no round finished'}")
                 continue
             low, high = min(result.rates), max(result.rates)
             if result is best:
                 versus = "recommended"
+            elif best is None:
+                versus = "-"
             else:
                 ratios = self.ratios_to_recommended(result)
                 versus = f"{np.median(ratios):.2f}x [{ratios.min():.2f}, {ratios.max():.2f}]"
             lines.append(f"{head}  {result.median:>9,.0f}  {low:>8,.0f}-{high:<8,.0f}  {versus}")
         lines.append("")
         if best is None:
-            lines.append("No option could be measured; see the errors above.")
+            lines.append(self._no_recommendation())
             return "\n".join(lines)
         lines.append(f"Recommendation: {best.option.as_arguments()}  ({best.option.label})")
-        if best.option.source != "env factories":
+        if best.option.code:
+            lines.append("  in code (`policy` is yours, or None for random actions):")
+            lines.extend(f"    {line}".rstrip() for line in best.option.code.splitlines())
+        if best.option.needs_valid_mask:
             lines.append(
-                "  source: the env's own vector implementation, gymnasium.make_vec(env_id, num_envs=..., "
-                "vectorization_mode='vector_entry_point'), passed as the collector's env (one per worker for async)"
+                "  The batch then holds the vector env's reset steps (next-step autoreset), which are no "
+                "transitions: weight the loss by `batch.valid` (e.g. `loss[batch.valid].mean()`)."
             )
         ties = self.near_ties
         if ties:
             names = "; ".join(
-                f"{tie.option.label} ({tie.option.as_arguments()}) faster in "
+                f"{tie.option.label} ({tie.option.describe()}) faster in "
                 f"{int((self.ratios_to_recommended(tie) >= 1.0).sum())} of {len(tie.rates)} rounds"
                 for tie in ties
             )
@@ -182,11 +222,21 @@ class Advice:
                 ratios = self.ratios_to_recommended(runner_up)
                 wins = int((ratios >= 1.0).sum())
                 lines.append(
-                    f"  next best: {runner_up.option.label} ({runner_up.option.as_arguments()}) at "
+                    f"  next best: {runner_up.option.label} ({runner_up.option.describe()}) at "
                     f"{np.median(ratios):.2f}x in the median round ({ratios.min():.2f}x-{ratios.max():.2f}x, "
                     f"faster in {wins} of {len(ratios)} rounds)."
                 )
         return "\n".join(lines)
+
+    def _no_recommendation(self) -> str:
+        if not self.measured:
+            return "No recommendation: no option could be measured; see the errors above."
+        labels = ", ".join(result.option.label for result in self.unmeasured)
+        return (
+            f"No recommendation: {len(self.unmeasured)} of {len(self.results)} options could not be measured "
+            f"({labels}), and a comparison without them could pick a slower one. Fix what stopped them (the "
+            "errors above) and run again."
+        )
 
     def __str__(self) -> str:
         return self.format()
@@ -211,10 +261,15 @@ class Advice:
                     "startup_seconds": result.startup_seconds,
                     "collects": result.collects,
                     "error": result.error,
+                    "applicable": result.applicable,
+                    "code": result.option.code,
                 }
                 for result in self.results
             ],
+            "complete": self.complete,
             "recommended": None if best is None else best.option.label,
             "recommended_arguments": None if best is None else best.option.as_arguments(),
+            "recommended_code": None if best is None else best.option.code,
+            "recommended_needs_valid_mask": None if best is None else best.option.needs_valid_mask,
             "near_ties": [tie.option.label for tie in self.near_ties],
         }

@@ -21,12 +21,14 @@ tie.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import cloudpickle
 import gymnasium
 import numpy as np
 
@@ -34,8 +36,10 @@ from ..collector import ParallelRolloutCollector
 from ..errors import ConfigurationError
 from ..processes.slicing import usable_cores
 from .advice import Advice, Option, OptionResult
+from .main_guard import UnguardedCall, refuse_in_spawned_import, unguarded_call
 from .rounds import run_rounds
-from .target import EnvTarget, build_env, resolve_target
+from ..groups.vector_source import autoreset_mode_of
+from .target import EnvTarget, _call_in_module, build_env, resolve_target
 
 __all__ = ["advise"]
 
@@ -85,6 +89,10 @@ def advise(
         Every option's transitions/s per round, the recommendation and its near
         ties; ``print(advice)`` prints the table.
     """
+    refuse_in_spawned_import("advise")
+    unguarded = unguarded_call(skip_frames=2)
+    if unguarded is not None:
+        raise ConfigurationError(f"{unguarded.explain('advise')} Nothing was measured: {UnguardedCall.fix()}.")
     settings = dict(_THOROUGH if thorough else _QUICK)
     if rounds is not None:
         settings["rounds"] = rounds
@@ -97,7 +105,7 @@ def advise(
     if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
         raise ConfigurationError(f"`horizon` must be an int >= 1; got {horizon!r}.")
     target = resolve_target(env_fn_or_id, env_kwargs, wrappers)
-    step_seconds, vector_envs = _measure_step(target.factory)
+    step_seconds, vector_envs, masked = _measure_step(target.factory)
     if vector_envs is not None:
         if num_envs is not None and num_envs != vector_envs:
             raise ConfigurationError(
@@ -110,7 +118,7 @@ def advise(
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ConfigurationError(f"`num_envs` must be an int >= 1 (how many envs your training runs); got {num_envs!r}.")
     cores = usable_cores()
-    options = _options(target, num_envs, cores, thorough, vector_envs is not None)
+    options = _options(target, num_envs, cores, thorough, vector_envs is not None, horizon, masked)
     results = _run_trials(options, policy, horizon, seed, settings)
     return Advice(
         target=target.description,
@@ -131,8 +139,11 @@ def _describe_policy(policy: Any) -> str:
     return getattr(policy, "__qualname__", type(policy).__name__)
 
 
-def _measure_step(factory: Callable, budget_seconds: float = 0.5, max_steps: int = 2000) -> tuple[float, int | None]:
-    """Mean wall time of one env step here (a vector env's whole step); and its num_envs if it is one."""
+def _measure_step(
+    factory: Callable, budget_seconds: float = 0.5, max_steps: int = 2000
+) -> tuple[float, int | None, bool]:
+    """Mean wall time of one env step here (a vector env's whole step); its num_envs if it is a vector env,
+    and whether its batches hold reset rows (next-step autoreset) to mask with ``batch.valid``."""
     env, vector = build_env(factory)
     try:
         env.action_space.seed(0)
@@ -146,19 +157,42 @@ def _measure_step(factory: Callable, budget_seconds: float = 0.5, max_steps: int
             durations.append(time.perf_counter() - start)
             if not vector and (terminated or truncated):
                 env.reset()
-        return float(np.mean(durations)), (int(env.num_envs) if vector else None)
+        if not vector:
+            return float(np.mean(durations)), None, False
+        return float(np.mean(durations)), int(env.num_envs), _needs_valid_mask(env)
     finally:
         env.close()
 
 
-def _options(target: EnvTarget, num_envs: int, cores: int, thorough: bool, vector: bool) -> list[Option]:
+def _needs_valid_mask(vector_env: Any) -> bool:
+    """Whether a collector over this vector env records its reset steps as rows that are not ``valid``."""
+    return autoreset_mode_of(vector_env) is gymnasium.vector.AutoresetMode.NEXT_STEP
+
+
+def _entry_point_needs_valid_mask(make_vec: Callable) -> bool:
+    env = make_vec(num_envs=1)
+    try:
+        return _needs_valid_mask(env)
+    finally:
+        env.close()
+
+
+def _options(
+    target: EnvTarget, num_envs: int, cores: int, thorough: bool, vector: bool, horizon: int, masked: bool
+) -> list[Option]:
     factory = target.factory
+    code = partial(_collector_code, horizon=horizon)
     if vector:  # one vector env: it can run here or in one worker process
         env_fns = [factory]
-        return [
+        expression, imports = _callable_expression(factory)
+        options = [
             Option("sync", "sync", "main", None, env_fns, "vector env"),
             Option("async, per step", "async", "main", 1, env_fns, "vector env"),
             Option("async, rollout workers", "async", "workers", 1, env_fns, "vector env"),
+        ]
+        return [
+            dataclasses.replace(option, code=code(option, f"[{expression}]", imports=imports), needs_valid_mask=masked)
+            for option in options
         ]
     env_fns = [factory] * num_envs
     workers = min(cores, num_envs)
@@ -171,15 +205,86 @@ def _options(target: EnvTarget, num_envs: int, cores: int, thorough: bool, vecto
         options.append(Option("async, rollout workers", "async", "workers", count, env_fns, "env factories"))
         if thorough and count >= 2:
             options.append(Option("async, pipelined", "async", "main", count, env_fns, "env factories", pipelined=True))
+    options = [dataclasses.replace(option, code=_factories_code(target, num_envs, option, horizon)) for option in options]
     spec = target.spec
     if spec is not None and spec.vector_entry_point is not None and not target.wrappers:
         # The env's own vector implementation; per-env wrappers cannot apply to it.
         make_vec = partial(gymnasium.make_vec, spec, vectorization_mode="vector_entry_point", **target.env_kwargs)
-        options.append(Option("sync", "sync", "main", None, [partial(make_vec, num_envs=num_envs)], "vector env"))
+        try:
+            masked = _entry_point_needs_valid_mask(make_vec)
+        except Exception:  # its collector fails the same way, and is reported as not measured
+            masked = True
+        sync = Option("sync", "sync", "main", None, [partial(make_vec, num_envs=num_envs)], "vector env")
+        options.append(dataclasses.replace(
+            sync, code=_vector_code(target, sync, num_envs, horizon), needs_valid_mask=masked
+        ))
         if num_envs % workers == 0 and workers >= 2:
             per_worker = [partial(make_vec, num_envs=num_envs // workers)] * workers
-            options.append(Option("async, rollout workers", "async", "workers", workers, per_worker, "vector envs"))
+            split = Option("async, rollout workers", "async", "workers", workers, per_worker, "vector envs")
+            options.append(dataclasses.replace(
+                split, code=_vector_code(target, split, num_envs, horizon, workers), needs_valid_mask=masked
+            ))
     return options
+
+
+def _collector_code(option: Option, env_fns: str, horizon: int, imports: tuple[str, ...] = ()) -> str:
+    """``ParallelRolloutCollector(...)`` for this option over the env source ``env_fns`` (Python text), imports first."""
+    lines = [*imports, "from parallel_rollouts import ParallelRolloutCollector"]
+    lines.append(f"collector = ParallelRolloutCollector({env_fns}, policy, {option.as_arguments()}, horizon={horizon})")
+    return "\n".join(lines)
+
+
+def _factories_code(target: EnvTarget, num_envs: int, option: Option, horizon: int) -> str:
+    """The collector over ``num_envs`` single envs: ``make_collector`` for an id, the factories otherwise."""
+    if target.env_id is None:
+        expression, imports = _callable_expression(target.factory)
+        return _collector_code(option, f"[{expression}] * {num_envs}", horizon, imports)
+    extras, imports = "", []
+    if target.env_kwargs:
+        extras += f", env_kwargs={dict(target.env_kwargs)!r}"
+    if target.wrappers:
+        names = []
+        for wrapper in target.wrappers:
+            name, needed = _callable_expression(wrapper)
+            names.append(name)
+            imports += needed
+        extras += f", wrappers=[{', '.join(names)}]"
+    return "\n".join([
+        *imports,
+        "from parallel_rollouts import make_collector",
+        f"collector = make_collector({_quoted(target.env_id)}, num_envs={num_envs}, policy=policy, "
+        f"{option.as_arguments()}, horizon={horizon}{extras})",
+    ])
+
+
+def _vector_code(target: EnvTarget, option: Option, num_envs: int, horizon: int, workers: int | None = None) -> str:
+    """The collector over the env's own vector implementation: one of ``num_envs``, or one per worker."""
+    kwargs = "".join(f", {key}={value!r}" for key, value in (target.env_kwargs or {}).items())
+    if workers is None:
+        source = f'gymnasium.make_vec({_quoted(target.env_id)}, num_envs={num_envs}, ' \
+                 f'vectorization_mode="vector_entry_point"{kwargs})'
+        return _collector_code(option, source, horizon, ("import gymnasium",))
+    source = f'[partial(gymnasium.make_vec, {_quoted(target.env_id)}, num_envs={num_envs // workers}, ' \
+             f'vectorization_mode="vector_entry_point"{kwargs})] * {workers}'
+    return _collector_code(option, source, horizon, ("from functools import partial", "", "import gymnasium"))
+
+
+def _quoted(text: str) -> str:
+    return f'"{text}"' if '"' not in text and "\\" not in text else repr(text)
+
+
+def _callable_expression(function: Any) -> tuple[str, tuple[str, ...]]:
+    """How the user's code names ``function`` (``make``, ``my_envs.make``) and the imports that needs."""
+    if isinstance(function, partial) and function.func is _call_in_module:
+        module_name, attribute = function.args
+        return f"{module_name}.{attribute}", (f"import {module_name}",)
+    module = getattr(function, "__module__", None)
+    name = getattr(function, "__qualname__", None)
+    if name is None or isinstance(function, partial) or "<" in name:
+        return "env_fn", ()  # a partial, a lambda, a callable object: the user's own expression
+    if module in (None, "__main__", "__mp_main__", "builtins"):
+        return name, ()
+    return f"{module}.{name}", (f"import {module}",)
 
 
 @dataclass
@@ -190,12 +295,18 @@ class _Trial:
     error: str | None = None
     rates: list[float] = field(default_factory=list)
     collects: int = 0
+    applicable: bool = True
 
 
 def _run_trials(options: list[Option], policy: Any, horizon: int, seed: int, settings: dict) -> list[OptionResult]:
     trials = [_Trial(option) for option in options]
+    unpicklable = _why_unpicklable(policy)
     try:
         for trial in trials:
+            if unpicklable is not None and trial.option.policy_placement == "workers":
+                trial.error = f"the policy does not pickle, so it cannot run in worker processes ({unpicklable})"
+                trial.applicable = False
+                continue
             _start(trial, policy, horizon, seed, settings["warmup_collects"])
         live = [trial for trial in trials if trial.error is None]
         measured = run_rounds(
@@ -210,9 +321,19 @@ def _run_trials(options: list[Option], policy: Any, horizon: int, seed: int, set
             if trial.collector is not None:
                 trial.collector.close()
     return [
-        OptionResult(trial.option, trial.rates, trial.startup_seconds, trial.collects, trial.error)
+        OptionResult(trial.option, trial.rates, trial.startup_seconds, trial.collects, trial.error, trial.applicable)
         for trial in trials
     ]
+
+
+def _why_unpicklable(policy: Any) -> str | None:
+    if policy is None:
+        return None
+    try:
+        cloudpickle.dumps(policy)
+    except Exception as error:
+        return f"{type(error).__name__}: {error}"
+    return None
 
 
 def _start(trial: _Trial, policy: Any, horizon: int, seed: int, warmup_collects: int) -> None:

@@ -17,6 +17,7 @@ from .determinism import SAME_SEED, SAME_SEED_SPAWNED, check_in_process, check_s
 from .global_random import NO_GLOBAL_RANDOM, check_no_global_random
 from .guard import CheckGuard, Guarded
 from .interrupts import watch_user_interrupts
+from .main_guard import UnguardedCall, refuse_in_spawned_import, unguarded_call
 from .pickling import PICKLES, REBUILDS, check_factory_pickles, rebuild_in_spawned_process
 from .report import CheckResult, CheckStatus, ConformanceReport, Timing
 from .spaces_check import (
@@ -96,7 +97,14 @@ def check_env(
         not an env, or a check's limits are invalid.
     KeyboardInterrupt
         When the user interrupted the checks.
+
+    A script that calls ``check_env`` at its top level without
+    ``if __name__ == "__main__":`` would be run again by the spawned process that
+    imports it: the in-process checks still run, and the spawned ones fail naming
+    the missing guard, with no process started.
     """
+    refuse_in_spawned_import("check_env")
+    unguarded = unguarded_call(skip_frames=2)
     for name, value in (("max_steps", max_steps), ("episodes", episodes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigurationError(f"`{name}` must be an int >= 1; got {value!r}.")
@@ -111,7 +119,7 @@ def check_env(
     try:
         with watch_user_interrupts() as interrupts:
             guard = CheckGuard(float(timeout), interrupts)
-            return _run_checks(target, guard, children_before, seed, max_steps, episodes, spawn_timeout)
+            return _run_checks(target, guard, children_before, seed, max_steps, episodes, spawn_timeout, unguarded)
     finally:
         np.random.set_state(numpy_state)
         random.setstate(python_state)
@@ -125,6 +133,7 @@ def _run_checks(
     max_steps: int,
     episodes: int,
     spawn_timeout: float,
+    unguarded: UnguardedCall | None = None,
 ) -> ConformanceReport:
     factory = target.factory
     report = ConformanceReport(target.description)
@@ -157,7 +166,11 @@ def _run_checks(
             runs.append(honoured.value[1])
         results.append(honoured.instead or honoured.value[0])
     # After the first runs here: an env that hung in this process is not also waited for in another.
-    if guard.timed_out_in is None:
+    if unguarded is not None:
+        rebuilt, spawned = CheckResult(
+            REBUILDS, CheckStatus.FAIL, f"not run: {unguarded.explain('check_env')}", unguarded.fix()
+        ), None
+    elif guard.timed_out_in is None:
         rebuilt, spawned = rebuild_in_spawned_process(factory, spaces, vector, *limits, spawn_timeout)
     else:
         rebuilt, spawned = guard.not_run(REBUILDS), None

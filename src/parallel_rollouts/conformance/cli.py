@@ -5,7 +5,8 @@ Also ``python -m parallel_rollouts ...``. TARGET is a registered env id
 zero-argument function that returns an env (the current directory is searched
 first, as ``python -m`` does). Exit status: 0 when every check passed or only
 warned, 1 when a check failed (the factory or the env raised, ran past
-``--timeout``, or broke a rule; with ``--strict``, also when a check warned), 2
+``--timeout``, or broke a rule; with ``--strict``, also when a check warned) or
+when ``advise`` could not measure an option (it then recommends none), 2
 for a target that cannot be resolved (a module that cannot be imported, a name
 it lacks or that is not callable, an unregistered id, a factory that returns no
 env) or an argument that is not valid, 130 when interrupted with Ctrl-C.
@@ -82,7 +83,8 @@ def _add_advice_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trial-seconds", type=float, default=None, help="override the seconds per trial")
 
 
-def _advise(arguments: argparse.Namespace) -> dict:
+def _advise(arguments: argparse.Namespace) -> tuple[dict, bool]:
+    """Run the advisor and print its table; return its data and whether it could recommend."""
     from .advisor import advise
 
     advice = advise(
@@ -96,7 +98,7 @@ def _advise(arguments: argparse.Namespace) -> dict:
         default_num_envs=8,
     )
     print(advice, flush=True)
-    return advice.to_dict()
+    return advice.to_dict(), advice.recommended is not None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -129,9 +131,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 status = EXIT_FAILED
             if arguments.advise:
                 print(flush=True)
-                output["advice"] = _advise(arguments)
+                output["advice"], recommended = _advise(arguments)
+                status = status if recommended else EXIT_FAILED
         else:
-            output["advice"] = _advise(arguments)
+            output["advice"], recommended = _advise(arguments)
+            status = EXIT_OK if recommended else EXIT_FAILED
     except ConfigurationError as error:
         print(f"parallel-rollouts: error: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -78,6 +78,11 @@ def rebuild_in_spawned_process(
             "the env (e.g. `import ale_py` before gymnasium.make('ALE/...')), pass the id as 'package:EnvId', "
             "or make the factory importable (a module on the path, not a notebook cell)"
         )
+        if reply.kind == "died":
+            fix += (
+                "; a script that calls check_env at its top level is run again by that process, which stops "
+                "(its message names the missing `if __name__ == \"__main__\":`)"
+            )
         if reply.kind == "timeout":
             fix = "make building, resetting and stepping the env finish in a fresh process, or raise spawn_timeout"
         return CheckResult(REBUILDS, CheckStatus.FAIL, f"in a fresh spawned process: {last_line}", fix), None

@@ -37,6 +37,8 @@ class EnvTarget:
     spec: EnvSpec | None = None
     env_kwargs: Mapping[str, Any] | None = None
     wrappers: tuple[Callable, ...] = ()
+    #: For a registered id: the id as it was given (``"ale_py:ALE/Pong-v5"``), for code that rebuilds it.
+    env_id: str | None = None
 
 
 def resolve_target(
@@ -57,7 +59,7 @@ def resolve_target(
         extras = [f"{key}={value!r}" for key, value in (env_kwargs or {}).items()]
         extras += [getattr(wrapper, "__name__", repr(wrapper)) for wrapper in wrappers]
         description = name + (f" ({', '.join(extras)})" if extras else "")
-        return EnvTarget(factory, description, spec, dict(env_kwargs or {}), tuple(wrappers))
+        return EnvTarget(factory, description, spec, dict(env_kwargs or {}), tuple(wrappers), name)
     if callable(env_fn_or_id):
         _only_for_ids("an env factory", env_kwargs, wrappers)
         return EnvTarget(env_fn_or_id, _callable_name(env_fn_or_id))
