@@ -14,7 +14,7 @@ def _leaves(value, path=""):
     if isinstance(value, dict):
         for key in value:
             yield from _leaves(value[key], f"{path}[{key!r}]")
-    elif isinstance(value, tuple):
+    elif isinstance(value, (tuple, list)):
         for index, item in enumerate(value):
             yield from _leaves(item, f"{path}[{index}]")
     else:

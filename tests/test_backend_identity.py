@@ -149,3 +149,32 @@ def test_random_discrete_actions_are_each_env_s_own_space_sample(space):
         actions = sampler(None)
         assert actions.dtype == layout.leaves[0].dtype and actions.shape == (4,)
         np.testing.assert_array_equal(actions, [reference.sample() for reference in references])
+
+
+def test_a_recurrent_gru_policy_agrees_across_backends_and_cores():
+    """The state fields too (``initial_state``, ``episode_starts``, ``final_states``,
+    ``bootstrap_states``, ``states``), across autoresets and collects; the process modes are
+    compared in ``tests/test_recurrent.py``."""
+    import torch
+
+    from tests.recurrent_policies import GRUPolicy
+    from tests.recurrent_reference import cartpole_with_short_episodes
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        batches = {
+            (backend, core): collect_batches(
+                backend, [cartpole_with_short_episodes] * 3, GRUPolicy(), horizon=20, seed=4, core=core, store_states=True
+            )
+            for backend in IN_PROCESS
+            for core in ("compiled", "python")
+        }
+    finally:
+        torch.set_num_threads(threads)
+    reference = batches[("serial", "python")]
+    assert all(batch.final_observation_mask.any() for batch in reference)
+    assert reference[1].states["h"].shape == (20, 3, 8)
+    for candidate in batches.values():
+        for first, second in zip(reference, candidate):
+            assert_batches_identical(first, second)

@@ -356,3 +356,37 @@ def test_a_rollout_worker_lost_part_way_leaves_initial_state_and_episode_starts_
     assert lost.valid[:5, 2:].all() and not lost.valid[-1, 2:].any()
     assert lost.episode_starts[1:, 2:][lost.valid[1:, 2:]].any(), "the rebuilt episode starts show no reset to test"
     assert_matches_reference(batches, policy, cartpole_with_short_episodes, states_kept_when_lost=False)
+
+
+def test_ray_actors_record_their_slices_state_and_the_merge_gives_the_sync_batch_s_fields():
+    """The Ray backend's actor code, run here without Ray: two slices' records, merged as the Ray
+    runner merges them, equal the state fields of the same collects on ``sync``."""
+    from parallel_rollouts.config.spec import RolloutSpec
+    from parallel_rollouts.data.recurrent_record import RecurrentRecord
+    from parallel_rollouts.policy.shipping import PolicyShipper
+    from parallel_rollouts.processes.slicing import pickle_env_fns
+    from parallel_rollouts.runners.ray import SliceActor
+
+    fns = [cartpole_with_short_episodes] * NUM_ENVS
+    policy = GRUPolicy()
+    spec = RolloutSpec(tuple(fns), 3, HORIZON, store_states=True)
+    shipper = PolicyShipper(policy, "the test's actors")
+    pickled = pickle_env_fns(fns, "the test's actors")
+    actors = [SliceActor(pickled[start:stop], start, 0) for start, stop in ((0, 2), (2, 4))]
+    observation_space, action_space = actors[0].spaces()[0]
+    layout = spec.resolve(observation_space, action_space, num_envs=NUM_ENVS)
+    snapshot = shipper.snapshot()
+    for actor in actors:
+        actor.start(layout, snapshot)
+    reference = collect(GRUPolicy(), "sync", store_states=True)
+    try:
+        for batch in reference:
+            parts = [(start, start + 2, actor.collect(None)[-1]) for start, actor in zip((0, 2), actors)]
+            merged = RecurrentRecord.merge(parts, NUM_ENVS).batch_fields()
+            for name, value in merged.items():
+                expected = getattr(batch, name)
+                for (path, got), (_, want) in zip(state_leaves(value), state_leaves(expected)):
+                    np.testing.assert_array_equal(got, want, err_msg=f"{name}{path}")
+    finally:
+        for actor in actors:
+            actor.close()
