@@ -15,6 +15,13 @@ the compiled core and the pure twin alternately, so machine drift hits both
 alike, and reports the median time per step and the median per-block speed-up.
 
     python -m benchmarks.core_microbench [--quick] [--json PATH]
+
+``--recurrent`` times instead what carrying a recurrent policy's state costs the library per
+row (resets at episode starts, the checks of each returned state, the batch's record of it)
+against the policy's own cost: a small GRU policy on CartPole, in interleaved rounds of four
+contenders: collects with the library carrying the state, collects with the same network
+keeping its state itself, the network alone over the same rows, and the library's
+bookkeeping alone with a policy that costs nothing.
 """
 
 from __future__ import annotations
@@ -170,6 +177,175 @@ def format_results(cases: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# -- a recurrent policy's state: the library's per-row cost against the policy's own ----------
+
+RECURRENT_HIDDEN = 64
+RECURRENT_HORIZON = 128
+
+
+def _gru_policy(hidden: int):
+    """A small batched GRU policy on CartPole (4 inputs, 2 actions, a value head), its state
+    ``{"h": [n, hidden]}`` float32."""
+    import torch
+
+    from parallel_rollouts import PolicyOutput
+
+    class GRUPolicy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cell = torch.nn.GRUCell(4, hidden)
+            self.logits = torch.nn.Linear(hidden, 2)
+            self.value = torch.nn.Linear(hidden, 1)
+
+        def initial_state(self, num_envs: int) -> dict:
+            return {"h": torch.zeros(num_envs, hidden)}
+
+        @torch.no_grad()
+        def forward(self, observations, state, episode_starts):
+            hidden_state = self.cell(torch.from_numpy(np.array(observations, dtype=np.float32)), state["h"])
+            return (
+                PolicyOutput(self.logits(hidden_state).argmax(dim=1), values=self.value(hidden_state).squeeze(1)),
+                {"h": hidden_state},
+            )
+
+    torch.manual_seed(0)
+    return GRUPolicy()
+
+
+class _HandCarried:
+    """The same network as a feed-forward policy that keeps its state itself: no resets, no
+    checks, no record; what a collect costs without the library's state bookkeeping."""
+
+    def __init__(self, network, num_envs: int) -> None:
+        self._network = network
+        self._state = network.initial_state(num_envs)
+
+    def __call__(self, observations):
+        output, self._state = self._network(observations, self._state, None)
+        return output
+
+
+class RecurrentWorkload:
+    """Collects of ``num_envs`` CartPoles with a GRU policy, and the parts of one alone."""
+
+    def __init__(self, num_envs: int, horizon: int, hidden: int) -> None:
+        from functools import partial
+
+        import gymnasium as gym
+
+        from parallel_rollouts import ParallelRolloutCollector
+
+        self.rows = horizon
+        self.network = _gru_policy(hidden)
+        fns = [partial(gym.make, "CartPole-v1")] * num_envs
+        self.collectors = {
+            "library state": ParallelRolloutCollector(fns, self.network, "sync", horizon=horizon, seed=0),
+            "hand-carried state": ParallelRolloutCollector(
+                fns, _HandCarried(self.network, num_envs), "sync", horizon=horizon, seed=0
+            ),
+        }
+        batch = self.collectors["library state"].collect()
+        self.observations = [np.array(batch.observations[t]) for t in range(horizon)]
+        self.initial = self.network.initial_state(num_envs)
+        # The bookkeeping alone runs over this batch's episode ends (CartPole's, with this policy).
+        self.storage = _EndsOnly(batch.terminations, batch.truncations)
+        self.num_envs = num_envs
+
+    def seconds_per_row(self, name: str) -> float:
+        if name in self.collectors:
+            collector = self.collectors[name]
+            start = time.perf_counter()
+            collector.collect()
+            return (time.perf_counter() - start) / self.rows
+        if name == "policy alone":
+            state, network = self.initial, self.network
+            start = time.perf_counter()
+            for observations in self.observations:
+                _, state = network(observations, state, None)
+            return (time.perf_counter() - start) / self.rows
+        # "bookkeeping alone": the library's carrier with a policy that costs nothing.
+        from parallel_rollouts import RecurrentPolicy
+        from parallel_rollouts.policy.recurrent import StateCarrier
+
+        free = RecurrentPolicy(lambda observations, state, starts: (None, state), self.network.initial_state)
+        carrier = StateCarrier(self.num_envs, 0, store_states=False)
+        observations = self.observations
+        start = time.perf_counter()
+        carrier.begin(free, self.storage)
+        for t in range(self.rows):
+            carrier.call(free, t, observations[t])
+        carrier.finish()
+        return (time.perf_counter() - start) / self.rows
+
+    def close(self) -> None:
+        for collector in self.collectors.values():
+            collector.close()
+
+
+class _EndsOnly:
+    """The storage fields the state carrier reads: the end flags of each row."""
+
+    def __init__(self, terminations: np.ndarray, truncations: np.ndarray) -> None:
+        self.terminations, self.truncations = terminations, truncations
+        self.reset_steps = np.zeros_like(terminations)
+        self.rewards = np.zeros(terminations.shape)
+        self.horizon = terminations.shape[0]
+
+
+RECURRENT_CONTENDERS = ("library state", "hand-carried state", "policy alone", "bookkeeping alone")
+
+
+def run_recurrent(num_envs: int, rounds: int, horizon: int = RECURRENT_HORIZON, hidden: int = RECURRENT_HIDDEN) -> dict:
+    """Interleaved rounds of the four contenders; microseconds per row (one row: all envs)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    workload = RecurrentWorkload(num_envs, horizon, hidden)
+    try:
+        for name in RECURRENT_CONTENDERS:
+            workload.seconds_per_row(name)  # warm-up
+        measured = run_rounds(list(RECURRENT_CONTENDERS), workload.seconds_per_row, rounds)
+    finally:
+        workload.close()
+        torch.set_num_threads(threads)
+    samples = {name: [seconds * 1e6 for seconds in values] for name, values in zip(RECURRENT_CONTENDERS, measured.samples)}
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    paired = [a - b for a, b in zip(samples["library state"], samples["hand-carried state"])]
+    ends = workload.storage.terminations | workload.storage.truncations
+    return {
+        "num_envs": num_envs,
+        "horizon": horizon,
+        "hidden": hidden,
+        "rounds": rounds,
+        "episode_ends_per_row": float(ends.sum() / horizon),
+        "us_per_row": medians,
+        "collect_difference_us_per_row": statistics.median(paired),
+        "bookkeeping_share_of_policy": medians["bookkeeping alone"] / medians["policy alone"],
+        # Per round, the two measured side by side: steadier than a ratio of medians on a busy machine.
+        "bookkeeping_share_of_policy_paired": statistics.median(
+            b / p for b, p in zip(samples["bookkeeping alone"], samples["policy alone"])
+        ),
+        "samples_us_per_row": samples,
+    }
+
+
+def format_recurrent(result: dict) -> str:
+    lines = [
+        f"GRU policy (hidden {result['hidden']}) on {result['num_envs']} CartPoles, horizon {result['horizon']}, "
+        f"{result['rounds']} interleaved rounds; {result['episode_ends_per_row']:.2f} episode ends per row",
+        f"{'contender':<22} {'us per row (median)':>20}",
+    ]
+    for name, value in result["us_per_row"].items():
+        lines.append(f"{name:<22} {value:>20.1f}")
+    lines.append(
+        f"library - hand-carried collect (paired median): {result['collect_difference_us_per_row']:.1f} us per row; "
+        f"bookkeeping alone / policy alone: {result['bookkeeping_share_of_policy']:.1%} "
+        f"(paired per round: {result['bookkeeping_share_of_policy_paired']:.1%})"
+    )
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.core_microbench",
@@ -179,6 +355,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=None, help="timed blocks per core and case (default 51)")
     parser.add_argument("--json", type=Path, help="write the results as JSON to this path")
     parser.add_argument("--quick", action="store_true", help="16 envs and 3 repeats: a CI smoke run")
+    parser.add_argument(
+        "--recurrent", action="store_true",
+        help="instead: a GRU policy's state carried by the library against the policy's own cost (16 envs, 9 rounds)",
+    )
     return parser
 
 
@@ -193,9 +373,17 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (3 if args.quick else 51)
     if repeats < 1:
         parser.error(f"--repeats must be >= 1; got {repeats!r}.")
-    cores = {"compiled": load_core("compiled")[1], "python": load_core("python")[1]}
     machine = machine_record()
     print(format_machine_record(machine) + "\n", flush=True)
+    if args.recurrent:
+        rounds = args.repeats or (3 if args.quick else 9)
+        result = run_recurrent(env_counts[0], rounds, horizon=16 if args.quick else RECURRENT_HORIZON)
+        print(format_recurrent(result))
+        if args.json:
+            write_json({"machine": machine, "recurrent": result}, args.json)
+            print(f"wrote {args.json.resolve()}")
+        return 0
+    cores = {"compiled": load_core("compiled")[1], "python": load_core("python")[1]}
     results = []
     for case in cases_for(env_counts):
         results.append(run_case(case, repeats, cores))

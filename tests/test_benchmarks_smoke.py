@@ -138,6 +138,16 @@ def test_core_microbench_times_both_cores_for_every_case(tmp_path):
         assert case["speedup"] > 0
 
 
+def test_core_microbench_times_a_recurrent_policy_s_state_against_the_policy(tmp_path):
+    path = tmp_path / "recurrent.json"
+    assert core_microbench.main(["--recurrent", "--quick", "--repeats", "2", "--json", str(path)]) == 0
+    result = _load(path)["recurrent"]
+    assert result["num_envs"] == 16 and result["rounds"] == 2
+    assert set(result["us_per_row"]) == set(core_microbench.RECURRENT_CONTENDERS)
+    assert all(len(samples) == 2 and min(samples) > 0 for samples in result["samples_us_per_row"].values())
+    assert result["bookkeeping_share_of_policy"] > 0 and result["episode_ends_per_row"] > 0
+
+
 def test_soak_samples_the_process_tree_and_keeps_descriptors_flat(tmp_path):
     path = tmp_path / "soak.json"
     exit_code = soak.main(["--collects", "20", "--sample-every", "10", "--horizon", "8", "--json", str(path)])

@@ -51,6 +51,9 @@ class StateTree:
     #: Per leaf: a PyTorch tensor (True) or a NumPy array (False).
     leaf_is_tensor: tuple[bool, ...]
 
+    #: The keys when the state is a dict whose every value is a leaf (the common state), else ``None``.
+    flat_dict_keys: tuple | None = None
+
     @classmethod
     def of(cls, state: Any, num_envs: int, where: str) -> tuple[StateTree, list[Any]]:
         """The tree of ``state`` and its leaves; every leaf must be an array or tensor of ``num_envs`` rows."""
@@ -73,13 +76,19 @@ class StateTree:
             shapes.append(shape[1:])
             dtypes.append(dtype)
             tensors.append(tensor)
-        return cls(structure, tuple(paths), tuple(shapes), tuple(dtypes), tuple(tensors)), leaves
+        flat_dict_keys = None
+        if structure is not _LEAF and structure[0] is dict and all(child is _LEAF for child in structure[2]):
+            flat_dict_keys = structure[1]
+        return cls(structure, tuple(paths), tuple(shapes), tuple(dtypes), tuple(tensors), flat_dict_keys), leaves
 
     def flatten(self, state: Any, num_envs: int, where: str, reference: list[Any]) -> list[Any]:
         """The leaves of ``state``, which must have this nesting and, leaf by leaf, the type
         (array or tensor), shape and dtype of ``reference`` (a state of this tree)."""
         if self.structure is _LEAF:
             leaves = [state]
+        elif self.flat_dict_keys is not None and type(state) is dict and tuple(state) == self.flat_dict_keys:
+            # The common state, a dict of leaves: no walk.
+            leaves = [state[key] for key in self.flat_dict_keys]
         else:
             leaves = []
             _flatten_as(self.structure, state, "", leaves, where)
@@ -110,6 +119,8 @@ class StateTree:
         """The state of this nesting with ``leaves`` (any arrays) in place of its own."""
         if self.structure is _LEAF:
             return leaves[0]
+        if self.flat_dict_keys is not None:
+            return dict(zip(self.flat_dict_keys, leaves))
         return _build(self.structure, iter(leaves))
 
     def same_nesting(self, other: StateTree) -> bool:

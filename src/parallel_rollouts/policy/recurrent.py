@@ -189,11 +189,14 @@ class StateCarrier:
         storage, record, leaves = self._storage, self._record, self._next
         ended = storage.terminations[t] | storage.truncations[t]
         starts = ended | storage.reset_steps[t]
-        if ended.any():
-            for stored, leaf in zip(record.final_states, leaves):
-                values = leaf if type(leaf) is np.ndarray else leaf_to_numpy(leaf)
-                stored[t][ended] = values[ended]
-        self._leaves = self._reset(leaves, starts) if starts.any() else leaves
+        if starts.any():
+            if ended.any():
+                for stored, leaf in zip(record.final_states, leaves):
+                    # Indexing copies: a tensor's NumPy view is enough here.
+                    values = leaf if type(leaf) is np.ndarray else leaf.detach().cpu().numpy()
+                    stored[t][ended] = values[ended]
+            leaves = self._reset(leaves, starts)
+        self._leaves = leaves
         self._row_starts = starts
         self._next = None
         if not last:
@@ -204,11 +207,15 @@ class StateCarrier:
         policy may keep the ones it returned)."""
         reset = []
         for leaf, initial in zip(leaves, self._initial):
+            mask = starts.reshape((-1,) + (1,) * (leaf.ndim - 1))
             if type(leaf) is np.ndarray:
-                mask = starts.reshape((-1,) + (1,) * (leaf.ndim - 1))
                 reset.append(np.where(mask, initial, leaf))
+            elif leaf.device.type == "cpu" and initial.device.type == "cpu":
+                # NumPy's where on the tensors' views: a third of torch.where's cost at these sizes.
+                torch = sys.modules["torch"]
+                reset.append(torch.from_numpy(np.where(mask, initial.numpy(), leaf.detach().numpy())))
             else:
                 torch = sys.modules["torch"]
-                mask = torch.from_numpy(starts).reshape((-1,) + (1,) * (leaf.dim() - 1)).to(leaf.device)
-                reset.append(torch.where(mask, initial.to(leaf.device), leaf.detach()))
+                device_mask = torch.from_numpy(mask).to(leaf.device)
+                reset.append(torch.where(device_mask, initial.to(leaf.device), leaf.detach()))
         return reset
