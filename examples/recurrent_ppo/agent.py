@@ -2,8 +2,8 @@
 
 Both agents expose the same three calls, so the PPO update in `train.py` is written once:
 
-- `initial_state(num_envs)`: the state an episode starts from (`[num_envs, hidden_size]` zeros
-  for the GRU, `[num_envs, 0]` for the MLP, which has none);
+- `initial_state(num_envs)`: the state an episode starts from (`[num_envs, 2, hidden_size]`
+  zeros for the GRUs, `[num_envs, 0]` for the MLP, which has none);
 - `step(observations, states)`: one row, `[B, ...]` in, `(logits, values, next_states)` out;
 - `unroll(observations, initial_states, episode_starts)`: a whole `[T, B, ...]` rollout, with
   the state set back to the initial state on every row where an episode starts, exactly as
@@ -44,8 +44,8 @@ class Unroll(NamedTuple):
 
     logits: torch.Tensor  # [T, B, num_actions]
     values: torch.Tensor  # [T, B]
-    input_states: torch.Tensor  # [T, B, H]: the state row t was acted from (already reset at a start)
-    next_states: torch.Tensor  # [T, B, H]: the state after row t (before any reset of row t + 1)
+    input_states: torch.Tensor  # [T, B, ...]: the state row t was acted from (already reset at a start)
+    next_states: torch.Tensor  # [T, B, ...]: the state after row t (before any reset of row t + 1)
 
 
 def _layer(in_features: int, out_features: int, gain: float) -> nn.Linear:
@@ -71,74 +71,93 @@ class _Scale(nn.Module):
         return observations * self.inverse_scale
 
 
-class _Heads(nn.Module):
-    """Actor logits and critic value from a feature vector; a small actor gain starts near uniform."""
+def _mlp(in_features: int, hidden_size: int, out_features: int, output_gain: float) -> nn.Sequential:
+    # A small gain on the actor's output starts the policy close to uniform.
+    return nn.Sequential(
+        _layer(in_features, hidden_size, math.sqrt(2.0)), nn.Tanh(), _layer(hidden_size, out_features, output_gain)
+    )
 
-    def __init__(self, hidden_size: int, num_actions: int) -> None:
+
+class _GRUTower(nn.Module):
+    """An encoder layer, a GRU cell whose hidden state is the memory, and a one-hidden-layer head."""
+
+    def __init__(self, observation_scale: tuple[float, ...], hidden_size: int, out_features: int, output_gain: float):
         super().__init__()
-        self.actor = _layer(hidden_size, num_actions, 0.01)
-        self.critic = _layer(hidden_size, 1, 1.0)
-
-    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.actor(features), self.critic(features).squeeze(-1)
+        self.encoder = nn.Sequential(
+            _Scale(observation_scale), _layer(len(observation_scale), hidden_size, math.sqrt(2.0)), nn.Tanh()
+        )
+        self.cell = nn.GRUCell(hidden_size, hidden_size)
+        self.head = _mlp(hidden_size, hidden_size, out_features, output_gain)
 
 
 class GRUAgent(nn.Module):
-    """An encoder layer, a GRU cell whose hidden state is the memory, and linear actor and critic heads."""
+    """A GRU actor and a GRU critic, each with its own memory (the critic's large value gradients
+    would otherwise swamp the actor's in a shared cell).
+
+    The state is one `[B, 2, hidden_size]` tensor: the actor's hidden state, then the critic's.
+    """
 
     recurrent = True
 
     def __init__(self, observation_scale: tuple[float, ...], num_actions: int, hidden_size: int) -> None:
         super().__init__()
         self.hidden_size = hidden_size
-        self.encoder = nn.Sequential(
-            _Scale(observation_scale), _layer(len(observation_scale), hidden_size, math.sqrt(2.0)), nn.Tanh()
-        )
-        self.cell = nn.GRUCell(hidden_size, hidden_size)
-        self.heads = _Heads(hidden_size, num_actions)
+        self.actor = _GRUTower(observation_scale, hidden_size, num_actions, 0.01)
+        self.critic = _GRUTower(observation_scale, hidden_size, 1, 1.0)
 
     def initial_state(self, num_envs: int) -> torch.Tensor:
-        return torch.zeros(num_envs, self.hidden_size)
+        return torch.zeros(num_envs, 2, self.hidden_size)
+
+    def _cells(self, actor_features: torch.Tensor, critic_features: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+        return torch.stack(
+            (self.actor.cell(actor_features, states[:, 0]), self.critic.cell(critic_features, states[:, 1])), dim=1
+        )
+
+    def _heads(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.actor.head(states[..., 0, :]), self.critic.head(states[..., 1, :]).squeeze(-1)
 
     def step(
         self, observations: torch.Tensor, states: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        next_states = self.cell(self.encoder(observations), states)
-        logits, values = self.heads(next_states)
+        next_states = self._cells(self.actor.encoder(observations), self.critic.encoder(observations), states)
+        logits, values = self._heads(next_states)
         return logits, values, next_states
 
     def unroll(self, observations: torch.Tensor, initial_states: torch.Tensor, episode_starts: torch.Tensor) -> Unroll:
         horizon, num_envs = episode_starts.shape
         reset_states = self.initial_state(num_envs)
         states = initial_states
-        # The encoder has no memory: one call over every row, then the cell row by row.
-        features = self.encoder(observations)
+        # The encoders and heads have no memory: one call over every row; the cells row by row.
+        actor_features, critic_features = self.actor.encoder(observations), self.critic.encoder(observations)
         input_states, next_states = [], []
         for t in range(horizon):
-            states = torch.where(episode_starts[t, :, None], reset_states, states)
+            states = torch.where(episode_starts[t, :, None, None], reset_states, states)
             input_states.append(states)
-            states = self.cell(features[t], states)
+            states = self._cells(actor_features[t], critic_features[t], states)
             next_states.append(states)
         next_states_tensor = torch.stack(next_states)
-        logits, values = self.heads(next_states_tensor)
+        logits, values = self._heads(next_states_tensor)
         return Unroll(logits, values, torch.stack(input_states), next_states_tensor)
 
 
 class FeedForwardAgent(nn.Module):
-    """Two tanh layers and the same heads: it sees the current observation only."""
+    """An actor and a critic of two tanh layers each: they see the current observation only."""
 
     recurrent = False
 
     def __init__(self, observation_scale: tuple[float, ...], num_actions: int, hidden_size: int) -> None:
         super().__init__()
-        self.body = nn.Sequential(
-            _Scale(observation_scale),
-            _layer(len(observation_scale), hidden_size, math.sqrt(2.0)),
-            nn.Tanh(),
-            _layer(hidden_size, hidden_size, math.sqrt(2.0)),
-            nn.Tanh(),
-        )
-        self.heads = _Heads(hidden_size, num_actions)
+
+        def tower(out_features: int, output_gain: float) -> nn.Sequential:
+            return nn.Sequential(
+                _Scale(observation_scale),
+                _layer(len(observation_scale), hidden_size, math.sqrt(2.0)),
+                nn.Tanh(),
+                _mlp(hidden_size, hidden_size, out_features, output_gain),
+            )
+
+        self.actor = tower(num_actions, 0.01)
+        self.critic = tower(1, 1.0)
 
     def initial_state(self, num_envs: int) -> torch.Tensor:
         return torch.zeros(num_envs, 0)
@@ -146,13 +165,11 @@ class FeedForwardAgent(nn.Module):
     def step(
         self, observations: torch.Tensor, states: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        logits, values = self.heads(self.body(observations))
-        return logits, values, states
+        return self.actor(observations), self.critic(observations).squeeze(-1), states
 
     def unroll(self, observations: torch.Tensor, initial_states: torch.Tensor, episode_starts: torch.Tensor) -> Unroll:
-        logits, values = self.heads(self.body(observations))
         no_state = torch.zeros(*episode_starts.shape, 0)
-        return Unroll(logits, values, no_state, no_state)
+        return Unroll(self.actor(observations), self.critic(observations).squeeze(-1), no_state, no_state)
 
 
 AGENTS = {"gru": GRUAgent, "mlp": FeedForwardAgent}

@@ -153,11 +153,12 @@ def advantages_and_returns(
     value_recompute_error = float((rollout.values - tensors["values"]).abs().max())
 
     final_observations = torch.tensor(batch.final_observations).reshape(horizon * num_envs, -1)
-    _, final_values, _ = agent.step(final_observations, rollout.next_states.reshape(horizon * num_envs, -1))
+    _, final_values, _ = agent.step(final_observations, rollout.next_states.flatten(0, 1))
     final_values = final_values.reshape(horizon, num_envs) * torch.tensor(batch.final_observation_mask)
 
     ended = torch.tensor(batch.dones[-1])
-    bootstrap_states = torch.where(ended[:, None], agent.initial_state(num_envs), rollout.next_states[-1])
+    ended = ended.reshape(num_envs, *(1,) * (rollout.next_states.dim() - 2))
+    bootstrap_states = torch.where(ended, agent.initial_state(num_envs), rollout.next_states[-1])
     _, bootstrap_values, _ = agent.step(torch.tensor(batch.bootstrap_observations), bootstrap_states)
 
     advantages, returns = compute_gae(
