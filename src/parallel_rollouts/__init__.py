@@ -17,6 +17,7 @@ from .core.selector import CoreFallbackWarning, active_core
 from .data.batch import RolloutBatch
 from .errors import (
     ActionError,
+    BatchMemoryWarning,
     CollectorClosedError,
     ConfigurationError,
     CoreUnavailableError,
@@ -70,6 +71,7 @@ if not any(isinstance(finder, _MovedModuleFinder) for finder in sys.meta_path):
 __all__ = [
     "ActionError",
     "Advice",
+    "BatchMemoryWarning",
     "CheckResult",
     "CheckStatus",
     "CollectorClosedError",

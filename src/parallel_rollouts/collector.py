@@ -16,6 +16,8 @@ from .checks.observations import check_observation_check
 from .processes.forwarded_warnings import raise_again
 from .runners.base import RolloutRunner, RunnerState
 from .runners.build import build_runner, check_placement
+from .config.build_progress import BuildProgress, check_memory_before_building
+from .config.memory import warn_if_batch_too_large
 from .config.seeding import check_episode_seeds, draw_root_seed, validate_seed
 from .config.spec import RolloutSpec
 from .config.worker_options import WorkerOptions
@@ -109,6 +111,15 @@ class ParallelRolloutCollector:
         modes; only what changed travels), and each copy's random generators are
         its own, seeded from ``seed`` and its slice. Pays for cheap envs with a
         cheap CPU policy; keep a GPU policy in the main process.
+    main_process_envs:
+        Async backend, policy in the main process, not pipelined: how many envs (the
+        first ones) this process steps itself while the workers step the rest, so that
+        ``C`` cores run ``C`` processes rather than ``C + 1``. Default: with
+        ``num_workers``, ``step_timeout`` and ``max_restarts`` unset, an equal share of
+        ``min(usable cores, num_envs)`` shares (on 2 cores: half the envs here, half in
+        one worker); otherwise ``0``. ``0`` keeps every env in a worker. The envs of this
+        share are not isolated: a crash in one is this process's crash, as with ``sync``,
+        and ``step_timeout`` cannot interrupt them. Results are the same either way.
     pipelined:
         Async backend with the policy in the main process: split the envs into two
         halves (by worker) and run the policy on one half while the workers step
@@ -151,6 +162,17 @@ class ParallelRolloutCollector:
         For invalid arguments or spaces, naming the culprit.
     WorkerError
         When an env factory or an env's first reset raises.
+
+    Warns
+    -----
+    BatchMemoryWarning
+        When one batch (``num_envs x horizon`` rows) would need more memory than the
+        machine has available; said before the envs are made when the batch's size
+        alone makes that likely (one env is then made here to read its spaces).
+
+    Making many envs logs its progress (logger ``"parallel_rollouts"``, ``INFO``):
+    when it starts, every few seconds while envs are made in this process, and when
+    it is done.
     """
 
     def __init__(
@@ -173,6 +195,7 @@ class ParallelRolloutCollector:
         policy_placement: str | None = None,
         pipelined: bool = False,
         max_restarts: int | None = None,
+        main_process_envs: int | None = None,
         store_states: bool = False,
     ) -> None:
         # First, so that __del__ can close whatever a failing constructor already made.
@@ -192,7 +215,7 @@ class ParallelRolloutCollector:
             raise ConfigurationError(f"`info_keys` names {repeated[0]!r} twice; list each key once.")
         options = WorkerOptions.parse(
             num_factories=len(env_fns), backend=backend, num_workers=num_workers, context=context,
-            step_timeout=step_timeout, max_restarts=max_restarts,
+            step_timeout=step_timeout, max_restarts=max_restarts, main_process_envs=main_process_envs,
         )
         if ray_options is not None and backend != "ray":
             raise ConfigurationError(f"`ray_options` applies to backend 'ray' only; got backend={backend!r}.")
@@ -206,6 +229,13 @@ class ParallelRolloutCollector:
         self._backend_name = backend
         self._horizon = horizon
         self._reuse_buffers = bool(reuse_buffers)
+        given = env_fns[0].vector_env if isinstance(env_fns[0], _GivenVectorEnv) else None
+        memory_warned = check_memory_before_building(env_fns, horizon, tuple(info_keys), given)
+        in_process = backend in ("serial", "sync")
+        counted = in_process and given is None
+        progress = BuildProgress(len(env_fns), "in this process" if in_process else f"in {backend} workers", counted)
+        if counted:
+            env_fns = progress.wrap(env_fns)
         spec = RolloutSpec(
             tuple(env_fns), self._seed, horizon, tuple(info_keys), self._core_name,
             observation_check=check_observation_check(observation_check),
@@ -214,18 +244,28 @@ class ParallelRolloutCollector:
         )
         self._spec = spec
         # The runner: named `_backend` because it is what `backend=` chose.
-        self._backend = build_runner(
-            backend,
-            spec,
-            policy,
-            reuse_buffers=self._reuse_buffers,
-            policy_placement=policy_placement,
-            pipelined=pipelined,
-            options=options,
-            ray_options=ray_options,
-        )
+        try:
+            self._backend = build_runner(
+                backend,
+                spec,
+                policy,
+                reuse_buffers=self._reuse_buffers,
+                policy_placement=policy_placement,
+                pipelined=pipelined,
+                options=options,
+                ray_options=ray_options,
+            )
+        except BaseException:
+            progress.done(succeeded=False)
+            raise
+        progress.done()
         #: Resolved by the runner once the envs were made (spaces, env count, core, checks).
         self._layout = self._backend.layout
+        if not memory_warned:
+            layout = self._layout
+            warn_if_batch_too_large(
+                layout.observation_layout, layout.action_layout, horizon, layout.num_envs, tuple(info_keys)
+            )
 
     # -- public properties -----------------------------------------------------------------
 

@@ -22,7 +22,9 @@ Warnings: ``ObservationWarning`` (UserWarning) when an env's float observation
 leaves its declared bounds and ``observation_check="warn"`` (the default);
 ``StalePolicyWarning`` (UserWarning) when the policy sent to rollout workers or Ray
 actors is a function they import by name, whose module globals never follow this
-process's.
+process's; ``BatchMemoryWarning`` (UserWarning) when one batch of the collector
+would need more memory than the machine has available, said before the envs are
+built.
 
 Errors raised by the policy itself are not wrapped: they reach the caller as the
 policy raised them.
@@ -36,6 +38,7 @@ from gymnasium.error import ClosedEnvironmentError, ResetNeeded
 
 __all__ = [
     "ActionError",
+    "BatchMemoryWarning",
     "CollectorClosedError",
     "ConfigurationError",
     "CoreUnavailableError",
@@ -80,6 +83,10 @@ class ObservationError(ParallelRolloutsError, ValueError):
 
 class ObservationWarning(ParallelRolloutsError, UserWarning):
     """A float observation left its declared bounds; stored as returned (``observation_check="warn"``)."""
+
+
+class BatchMemoryWarning(ParallelRolloutsError, UserWarning):
+    """One batch would take more memory than is available (``num_envs x horizon x`` its bytes per row)."""
 
 
 class StalePolicyWarning(ParallelRolloutsError, UserWarning):

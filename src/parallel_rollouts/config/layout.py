@@ -19,7 +19,7 @@ from gymnasium import Space
 from ..core.selector import load_core
 from ..data.spaces import SpaceLayout
 from ..data.sparse_memory import sparse_zeros
-from ..data.storage import RolloutStorage
+from ..data.storage import RolloutStorage, storage_bytes
 
 __all__ = ["RolloutLayout"]
 
@@ -83,3 +83,11 @@ class RolloutLayout:
             zeroed,
             typed_actions=self.typed_actions,
         )
+
+    def storage_bytes(self) -> int:
+        """Bytes one rollout's storage fills (the dense arrays; pages of the sparse ones count when written)."""
+        dense, _ = storage_bytes(
+            self.observation_layout, self.action_layout, self.horizon, self.num_envs, self.info_keys,
+            self.typed_actions,
+        )
+        return dense

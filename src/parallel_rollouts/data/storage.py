@@ -18,7 +18,7 @@ from .spaces import SpaceLayout
 from .sparse_memory import sparse_zeros
 from .typed_actions import allocate_typed_actions
 
-__all__ = ["CompletedEpisodes", "RolloutStorage"]
+__all__ = ["CompletedEpisodes", "RolloutStorage", "storage_bytes"]
 
 Allocator = Callable[..., np.ndarray]
 
@@ -224,6 +224,38 @@ class CompletedEpisodes:
         joined = cls(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls)))
         order = np.lexsort((joined.env_indices, joined.end_steps))
         return cls(*(getattr(joined, f.name)[order] for f in fields(cls)))
+
+
+def storage_bytes(
+    observation_layout: SpaceLayout,
+    action_layout: SpaceLayout,
+    horizon: int,
+    num_envs: int,
+    info_keys: Sequence[str] = (),
+    typed_actions: bool = False,
+) -> tuple[int, int]:
+    """Bytes one :class:`RolloutStorage` takes: ``(dense, sparse)``.
+
+    ``dense`` is what :meth:`RolloutStorage.allocate` takes from its ``allocator``
+    (every row is written); ``sparse`` is what it takes from ``zeroed``, whose pages
+    are only touched where written (final observations, reset steps). Counted
+    from the allocation itself, with arrays that take no memory.
+    """
+    counts = {"dense": 0, "sparse": 0}
+
+    def virtual(kind: str) -> Allocator:
+        def allocate(shape, dtype=np.float64) -> np.ndarray:
+            array = np.broadcast_to(np.zeros((), dtype=dtype), shape)
+            counts[kind] += int(np.prod(shape, dtype=np.int64)) * array.dtype.itemsize
+            return array
+
+        return allocate
+
+    RolloutStorage.allocate(
+        observation_layout, action_layout, horizon, num_envs, info_keys, virtual("dense"), virtual("sparse"),
+        typed_actions,
+    )
+    return counts["dense"], counts["sparse"]
 
 
 def _own_writable(array: np.ndarray) -> np.ndarray:
