@@ -84,7 +84,15 @@ EXTENSIONS = [
         "parallel_rollouts.core._core",
         sources=["src/parallel_rollouts/core/_core.pyx"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-    )
+    ),
+    # The step doorbell of the worker processes (futex waits on Linux); optional like the core:
+    # without it, every request travels over the workers' pipes.
+    Extension(
+        "parallel_rollouts.processes._doorbell",
+        sources=["src/parallel_rollouts/processes/_doorbell.pyx"],
+        depends=["src/parallel_rollouts/processes/doorbell_wait.h"],
+        include_dirs=["src/parallel_rollouts/processes"],
+    ),
 ]
 
 setup(ext_modules=[] if NO_EXTENSION else EXTENSIONS, cmdclass={"build_ext": BuildExtWithHint})

@@ -47,7 +47,9 @@ class KillAt:
     """Kill workers when the main process sends its ``count``-th request of ``command``
     (counted from when :meth:`arm` is called), just before it (``after=False``) or just after.
 
-    ``argument`` narrows a STEP to one row."""
+    ``argument`` narrows a STEP to one row. The victims die when the request goes to one of
+    them: a pipelined collect sends a row to each half in turn, and a victim killed at the
+    other half's request may not have finished its previous row yet."""
 
     def __init__(self, monkeypatch, command: bytes, victims: str = "one", argument: int | None = None, after: bool = False):
         self.command, self.victims, self.argument, self.after = command, victims, argument, after
@@ -57,6 +59,7 @@ class KillAt:
         def send(pool, command, argument, workers=None, payload=b""):
             hit = self.armed and not self.fired and command == self.command
             hit = hit and (self.argument is None or argument == self.argument)
+            hit = hit and (workers is None or any(worker in self.victims_of(pool) for worker in workers))
             if hit and not self.after:
                 self._kill(pool)
             original(pool, command, argument, workers, payload)
@@ -68,9 +71,12 @@ class KillAt:
     def arm(self) -> None:
         self.armed = True
 
+    def victims_of(self, pool) -> list:
+        return pool.workers if self.victims == "all" else pool.workers[1:]
+
     def _kill(self, pool) -> None:
         self.fired = True
-        for worker in pool.workers if self.victims == "all" else pool.workers[1:]:
+        for worker in self.victims_of(pool):
             kill(worker)
 
 

@@ -331,10 +331,19 @@ def failing_factory() -> gym.Env:
 
 
 def test_workers_never_import_stable_baselines3(stack):
-    venv = ParallelVecEnv([partial(info_env, "box")] * 2, "async", seed=0)
+    # Every env in a worker: by default this process would step a share itself.
+    venv = ParallelVecEnv([partial(info_env, "box")] * 2, "async", seed=0, main_process_envs=0)
     stack.callback(venv.close)
     assert venv.get_attr("stable_baselines3_loaded") == [False, False]
-    assert venv.get_attr("process_id")[0] != os.getpid()  # asked in the workers, not here
+    assert os.getpid() not in venv.get_attr("process_id")  # asked in the workers, not here
+
+
+def test_the_main_process_steps_its_own_share_by_default_on_two_cores(stack, monkeypatch):
+    monkeypatch.setattr("parallel_rollouts.processes.local_share.usable_cores", lambda: 2)
+    venv = ParallelVecEnv([partial(info_env, "box")] * 4, "async", seed=0)
+    stack.callback(venv.close)
+    pids = venv.get_attr("process_id")
+    assert list(pids[:2]) == [os.getpid()] * 2 and os.getpid() not in pids[2:], pids
 
 
 def test_importing_the_package_never_imports_stable_baselines3():

@@ -12,6 +12,7 @@ observations, rewards, flags and infos for the same seeds and actions.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import pickle
 from collections.abc import Callable, Sequence
@@ -35,6 +36,7 @@ from .data.spaces import check_env_spaces
 from .config.spec import RolloutSpec
 from .config.worker_options import WorkerOptions
 from .data.typed_actions import TypedActionWriter
+from .steppers.ready_first import ReadyFirst, check_serve_order
 
 __all__ = ["ParallelVectorEnv"]
 
@@ -63,9 +65,10 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         If true (default, as in Gymnasium), ``reset`` and ``step`` return new
         observation arrays; if false, views of the env's buffers that the next
         call overwrites (shared memory for ``"async"``).
-    num_workers, context, step_timeout:
+    num_workers, context, step_timeout, main_process_envs:
         As for :class:`~parallel_rollouts.ParallelRolloutCollector` with
-        ``backend="async"``.
+        ``backend="async"``: by default this process steps its own share of the envs
+        while one worker per other usable core steps the rest.
     core:
         ``"auto"``, ``"compiled"`` or ``"python"``.
 
@@ -111,15 +114,19 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         context: str | None = None,
         step_timeout: float | None = None,
         core: str = "auto",
+        main_process_envs: int | None = None,
+        batch_size: int | None = None,
+        serve_order: Sequence[Sequence[int]] | None = None,
     ) -> None:
         self._backend = None
         self._group: GymnasiumGroup | None = None
+        self._ready_first: ReadyFirst | None = None
         if backend not in _BACKENDS:
             raise ConfigurationError(f"`backend` must be one of {_BACKENDS!r}; got {backend!r}.")
         check_env_factories(env_fns)
         options = WorkerOptions.parse(
             num_factories=len(env_fns), backend=backend, backends=_BACKENDS,
-            num_workers=num_workers, context=context, step_timeout=step_timeout,
+            num_workers=num_workers, context=context, step_timeout=step_timeout, main_process_envs=main_process_envs,
         )
         try:
             self.autoreset_mode = autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
@@ -130,6 +137,21 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
             ) from None
         self.copy = bool(copy)
         self.backend = backend
+        if batch_size is not None:
+            if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= len(env_fns):
+                raise ConfigurationError(
+                    f"`batch_size` must be an int from 1 to the number of envs ({len(env_fns)}) or None; got {batch_size!r}."
+                )
+            if options.main_process_envs:
+                raise ConfigurationError(
+                    "`batch_size` (ready-first stepping) steps every env in a worker, in the background of `recv()`; "
+                    f"drop `main_process_envs` (got {options.main_process_envs!r})."
+                )
+            options = dataclasses.replace(options, main_process_envs=0)
+            order = None if serve_order is None else check_serve_order(serve_order, len(env_fns), batch_size)
+            self._ready_first = ReadyFirst(len(env_fns), batch_size, order)
+        elif serve_order is not None:
+            raise ConfigurationError("`serve_order` replays ready-first stepping; give `batch_size` too.")
         core_name, core_module = load_core(core)
         self.num_envs = len(env_fns)
         # Envs not reset since they were made: stepping them first is refused here, before
@@ -148,6 +170,13 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
             self._action_layout, self.num_envs, core_module, "the", float_box_bounds="pass"
         )
         self._action_writer = TypedActionWriter(self._action_layout, [leaf[0] for leaf in self._storage.actions])
+        # Ready-first stepping: the checker for each number of envs sent at once, the envs each
+        # busy worker is stepping, those queued behind, and the envs `send` takes by default.
+        self._subset_checkers: dict[int, ActionBatchChecker] = {}
+        self._stepping: dict[int, np.ndarray] = {}
+        self._queued: dict[int, list[np.ndarray]] = {}
+        self._last_served = np.arange(self.num_envs, dtype=np.int64)
+        self._core_module = core_module
         self.single_observation_space = self._observation_layout.space
         self.single_action_space = self._action_layout.space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
@@ -255,6 +284,8 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         """
         self.check_usable()
         seeds = self._seeds_per_env(seed)
+        if self._ready_first is not None:
+            self._drain()
         super().reset(seed=seeds[0] if isinstance(seed, (int, np.integer)) else None)
         options = dict(options) if options is not None else None
         reset_mask = None
@@ -268,6 +299,9 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
                 raise ValueError("`options['reset_mask']` must select at least one env.")
         parts = self._handle(("reset", seeds, options, reset_mask))
         self._never_reset[slice(None) if reset_mask is None else reset_mask] = False
+        if self._ready_first is not None:
+            self._ready_first.reset()
+            self._last_served = np.arange(self.num_envs, dtype=np.int64)
         return self._observations(), parts
 
     def _seeds_per_env(self, seed: Any) -> list[int | None]:
@@ -305,11 +339,11 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         first, then its reset info if that is not empty.
         """
         self.check_usable()
-        if self._never_reset.any():
-            unreset = np.flatnonzero(self._never_reset).tolist()
-            raise ResetNeededError(
-                f"`step` was called before envs {unreset!r} were ever reset; call `reset()` first. "
-                "Nothing was stepped."
+        self._check_reset("step")
+        if self._ready_first is not None and self._ready_first.outstanding.any():
+            raise ConfigurationError(
+                "`step` steps every env, but envs sent with `send` were not all returned by `recv()` yet; "
+                "`recv()` them first (or `reset()`)."
             )
         self._action_writer.write(self._action_checker.check(actions))
         parts = self._step_groups()
@@ -321,6 +355,148 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
             storage.truncations[0].copy(),
             parts,
         )
+
+    def _check_reset(self, method: str) -> None:
+        if self._never_reset.any():
+            unreset = np.flatnonzero(self._never_reset).tolist()
+            raise ResetNeededError(
+                f"`{method}` was called before envs {unreset!r} were ever reset; call `reset()` first. "
+                "Nothing was stepped."
+            )
+
+    # -- ready-first stepping ----------------------------------------------------------------
+
+    @property
+    def served(self) -> list[np.ndarray]:
+        """Ready-first stepping: the env indices each ``recv()`` returned since the last reset,
+        in order. Pass it as ``serve_order`` to a new vector env to replay the run exactly."""
+        return list(self._ready_first_only("served").served)
+
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Ready-first stepping (``batch_size`` given): start a step of envs ``env_ids`` with
+        ``actions`` (one row per env id, in that order) and return at once.
+
+        ``env_ids`` defaults to the envs the last ``recv()`` returned (after ``reset()``: every
+        env). An env may be sent again only once ``recv()`` has returned it. An env whose
+        episode ended at its previous step is reset by this step, as ``step`` does in the
+        vector env's autoreset mode (``NEXT_STEP``: its action is ignored and ``recv()``
+        returns its first observation).
+        """
+        ready_first = self._ready_first_only("send")
+        self.check_usable()
+        self._check_reset("send")
+        ids = self._last_served if env_ids is None else self._env_ids(env_ids)
+        checker = self._subset_checkers.get(ids.size)
+        if checker is None:
+            checker = ActionBatchChecker(self._action_layout, ids.size, self._core_module, "the", float_box_bounds="pass")
+            self._subset_checkers[ids.size] = checker
+        leaves = checker.check(actions)
+        if ready_first.outstanding.any() and any(
+            written is not None and leaf.dtype != written for leaf, written in zip(leaves, self._action_writer.dtypes())
+        ):
+            raise ConfigurationError(
+                f"the actions' dtype changed ({[leaf.dtype.str for leaf in leaves]}, before "
+                f"{[str(dtype) for dtype in self._action_writer.dtypes()]}) while other envs are stepping; keep one dtype."
+            )
+        ready_first.sent(ids)
+        self._action_writer.write(leaves, envs=ids)
+        if self._group is not None:
+            ids = np.sort(ids)
+            events = self._guarded(self._group.step, 0, ids.tolist())
+            ready_first.finished(ids, events)
+            return
+        owners = np.searchsorted(self._worker_starts, ids, side="right") - 1
+        for position, worker in enumerate(self._backend.workers):
+            mine = ids[owners == position]
+            if not mine.size:
+                continue
+            if worker.index in self._stepping:
+                self._queued.setdefault(worker.index, []).append(mine)
+            else:
+                self._post(worker, mine)
+
+    def recv(self):
+        """Ready-first stepping: wait for the next ``batch_size`` envs to finish their step and
+        return ``(observations, rewards, terminations, truncations, infos)`` for them, with
+        their indices in ``infos["env_id"]``; in the order they finished (or ``serve_order``'s)."""
+        ready_first = self._ready_first_only("recv")
+        self.check_usable()
+        batch = ready_first.next_batch()
+        while batch is None:
+            self._take_finished()
+            batch = ready_first.next_batch()
+        self._last_served = batch
+        storage = self._storage
+        leaves = [leaf[0][batch] for leaf in storage.observations]
+        infos: dict = {}
+        merger = _BatchInfos(batch.size)
+        for position, events in ready_first.take_events(batch):
+            for info in events:
+                infos = merger._add_info(infos, info, position)
+        infos["env_id"] = batch.copy()
+        return (
+            self._observation_layout.unflatten(leaves),
+            storage.rewards[0][batch],
+            storage.terminations[0][batch],
+            storage.truncations[0][batch],
+            infos,
+        )
+
+    def _ready_first_only(self, method: str) -> ReadyFirst:
+        if self._ready_first is None:
+            raise ConfigurationError(
+                f"`{method}` is ready-first stepping: create the vector env with `batch_size=` (the envs `recv()` "
+                "returns at once) to use it."
+            )
+        return self._ready_first
+
+    def _env_ids(self, env_ids: Any) -> np.ndarray:
+        ids = np.asarray(env_ids)
+        if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= self.num_envs:
+            raise ConfigurationError(
+                f"`env_ids` must be a non-empty 1-D sequence of env indices from 0 to {self.num_envs - 1}; got {env_ids!r}."
+            )
+        return ids.astype(np.int64)
+
+    @property
+    def _worker_starts(self) -> np.ndarray:
+        return np.array([worker.start for worker in self._backend.workers], dtype=np.int64)
+
+    def _post(self, worker, ids: np.ndarray) -> None:
+        self._stepping[worker.index] = ids
+        try:
+            self._backend.send(self._worker.STEP_ENVS, ids.size, [worker], ids.tobytes())
+        except BaseException as error:
+            self._break(error)
+            raise
+
+    def _take_finished(self) -> None:
+        """Wait for at least one busy worker to reply; book its envs and send it what is queued."""
+        pool = self._backend
+        busy = [worker for worker in pool.workers if worker.index in self._stepping]
+        if not busy:
+            raise RuntimeError("ready-first stepping lost track of the envs in flight")
+        try:
+            for worker in pool.wait_any(busy):
+                reply = pool.receive([worker], steps=0)
+                pool.raise_failures(reply)
+                events = pickle.loads(reply[0][1:]) if reply[0][:1] == self._worker.FINISHED else None
+                self._ready_first.finished(self._stepping.pop(worker.index), events)
+                queued = self._queued.pop(worker.index, None)
+                if queued:
+                    self._post(worker, np.concatenate(queued))
+        except BaseException as error:
+            self._break(error)
+            raise_again(pool.take_warnings(), quietly=True)
+            raise
+        raise_again(pool.take_warnings())
+
+    def _drain(self) -> None:
+        """Wait out every ready-first step in flight (``reset`` starts from a quiet pool)."""
+        self._queued.clear()
+        while self._stepping:
+            self._take_finished()
+            self._queued.clear()
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
         """Call method ``name`` of every env (or read the attribute); one result per env."""
@@ -367,6 +543,15 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
 
     def __repr__(self) -> str:
         return f"ParallelVectorEnv(backend={self.backend!r}, num_envs={self.num_envs}, autoreset_mode={self.autoreset_mode.name})"
+
+
+class _BatchInfos:
+    """Gymnasium's info merging for a batch of ``num_envs`` envs (``recv()``'s batch)."""
+
+    _add_info = VectorEnv._add_info
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
 
 
 def check_env_factories(env_fns: Any) -> None:

@@ -22,6 +22,7 @@ APPLIES_TO = {
     "context": ("async",),
     "step_timeout": ("async", "ray"),
     "max_restarts": ("async", "ray"),
+    "main_process_envs": ("async",),
 }
 
 
@@ -38,6 +39,9 @@ class WorkerOptions:
     step_timeout: float | None = None
     #: How many lost workers may be replaced over the owner's life.
     max_restarts: int = 0
+    #: How many env factories (the first ones) the main process steps itself on the per-step
+    #: paths (``None``: chosen from the usable cores; ``0``: every env in a worker).
+    main_process_envs: int | None = None
 
     @classmethod
     def parse(
@@ -50,6 +54,7 @@ class WorkerOptions:
         context: Any = None,
         step_timeout: Any = None,
         max_restarts: Any = None,
+        main_process_envs: Any = None,
     ) -> WorkerOptions:
         """Check each option once, naming it, what it must be and what it got.
 
@@ -57,7 +62,10 @@ class WorkerOptions:
         out of ``backends`` (the front door's own; by default every backend): an option given
         for a backend it does not apply to is refused. ``None`` means the default everywhere.
         """
-        given = {"num_workers": num_workers, "context": context, "step_timeout": step_timeout, "max_restarts": max_restarts}
+        given = {
+            "num_workers": num_workers, "context": context, "step_timeout": step_timeout, "max_restarts": max_restarts,
+            "main_process_envs": main_process_envs,
+        }
         for name, value in given.items():
             applies_to = [option_backend for option_backend in APPLIES_TO[name] if backends is None or option_backend in backends]
             if value is not None and backend not in applies_to:
@@ -77,7 +85,15 @@ class WorkerOptions:
             raise ConfigurationError(f"`step_timeout` must be a positive number of seconds or None; got {step_timeout!r}.")
         if max_restarts is not None and (isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0):
             raise ConfigurationError(f"`max_restarts` must be an int >= 0 or None; got {max_restarts!r}.")
-        return cls(num_workers, context, step_timeout, max_restarts or 0)
+        if main_process_envs is not None and (
+            isinstance(main_process_envs, bool) or not isinstance(main_process_envs, int)
+            or not 0 <= main_process_envs < num_factories
+        ):
+            raise ConfigurationError(
+                f"`main_process_envs` must be an int from 0 to num_envs - 1 ({num_factories - 1}): at least one env "
+                f"steps in a worker (backend='sync' steps them all in this process); got {main_process_envs!r}."
+            )
+        return cls(num_workers, context, step_timeout, max_restarts or 0, main_process_envs)
 
     def multiprocessing_context(self) -> Any:
         """The multiprocessing context to start workers with (``"spawn"`` unless ``context`` says)."""

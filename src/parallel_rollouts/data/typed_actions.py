@@ -65,7 +65,16 @@ class TypedActionWriter:
         self._dtypes: list[np.dtype | None] = [None] * len(rows)
         self._views: list[np.ndarray | None] = [None] * len(rows)
 
-    def write(self, leaf_actions: list[np.ndarray]) -> None:
+    def dtypes(self) -> list[np.dtype | None]:
+        """The dtype each leaf's rows hold now (``None``: nothing written yet)."""
+        return list(self._dtypes)
+
+    def write(self, leaf_actions: list[np.ndarray], envs: np.ndarray | None = None) -> None:
+        """Write every env's row (or those of ``envs``, env indices, one per action row).
+
+        A leaf whose dtype changes is retyped for every env: rows not written now then hold
+        nothing meaningful until they are written again.
+        """
         for index, array in enumerate(leaf_actions):
             dtype, written = array.dtype, self._dtypes[index]
             # (`dtype != None` is false for float64: NumPy reads None as the default dtype.)
@@ -74,7 +83,10 @@ class TypedActionWriter:
                 rows[:, :HEADER_BYTES] = _header(dtype)
                 self._views[index] = _values_view(rows, self._leaves[index], dtype)
                 self._dtypes[index] = dtype
-            self._views[index][...] = array
+            if envs is None:
+                self._views[index][...] = array
+            else:
+                self._views[index][envs] = array
 
 
 class TypedActionReader:

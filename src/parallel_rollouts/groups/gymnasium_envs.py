@@ -83,15 +83,18 @@ class GymnasiumGroup:
         ]
         self._actions = TypedActionReader(self._action_layout, [leaf[0] for leaf in storage.actions])
 
-    def step(self, t: int) -> InfoEvents | None:
-        """Step every env with ``storage.actions[0]``; write row 0; return the info events."""
+    def step(self, t: int, columns: Sequence[int] | None = None) -> InfoEvents | None:
+        """Step every env (or those of ``columns``, this group's own column numbers) with ``storage.actions[0]``; write their columns of row 0; return the info events."""
         storage = self._storage
         actions = self._split_actions(self._actions.read())
         mode = self.autoreset_mode
         events: InfoEvents = []
         observations, rewards, terminations, truncations = [], [], [], []
         failures = []
-        for column, env in enumerate(self.envs):
+        # In column order: a row written whole takes its columns in order.
+        stepped = range(self.num_envs) if columns is None else sorted(columns)
+        for column in stepped:
+            env = self.envs[column]
             index = self.env_offset + column
             try:
                 if self._autoreset[column] and mode is AutoresetMode.NEXT_STEP:
@@ -118,11 +121,18 @@ class GymnasiumGroup:
                 events.append((index, info))
         if failures:
             raise WorkerError.from_failures([failure for failure, _ in failures]) from failures[0][1]
-        self._write_observations(list(range(self.num_envs)), observations)
-        storage.rewards[0] = rewards
-        storage.terminations[0] = terminations
-        storage.truncations[0] = truncations
-        np.logical_or(storage.terminations[0], storage.truncations[0], out=self._autoreset)
+        if columns is None:
+            self._write_observations(list(range(self.num_envs)), observations)
+            storage.rewards[0] = rewards
+            storage.terminations[0] = terminations
+            storage.truncations[0] = truncations
+            np.logical_or(storage.terminations[0], storage.truncations[0], out=self._autoreset)
+        else:
+            self._write_observations(stepped, observations)
+            storage.rewards[0][stepped] = rewards
+            storage.terminations[0][stepped] = terminations
+            storage.truncations[0][stepped] = truncations
+            self._autoreset[stepped] = np.logical_or(terminations, truncations)
         return events or None
 
     def finish(self):

@@ -34,8 +34,10 @@ from ..config.spec import RolloutSpec
 from ..config.worker_options import WorkerOptions
 from . import worker_main as protocol
 from .forwarded_warnings import raise_again
+from .doorbell import MainDoorbells, doorbells_available
+from .local_share import LocalShare, resolve_main_share
 from .shared_memory import SharedStorage
-from .slicing import pickle_env_fns, resolve_num_workers, split_envs
+from .slicing import pickle_env_fns, resolve_num_workers, split_envs, usable_cores
 from .startup import attach, exit_if_importing_the_main_script, raise_startup_errors, startup_reply
 from .worker_handle import WorkerHandle, close_worker, died_error, launch_worker, read_crash_report, stop_worker
 
@@ -55,7 +57,24 @@ class _Resources:
 
     workers: list[WorkerHandle] = field(default_factory=list)
     shared: SharedStorage | None = None
+    #: The step doorbells (``None``: every request goes over the pipes).
+    doorbells: MainDoorbells | None = None
     closed: bool = False
+
+    def post(self, worker: WorkerHandle, request: bytes, step_row: int | None = None) -> None:
+        """Send ``request`` to ``worker``: a step on its doorbell when there is one and
+        ``step_row`` is given, else over its pipe (and rung, so that it reads the pipe).
+        The main process's share keeps it, to serve when its reply is read."""
+        if worker.is_local:
+            worker.post(request)
+            return
+        if step_row is None or self.doorbells is None:
+            try:
+                worker.connection.send_bytes(request)
+            except OSError:
+                pass  # the worker is gone: receiving its reply reports how (and lets it be replaced)
+        if self.doorbells is not None:
+            worker.request_number = self.doorbells.ring(worker.index, step_row)
 
     def shutdown(self, graceful: bool = True) -> list[WorkerError]:
         """Stop every worker (bounded in time) and release the segment. Idempotent."""
@@ -64,14 +83,26 @@ class _Resources:
         self.closed = True
         errors: list[WorkerError] = []
         deadline = time.monotonic() + CLOSE_TIMEOUT
+        local = [worker for worker in self.workers if worker.is_local]
+        workers = [worker for worker in self.workers if not worker.is_local]
+        for share in local:
+            try:
+                reply = share.close()
+                if reply is not None and reply[:1] == protocol.FAILED:
+                    errors.append(pickle.loads(reply[1:]))
+            except Exception:  # closing goes on: the workers and the segment are freed below
+                logger.debug("closing the main process's share of the envs raised", exc_info=True)
         if graceful:
-            for worker in self.workers:
+            for worker in workers:
                 if worker.alive:
                     try:
                         worker.connection.send_bytes(protocol.REQUEST.pack(protocol.CLOSE, 0))
                     except OSError:
                         worker.alive = False
-            for worker in self.workers:
+                        continue
+                    if self.doorbells is not None:
+                        self.doorbells.ring(worker.index, None)
+            for worker in workers:
                 if not worker.alive:
                     continue
                 remaining = deadline - time.monotonic()
@@ -87,12 +118,12 @@ class _Resources:
                     pass
                 except Exception:  # a reply this process cannot unpickle: closing goes on
                     logger.debug("unreadable close reply from a worker", exc_info=True)
-        for worker in self.workers:
+        for worker in workers:
             worker.process.join(max(deadline - time.monotonic(), 0) if graceful else 0)
-        for worker in self.workers:
+        for worker in workers:
             if worker.process.is_alive():
                 worker.process.terminate()
-        for worker in self.workers:
+        for worker in workers:
             worker.process.join(CLOSE_TIMEOUT)
             if worker.process.is_alive():
                 worker.process.kill()
@@ -101,6 +132,9 @@ class _Resources:
         if self.shared is not None:
             self.shared.release()
             self.shared = None
+        if self.doorbells is not None:
+            self.doorbells.release()
+            self.doorbells = None
         return errors
 
 
@@ -170,11 +204,22 @@ class WorkerPool:
         resources = _Resources()
         try:
             exit_if_importing_the_main_script()
-            num_workers = resolve_num_workers(options.num_workers, spec.num_factories)
+            local = resolve_main_share(options, spec.num_factories, policy is not None)
+            remote_factories = spec.num_factories - local
+            if local and options.num_workers is None:
+                # The main process is one of the usable cores' processes.
+                num_workers = max(1, min(usable_cores() - 1, remote_factories))
+            else:
+                num_workers = resolve_num_workers(options.num_workers, remote_factories)
             mp_context = options.multiprocessing_context()
             pickled = pickle_env_fns(spec.env_fns, "a worker process")
-            for index, (start, stop) in enumerate(split_envs(spec.num_factories, num_workers)):
-                resources.workers.append(launch_worker(mp_context, index, start, stop, pickled))
+            for index, (start, stop) in enumerate(split_envs(remote_factories, num_workers), start=1 if local else 0):
+                resources.workers.append(launch_worker(mp_context, index, local + start, local + stop, pickled))
+            if local:
+                # Made while the workers start theirs.
+                resources.workers.insert(0, LocalShare.make(spec.env_fns, local))
+            if doorbells_available(spec.core_name):
+                resources.doorbells = MainDoorbells(resources.workers[-1].index + 1)
             order = attach(spec, resources, policy)
         except BaseException:
             resources.shutdown(graceful=False)
@@ -199,12 +244,12 @@ class WorkerPool:
                 "their state is unknown. Close this collector and create a new one."
             )
         phase = protocol.PHASES.get(command, "worker")
+        # A bare step rides the doorbell (when the pool has one); anything else the pipe.
+        step_row = argument if command == protocol.STEP and not payload else None
+        post = self._resources.post
         for worker in workers:
             worker.phase = phase
-            try:
-                worker.connection.send_bytes(request)
-            except OSError:
-                pass  # the worker is gone: receiving its reply reports how (and lets it be replaced)
+            post(worker, request, step_row)
             worker.awaiting_reply = True
 
     def receive(self, workers: list[WorkerHandle] | None = None, steps: int = 1) -> list[bytes]:
@@ -232,10 +277,33 @@ class WorkerPool:
                 losses.append((worker, loss))
         return replies, losses
 
+    def wait_any(self, workers: list[WorkerHandle]) -> list[WorkerHandle]:
+        """Those of ``workers`` (each awaiting a reply) whose reply can be read without waiting,
+        or whose process ended; waits for the first (``step_timeout`` bounds the wait: past it,
+        every one of them is returned, and reading its reply raises the time-out)."""
+        if not workers:
+            return []
+        timeout = self.step_timeout if self.step_timeout is not None else float("inf")
+        deadline = time.monotonic() + timeout
+        doorbells = self._resources.doorbells
+        while True:
+            remaining = max(deadline - time.monotonic(), 0.0)
+            if doorbells is not None:
+                pending = [(worker.index, worker.request_number, worker.process.sentinel) for worker in workers]
+                ready = [workers[position] for position in doorbells.wait_any(pending, min(remaining, 1.0))]
+            else:
+                ends = {worker.connection: worker for worker in workers}
+                ends.update({worker.process.sentinel: worker for worker in workers})
+                ready = list({id(ends[end]): ends[end] for end in wait(list(ends), min(remaining, 1.0))}.values())
+            if ready:
+                return sorted(ready, key=lambda worker: worker.index)
+            if time.monotonic() >= deadline:
+                return list(workers)
+
     def take_wait_seconds(self) -> np.ndarray:
         """``[num_envs]``: seconds this process waited for each env's worker since the last call."""
         seconds = np.zeros(self.layout.num_envs)
-        for worker in self.workers:
+        for worker in self.workers:  # the main process's share: the seconds it stepped
             seconds[worker.start : worker.stop] = worker.wait_seconds
             worker.wait_seconds = 0.0
         return seconds
@@ -286,6 +354,9 @@ class WorkerPool:
             "%s was lost; replacing it (restart %d of %d)", worker.describe(), self._restarts.used, self._restarts.max_restarts
         )
         stop_worker(worker, CLOSE_TIMEOUT)
+        if self._resources.doorbells is not None:
+            self._resources.doorbells.clear(worker.index)
+            worker.request_number = 0
         old_process = worker.process
         fresh = launch_worker(mp_context, worker.index, *worker.factories, pickled)
         # The handle takes the new process before anything else can raise, so that shutdown
@@ -312,7 +383,7 @@ class WorkerPool:
                 worker.start + offset, observation, action,
                 self.layout.observation_space, self.layout.action_space,
             )
-        attach = replace(order, column_offset=worker.start, incarnation=worker.incarnation)
+        attach = replace(order, column_offset=worker.start, incarnation=worker.incarnation, slot=worker.index)
         if policy is not None:
             attach = replace(attach, policy=policy)
         try:
@@ -324,7 +395,7 @@ class WorkerPool:
     def found_dead(self) -> list[tuple[WorkerHandle, WorkerError]]:
         """``(worker, error)`` for each worker whose process has already ended, without
         waiting: checked before a request that would otherwise lose a whole rollout to it."""
-        sentinels = {worker.process.sentinel: worker for worker in self.workers}
+        sentinels = {worker.process.sentinel: worker for worker in self.workers if not worker.is_local}
         ended = wait(list(sentinels), 0)
         losses = []
         for sentinel in ended:
@@ -370,25 +441,31 @@ class WorkerPool:
             raise error
 
     def _receive(self, worker: WorkerHandle, deadline: float | None) -> bytes:
+        if worker.is_local:
+            reply = worker.serve_pending()
+            worker.awaiting_reply = False
+            return reply
         connection = worker.connection
         started = time.perf_counter()
         try:
-            if not worker.waiter.spin() and deadline is not None:
-                remaining = deadline - time.monotonic()
-                ready = wait([connection, worker.process.sentinel], max(remaining, 0))
-                if connection not in ready:
-                    if worker.process.sentinel in ready:
-                        self._raise_died(worker)
-                    raise timed_out(
-                        worker.describe(),
-                        f"within step_timeout={self.step_timeout} s per step",
-                        range(worker.start, worker.stop),
-                        outcome=(
-                            "It is replaced while restarts are left (max_restarts)." if self._restarts.max_restarts
-                            else "The collector is now unusable."
-                        ),
-                    )
-            reply = connection.recv_bytes()
+            if self._resources.doorbells is not None:
+                outcome = self._resources.doorbells.wait_reply(
+                    worker.index, worker.request_number, worker.process.sentinel, deadline
+                )
+                if outcome == "died":
+                    self._raise_died(worker)
+                if outcome == "late":
+                    raise self._timed_out(worker)
+                reply = protocol.DONE if outcome == "done" else connection.recv_bytes()
+            else:
+                if not worker.waiter.spin() and deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    ready = wait([connection, worker.process.sentinel], max(remaining, 0))
+                    if connection not in ready:
+                        if worker.process.sentinel in ready:
+                            self._raise_died(worker)
+                        raise self._timed_out(worker)
+                reply = connection.recv_bytes()
         except (EOFError, ConnectionError):
             self._raise_died(worker)
         worker.wait_seconds += time.perf_counter() - started
@@ -397,6 +474,17 @@ class WorkerPool:
             records, reply = pickle.loads(reply[1:])
             self._forwarded.extend(records)
         return reply
+
+    def _timed_out(self, worker: WorkerHandle) -> StepTimeoutError:
+        return timed_out(
+            worker.describe(),
+            f"within step_timeout={self.step_timeout} s per step",
+            range(worker.start, worker.stop),
+            outcome=(
+                "It is replaced while restarts are left (max_restarts)." if self._restarts.max_restarts
+                else "The collector is now unusable."
+            ),
+        )
 
     def _raise_died(self, worker: WorkerHandle) -> None:
         worker.alive = False

@@ -44,7 +44,7 @@ def attach(spec: RolloutSpec, resources, policy) -> protocol.AttachOrder:
     ``resources`` is the pool's record of what to free: its ``workers``, and its ``shared``
     segment, stored there as soon as it exists so that a failure after it frees it too.
     """
-    replies = [startup_reply(worker, "spaces") for worker in resources.workers]
+    replies = [worker.spaces if worker.is_local else startup_reply(worker, "spaces") for worker in resources.workers]
     raise_startup_errors(replies)
     # A worker's columns are known once its envs exist: a vector env spans its num_envs.
     column = 0
@@ -62,10 +62,16 @@ def attach(spec: RolloutSpec, resources, policy) -> protocol.AttachOrder:
         layout=layout,
         group_builder=spec.group_builder,
         policy=policy,
+        doorbell=None if resources.doorbells is None else resources.doorbells.name,
     )
+    remote = [worker for worker in resources.workers if not worker.is_local]
+    for worker in remote:
+        worker.connection.send(("attach", replace(order, column_offset=worker.start, slot=worker.index)))
+    # The main process's own share is hosted while the workers attach.
     for worker in resources.workers:
-        worker.connection.send(("attach", replace(order, column_offset=worker.start)))
-    raise_startup_errors([startup_reply(worker, "ready") for worker in resources.workers])
+        if worker.is_local:
+            worker.attach(replace(order, column_offset=worker.start), resources.shared.storage)
+    raise_startup_errors([startup_reply(worker, "ready") for worker in remote])
     return order
 
 

@@ -45,6 +45,8 @@ class WorkerHandle:
     phase: str = "worker"
     #: How many times this slice's worker was replaced (its envs' seed stream).
     incarnation: int = 0
+    #: The number of the last request rung on this worker's doorbell (its reply is awaited).
+    request_number: int = 0
     #: Seconds this process waited for this worker's replies since the last ``take_wait_seconds``.
     wait_seconds: float = 0.0
     #: The read end of a pipe the worker's ``faulthandler`` writes to when it crashes.
@@ -52,6 +54,8 @@ class WorkerHandle:
     #: The env factories it calls, ``(first, stop)``: its columns (``start``, ``stop``) are
     #: known only once its envs exist, and differ when a factory makes a vector env.
     factories: tuple[int, int] = (0, 0)
+    #: A worker process (the main process's own share is a :class:`~.local_share.LocalShare`).
+    is_local = False
 
     def describe(self) -> str:
         envs = f"env {self.start}" if self.stop - self.start == 1 else f"envs {self.start}..{self.stop - 1}"

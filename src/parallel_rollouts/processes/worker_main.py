@@ -23,6 +23,8 @@ Rollouts (the per-step fast path: 9-byte requests, 1-byte replies, no pickling):
     b"b" n   + an n-byte segment name (n = 0: the working segment): begin a rollout
              into that segment, mapping it first if new (writes row 0 of this worker's columns)
     b"s" t   step t                   (reads actions[t], writes rows t and t + 1)
+    b"e" n   + n int64 env indices: step those envs only (the vector env's ready-first
+             stepping; reads and writes their columns of row 0)
     b"f" 0   finish                   -> reply b"f" + pickled CompletedEpisodes
     b"a" t   abandon after t steps
     b"r" n   + an n-byte segment name, then a pickled PolicySnapshot, or nothing when the
@@ -57,6 +59,7 @@ import traceback
 from dataclasses import dataclass
 
 import cloudpickle
+import numpy as np
 from multiprocessing.connection import wait
 
 from ..errors import ObservationError, WorkerError
@@ -69,6 +72,8 @@ from .batch_segments import AttachedSegments
 from .shared_memory import SharedStorage
 from .forwarded_warnings import WarningRecorder
 from .waiting import SpinThenBlock, spin_budget_seconds
+from . import doorbell as doorbell_codes
+from .doorbell import WorkerDoorbell
 
 __all__ = ["AttachOrder", "REQUEST", "ShippedPolicy", "worker_main"]
 
@@ -77,8 +82,10 @@ REQUEST = struct.Struct("<cq")
 #: Batch segments a worker keeps mapped: the main process recycles two (BatchMemory's pool).
 BATCH_SEGMENTS_KEPT = 2
 BEGIN, STEP, FINISH, ABANDON, ROLLOUT, CLOSE, HANDLE = b"b", b"s", b"f", b"a", b"r", b"c", b"x"
+#: Step some of a worker's envs (ready-first stepping): n, then n int64 env indices.
+STEP_ENVS = b"e"
 #: What a worker is doing while it serves each request (named when it dies there).
-PHASES = {BEGIN: "begin", STEP: "step", FINISH: "finish", ABANDON: "abandon", ROLLOUT: "rollout", CLOSE: "close", HANDLE: "call"}
+PHASES = {BEGIN: "begin", STEP: "step", STEP_ENVS: "step", FINISH: "finish", ABANDON: "abandon", ROLLOUT: "rollout", CLOSE: "close", HANDLE: "call"}
 DONE, FINISHED, POLICY_FAILED, FAILED = b"k", b"f", b"p", b"e"
 #: A reply preceded by the warnings raised since the last one: WARNED + pickle((records, reply)).
 WARNED = b"w"
@@ -117,6 +124,10 @@ class AttachOrder:
     #: How many times this slice's worker was replaced: its envs draw episode seeds
     #: from the stream of this incarnation (:mod:`parallel_rollouts.config.seeding`).
     incarnation: int = 0
+    #: The pool's doorbell segment (:mod:`.doorbell`) and this worker's slot in it;
+    #: ``None``: every request comes over the pipe.
+    doorbell: str | None = None
+    slot: int = 0
 
 
 def _picklable(error: BaseException, env_offset: int) -> BaseException:
@@ -128,8 +139,53 @@ def _picklable(error: BaseException, env_offset: int) -> BaseException:
         return WorkerError.from_failures([describe_failure(env_offset, "worker", error)])
 
 
-def _reply_error(connection, error: BaseException, env_offset: int) -> None:
-    _send(connection, FAILED + pickle.dumps(_picklable(error, env_offset)))
+class _Channel:
+    """Requests in, replies out: over the pipe, or rung on the doorbell (steps) with the pipe
+    for everything else. Every request gets exactly one reply."""
+
+    def __init__(self, connection, doorbell: WorkerDoorbell | None) -> None:
+        self.connection = connection
+        self.doorbell = doorbell
+        parent = multiprocessing.parent_process()
+        sentinel = parent.sentinel if parent is not None else None
+        if doorbell is None:
+            raw = _receiver(connection)
+
+            def receive_piped() -> tuple[bytes, int, bytes]:
+                message = raw()
+                command, argument = REQUEST.unpack_from(message)
+                return command, argument, message
+
+            self.receive = receive_piped
+            return
+
+        def parent_alive() -> bool:
+            # Every pipe message is rung, so a readable pipe with nothing rung is end-of-file.
+            if connection.poll(0):
+                return False
+            return sentinel is None or not wait([sentinel], 0)
+
+        def receive() -> tuple[bytes, int, bytes]:
+            code, argument = doorbell.wait(parent_alive)
+            if code == doorbell_codes.STEP:
+                return STEP, argument, b""
+            message = connection.recv_bytes()
+            command, argument = REQUEST.unpack_from(message)
+            return command, argument, message
+
+        self.receive = receive
+
+    def send(self, reply: bytes) -> None:
+        _send(self.connection, reply)
+        if self.doorbell is not None:
+            self.doorbell.reply(doorbell_codes.REPLIED_ON_PIPE)
+
+    def done(self) -> None:
+        """Reply "done"; on the doorbell alone when there is no warning to carry."""
+        if self.doorbell is None or _warnings.pending:
+            self.send(DONE)
+        else:
+            self.doorbell.reply(doorbell_codes.REPLIED_DONE)
 
 
 def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes], crash_report=None) -> None:
@@ -142,8 +198,8 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes], crash
     _warnings.install()
     group = None
     shared: SharedStorage | None = None
-    segments: AttachedSegments | None = None
-    replica: PolicyReplica | None = None
+    hosted: HostedSlice | None = None
+    doorbell: WorkerDoorbell | None = None
     envs = []
     try:
         try:
@@ -152,45 +208,28 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes], crash
             kind, order = pickle.loads(_receiver(connection)())
             if kind != "attach":
                 return
-            layout = order.layout
-            shared = SharedStorage.attach(order.segment_name, layout.allocate_storage)
+            shared = SharedStorage.attach(order.segment_name, order.layout.allocate_storage)
+            if order.doorbell is not None:
+                doorbell = WorkerDoorbell(order.doorbell, order.slot)
             env_offset = order.column_offset
-            if order.group_builder is not None:
-                group = order.group_builder(envs, env_offset, layout)
-                groups = [(0, len(envs), group)]
-            else:
-                groups = build_groups(envs, env_offset, [(0, len(envs))], layout, order.incarnation)
-            column_range = (env_offset, env_offset + groups[-1][1])
-            columns = shared.storage.columns(*column_range)
-            segments = AttachedSegments(layout.allocate_storage, column_range, BATCH_SEGMENTS_KEPT)
-            group = groups[0][2] if len(groups) == 1 else GroupChain(groups)
-            group.reset_all()
-            rollout = None
-            if order.policy is not None:
-                policy = None
-                if order.policy.snapshot is not None:
-                    replica = PolicyReplica(layout.root_seed, env_offset)
-                    replica.apply(pickle.loads(order.policy.snapshot))
-                    policy = replica.policy
-                if "torch" in sys.modules:
-                    # Each worker is one of as many processes as cores: one thread each,
-                    # not a full-machine thread pool per worker.
-                    sys.modules["torch"].set_num_threads(1)
-                rollout = SliceRollout(group, env_offset, groups[-1][1], layout, policy)
+            hosted = HostedSlice.build(envs, order, shared.storage)
+            group = hosted.group
         except Exception as error:
             connection.send(("error", _picklable(error, env_offset)))
             return
         connection.send(("ready", None))
-        _serve(connection, group, columns, segments, env_offset, rollout, replica)
+        _serve(_Channel(connection, doorbell), hosted)
     except (EOFError, OSError):
         pass  # the main process is gone: nothing left to report to
     finally:
         if group is None:
             close_each(envs)
-        if segments is not None:
-            segments.release_all()
+        if hosted is not None:
+            hosted.segments.release_all()
         if shared is not None:
             shared.release()
+        if doorbell is not None:
+            doorbell.release()
 
 
 def _allow_env_processes() -> None:
@@ -226,43 +265,99 @@ def _receiver(connection):
     return receive
 
 
-def _serve(connection, group: RolloutGroup, columns, segments: AttachedSegments, env_offset: int, rollout, replica) -> None:
-    receive = _receiver(connection)
+class HostedSlice:
+    """A slice of the envs hosted by one process, and how it serves each request.
 
-    def send(reply: bytes) -> None:
-        _send(connection, reply)
+    A worker process hosts one; so does the main process when it steps a share of the envs
+    itself (:mod:`.local_share`): both serve a request with the same code.
+    """
 
-    while True:
-        message = receive()
-        command, argument = REQUEST.unpack_from(message)
+    def __init__(self, group: RolloutGroup, columns, segments: AttachedSegments, env_offset: int, rollout, replica) -> None:
+        self.group = group
+        self.columns = columns
+        self.segments = segments
+        self.env_offset = env_offset
+        self.rollout = rollout
+        self.replica = replica
+
+    @classmethod
+    def build(cls, envs: list, order: AttachOrder, storage) -> HostedSlice:
+        """Host ``envs`` on their columns of ``storage`` (the order's segment), reset them, and
+        build the rollout worker's copy of the policy if the order ships one."""
+        layout, env_offset = order.layout, order.column_offset
+        if order.group_builder is not None:
+            groups = [(0, len(envs), order.group_builder(envs, env_offset, layout))]
+        else:
+            groups = build_groups(envs, env_offset, [(0, len(envs))], layout, order.incarnation)
+        column_range = (env_offset, env_offset + groups[-1][1])
+        segments = AttachedSegments(layout.allocate_storage, column_range, BATCH_SEGMENTS_KEPT)
+        group = groups[0][2] if len(groups) == 1 else GroupChain(groups)
+        hosted = cls(group, storage.columns(*column_range), segments, env_offset, None, None)
+        group.reset_all()
+        if order.policy is not None:
+            policy = None
+            if order.policy.snapshot is not None:
+                hosted.replica = PolicyReplica(layout.root_seed, env_offset)
+                hosted.replica.apply(pickle.loads(order.policy.snapshot))
+                policy = hosted.replica.policy
+            if "torch" in sys.modules:
+                # Each worker is one of as many processes as cores: one thread each,
+                # not a full-machine thread pool per worker.
+                sys.modules["torch"].set_num_threads(1)
+            hosted.rollout = SliceRollout(group, env_offset, groups[-1][1], layout, policy)
+        return hosted
+
+    def serve(self, command: bytes, argument: int, message: bytes) -> bytes | None:
+        """Serve one request; the reply (``None``: a bare "done"). What the envs raise is
+        the reply (``FAILED`` + the pickled error), never raised here."""
+        group = self.group
         try:
             if command == STEP:
                 result = group.step(argument)
-                send(DONE if result is None else FINISHED + pickle.dumps(result))
-            elif command == ROLLOUT:
-                target, update = _target_columns(message, argument, columns, segments)
-                send(_run_rollout(rollout, replica, update, target, env_offset))
-            elif command == BEGIN:
-                group.begin(_target_columns(message, argument, columns, segments)[0])
-                send(DONE)
-            elif command == FINISH:
-                send(FINISHED + pickle.dumps(group.finish()))
-            elif command == ABANDON:
+                return None if result is None else FINISHED + pickle.dumps(result)
+            if command == STEP_ENVS:
+                envs = np.frombuffer(message, dtype=np.int64, count=argument, offset=REQUEST.size)
+                result = group.step(0, (envs - self.env_offset).tolist())
+                return None if result is None else FINISHED + pickle.dumps(result)
+            if command == ROLLOUT:
+                target, update = _target_columns(message, argument, self.columns, self.segments)
+                return _run_rollout(self.rollout, self.replica, update, target, self.env_offset)
+            if command == BEGIN:
+                group.begin(_target_columns(message, argument, self.columns, self.segments)[0])
+                return None
+            if command == FINISH:
+                return FINISHED + pickle.dumps(group.finish())
+            if command == ABANDON:
                 group.abandon(argument)
-                send(DONE)
-            elif command == HANDLE:
-                send(FINISHED + pickle.dumps(group.handle(pickle.loads(message[REQUEST.size :]))))
-            elif command == CLOSE:
+                return None
+            if command == HANDLE:
+                return FINISHED + pickle.dumps(group.handle(pickle.loads(message[REQUEST.size :])))
+            if command == CLOSE:
                 errors = group.close()
-                send(DONE if not errors else FAILED + pickle.dumps(_close_error(errors)))
-                return
-            else:
-                raise RuntimeError(f"unknown request {command!r}")
+                return None if not errors else FAILED + pickle.dumps(_close_error(errors))
+            raise RuntimeError(f"unknown request {command!r}")
         except (WorkerError, ObservationError) as error:
-            _reply_error(connection, error, env_offset)
+            return FAILED + pickle.dumps(_picklable(error, self.env_offset))
         except Exception as error:
             # A failure outside any env (a bug, or storage gone): report it with its traceback.
-            _reply_error(connection, WorkerError.from_failures([describe_failure(env_offset, "worker", error)]), env_offset)
+            failure = WorkerError.from_failures([describe_failure(self.env_offset, "worker", error)])
+            return FAILED + pickle.dumps(_picklable(failure, self.env_offset))
+
+
+def _serve(channel: _Channel, hosted: HostedSlice) -> None:
+    receive, send, done, serve = channel.receive, channel.send, channel.done, hosted.serve
+    while True:
+        command, argument, message = receive()
+        reply = serve(command, argument, message)
+        if reply is None:
+            if command == STEP:
+                done()
+            else:
+                send(DONE)
+        else:
+            send(reply)
+        if command == CLOSE:
+            return
 
 
 def _target_columns(message: bytes, argument: int, columns, segments: AttachedSegments):

@@ -69,6 +69,15 @@ def build_runner(
     if backend == "async":
         from ..steppers.processes import ProcessStepper
 
+        if pipelined:
+            # The pipeline overlaps the policy with the workers stepping; a share stepped in
+            # this process could not step in the background.
+            if options.main_process_envs:
+                raise ConfigurationError(
+                    "`pipelined=True` runs the policy here while the workers step, so every env steps in a worker; "
+                    f"drop `main_process_envs` (got {options.main_process_envs!r}) or `pipelined`."
+                )
+            options = replace(options, main_process_envs=0)
         stepper = ProcessStepper.build(spec, options=options)
     else:
         from ..steppers.in_process import InProcessStepper

@@ -66,7 +66,7 @@ class ParallelVecEnv(VecEnv):
     seed:
         Root seed of the episode seeds; ``None`` draws one (see :attr:`root_seed`).
         ``seed(s)`` later starts a new stream at root ``s`` from the next ``reset()``.
-    num_workers, context, step_timeout, core:
+    num_workers, context, step_timeout, core, main_process_envs:
         As for :class:`~parallel_rollouts.ParallelVectorEnv`.
     start_method:
         ``SubprocVecEnv``'s name for ``context`` (a multiprocessing start method:
@@ -95,6 +95,7 @@ class ParallelVecEnv(VecEnv):
         step_timeout: float | None = None,
         core: str = "auto",
         start_method: str | None = None,
+        main_process_envs: int | None = None,
     ) -> None:
         self._vector_env: ParallelVectorEnv | None = None
         if start_method is not None:
@@ -120,6 +121,7 @@ class ParallelVecEnv(VecEnv):
             context=context,
             step_timeout=step_timeout,
             core=core,
+            main_process_envs=main_process_envs,
         )
         try:
             vector_env = self._vector_env

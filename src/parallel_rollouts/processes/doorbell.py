@@ -1,0 +1,150 @@
+"""The step doorbell: per-step requests and replies without a pipe round trip.
+
+A per-step rollout asks every worker to step once per row. Over a pipe, each request and
+each reply is a system call on each side and a wake-up of a sleeping process: about
+200 us per vector step on a 2-core machine, more than a cheap env's whole step. With the
+doorbell, a step request is a counter bumped in a small shared segment, and the reply
+another; each side spins for a short budget and then sleeps in the kernel on the counter
+(a futex on Linux, see ``_doorbell.pyx``), so a step whose peer is awake costs no system
+call at all.
+
+The pipes stay for everything else (begin, finish, calls, errors, warnings, close): the
+main process writes such a request to the pipe and rings the doorbell with "read your
+pipe", and the worker answers it over the pipe. A step whose reply carries something
+(an error, a warning, the vector env's infos) is answered over the pipe too, and its
+doorbell reply says so.
+
+The doorbell needs the compiled extension and Linux. Elsewhere (macOS, Windows, the
+pure-Python core, ``PARALLEL_ROLLOUTS_DOORBELL=0``) every request goes over the pipes,
+as the same protocol, with the same results.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from multiprocessing.connection import wait
+
+from .shared_memory import attach_segment, create_segment, release_segment
+from .waiting import spin_budget_seconds
+
+__all__ = ["PIPE", "STEP", "REPLIED_DONE", "REPLIED_ON_PIPE", "MainDoorbells", "WorkerDoorbell", "doorbells_available"]
+
+#: Request codes: "read your pipe" and "step row `argument`".
+PIPE, STEP = 0, 1
+#: Reply kinds: a bare "done", or "the reply is on the pipe".
+REPLIED_DONE, REPLIED_ON_PIPE = 0, 1
+#: The main process checks a waited-for worker's sentinel this often (seconds): a worker
+#: that dies while stepping is noticed within this time.
+DEATH_CHECK_SECONDS = 0.002
+#: A worker with nothing to do checks that the main process still exists this often.
+PARENT_CHECK_SECONDS = 0.1
+DOORBELL_ENV_VAR = "PARALLEL_ROLLOUTS_DOORBELL"
+
+
+def _extension():
+    try:
+        from . import _doorbell
+    except ImportError:
+        return None
+    return _doorbell if _doorbell.AVAILABLE else None
+
+
+def doorbells_available(core_name: str) -> bool:
+    """Whether a pool of workers running ``core_name`` steps through doorbells here."""
+    if os.environ.get(DOORBELL_ENV_VAR, "") in ("0", "false", "no"):
+        return False
+    return core_name == "compiled" and _extension() is not None
+
+
+class MainDoorbells:
+    """The main process's side: the segment (owned, freed by :meth:`release`) and the waits."""
+
+    def __init__(self, slots: int) -> None:
+        extension = _extension()
+        self._segment = create_segment(extension.segment_bytes(slots))
+        self.name = self._segment.name
+        self._bells = extension.Doorbells(self._segment.buf, slots)
+        self._spin = spin_budget_seconds()
+
+    def clear(self, slot: int) -> None:
+        self._bells.clear(slot)
+
+    def ring(self, slot: int, step_row: int | None) -> int:
+        """Ask ``slot`` to step row ``step_row`` (``None``: to read its pipe); the request's number."""
+        if step_row is None:
+            return self._bells.ring(slot, PIPE, 0)
+        return self._bells.ring(slot, STEP, step_row)
+
+    def wait_reply(self, slot: int, number: int, sentinel: int, deadline: float | None) -> str:
+        """Wait for the reply to request ``number``: ``"done"``, ``"pipe"`` (read the reply
+        there), ``"died"`` (the worker's process ended) or ``"late"`` (past ``deadline``)."""
+        bells, spin = self._bells, self._spin
+        while True:
+            timeout = DEATH_CHECK_SECONDS
+            if deadline is not None:
+                timeout = min(timeout, max(deadline - time.monotonic(), 0.0))
+            if bells.wait_reply(slot, number, spin, timeout) == 1:
+                return "done" if bells.reply_kind(slot) == REPLIED_DONE else "pipe"
+            spin = 0.0
+            if wait([sentinel], 0):
+                if not bells.replied(slot, number):
+                    return "died"
+                return "done" if bells.reply_kind(slot) == REPLIED_DONE else "pipe"
+            if deadline is not None and time.monotonic() >= deadline:
+                return "late"
+
+    def wait_any(self, pending: list[tuple[int, int, int]], timeout: float) -> list[int]:
+        """The positions in ``pending`` (``(slot, number, sentinel)`` each) whose reply is there
+        or whose worker died, waiting up to ``timeout`` seconds for the first."""
+        bells, spin = self._bells, self._spin
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = bells.completions()
+            done = [position for position, (slot, number, _) in enumerate(pending) if bells.replied(slot, number)]
+            if done:
+                return done
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            if bells.wait_completion(seen, spin, min(DEATH_CHECK_SECONDS, remaining)) != 1:
+                spin = 0.0
+                dead = wait([sentinel for _, _, sentinel in pending], 0)
+                if dead:
+                    return [position for position, (_, _, sentinel) in enumerate(pending) if sentinel in dead]
+
+    def release(self) -> None:
+        self._bells = None
+        release_segment(self._segment, owner=True)
+
+
+class WorkerDoorbell:
+    """A worker's side: its own slot of the pool's segment."""
+
+    def __init__(self, name: str, slot: int) -> None:
+        extension = _extension()
+        self._segment = attach_segment(name)
+        self._bells = extension.Doorbells(self._segment.buf, slot + 1)
+        self._slot = slot
+        self._served = self._bells.request(slot)[0]
+        self._spin = spin_budget_seconds()
+
+    def wait(self, parent_alive) -> tuple[int, int]:
+        """The next request, ``(code, argument)``. ``parent_alive()`` is asked whenever the
+        main process has been silent for a while; EOFError once it says no."""
+        bells, slot, served = self._bells, self._slot, self._served
+        spin = self._spin
+        while bells.wait_request(slot, served, spin, PARENT_CHECK_SECONDS) != 1:
+            spin = 0.0
+            if not parent_alive():
+                raise EOFError("the main process is gone")
+        number, code, argument = bells.request(slot)
+        self._served = number
+        return code, argument
+
+    def reply(self, kind: int) -> None:
+        self._bells.reply(self._slot, self._served, kind)
+
+    def release(self) -> None:
+        self._bells = None
+        release_segment(self._segment, owner=False)
