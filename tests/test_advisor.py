@@ -14,6 +14,7 @@ from parallel_rollouts import ConfigurationError, advise
 from parallel_rollouts.conformance.advice import NEAR_TIE, Advice, Option, OptionResult
 from tests import conformance_envs as envs
 from tests import vector_envs
+from parallel_rollouts.processes.slicing import usable_cores
 from tests.leaks import ResourceSnapshot
 
 TINY = {"rounds": 2, "trial_seconds": 0.02, "horizon": 8}
@@ -82,8 +83,9 @@ def test_each_pick_prints_the_code_that_builds_it():
         "from parallel_rollouts import make_collector",
         'collector = make_collector("CartPole-v1", num_envs=2, policy=policy, backend="sync", horizon=8)',
     ]
+    workers = min(usable_cores(), 2)
     assert codes["async, rollout workers"].endswith(
-        'backend="async", policy_placement="workers", num_workers=2, horizon=8)'
+        f'backend="async", policy_placement="workers", num_workers={workers}, horizon=8)'
     )
     assert codes["sync, vector env"].splitlines() == [
         "import gymnasium",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -259,6 +260,25 @@ def test_a_spawned_process_importing_a_script_that_calls_check_env_refuses_the_c
     assert result.stdout.count("CheckResult(") == 1, result.stdout  # the spawned process printed no report
     assert "exited with code 1 before answering" in result.stdout
     assert "This is such a process" in result.stderr
+
+
+def test_progress_goes_to_stderr_one_line_per_check_option_and_round_and_quiet_drops_it(workdir):
+    check = _run("check", "CartPole-v1", "--max-steps", "50", cwd=workdir)
+    assert check.returncode == 0, check.stderr
+    lines = check.stderr.splitlines()
+    assert lines[0] == "parallel-rollouts: check: factory builds an env"
+    assert "parallel-rollouts: check: rebuilds in a spawned process" in lines
+    assert "parallel-rollouts: check:" not in check.stdout
+    advise = _run("advise", "my_envs:make_good", "--num-envs", "2", "--horizon", "8", "--rounds", "2",
+                  "--trial-seconds", "0.05", cwd=workdir)
+    assert advise.returncode == 0, advise.stderr
+    lines = advise.stderr.splitlines()
+    assert "parallel-rollouts: advise: starting option 1 of 3: sync" in lines
+    assert any(re.fullmatch(r"parallel-rollouts: advise: starting option 3 of 3: async, rollout workers, \d+ worker\(s\)",
+                            line) for line in lines), lines
+    assert [line for line in lines if " round " in line][-1].startswith("parallel-rollouts: advise: round 2 of 2 timed")
+    quiet = _run("check", "CartPole-v1", "--max-steps", "50", "--quiet", cwd=workdir)
+    assert quiet.returncode == 0 and quiet.stderr == ""
 
 
 def test_the_console_script_is_declared():

@@ -22,6 +22,7 @@ tie.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,9 @@ from ..groups.vector_source import autoreset_mode_of
 from .target import EnvTarget, _call_in_module, build_env, resolve_target
 
 __all__ = ["advise"]
+
+#: A line per option started and per round timed (``INFO``); the command line shows them on stderr.
+logger = logging.getLogger("parallel_rollouts.conformance")
 
 _QUICK = {"rounds": 5, "trial_seconds": 1.5, "warmup_collects": 1}
 _THOROUGH = {"rounds": 7, "trial_seconds": 4.0, "warmup_collects": 2}
@@ -105,6 +109,7 @@ def advise(
     if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
         raise ConfigurationError(f"`horizon` must be an int >= 1; got {horizon!r}.")
     target = resolve_target(env_fn_or_id, env_kwargs, wrappers)
+    logger.info("advise: timing one step of %s", target.description)
     step_seconds, vector_envs, masked = _measure_step(target.factory)
     if vector_envs is not None:
         if num_envs is not None and num_envs != vector_envs:
@@ -301,16 +306,30 @@ class _Trial:
 def _run_trials(options: list[Option], policy: Any, horizon: int, seed: int, settings: dict) -> list[OptionResult]:
     trials = [_Trial(option) for option in options]
     unpicklable = _why_unpicklable(policy)
+    logger.info(
+        "advise: %d options, then %d round(s) of about %g s each per option (about %.0f s)",
+        len(trials), settings["rounds"], settings["trial_seconds"],
+        len(trials) * settings["rounds"] * settings["trial_seconds"],
+    )
     try:
-        for trial in trials:
+        for number, trial in enumerate(trials, 1):
             if unpicklable is not None and trial.option.policy_placement == "workers":
                 trial.error = f"the policy does not pickle, so it cannot run in worker processes ({unpicklable})"
                 trial.applicable = False
                 continue
+            workers = "" if trial.option.num_workers is None else f", {trial.option.num_workers} worker(s)"
+            logger.info("advise: starting option %d of %d: %s%s", number, len(trials), trial.option.label, workers)
             _start(trial, policy, horizon, seed, settings["warmup_collects"])
         live = [trial for trial in trials if trial.error is None]
+        started = time.perf_counter()
+
+        def round_timed(round_index: int) -> None:
+            logger.info("advise: round %d of %d timed (%.0f s)", round_index + 1, settings["rounds"],
+                        time.perf_counter() - started)
+
         measured = run_rounds(
-            live, partial(_time_one, seconds=settings["trial_seconds"]), settings["rounds"], order="rotate", keep_going=True
+            live, partial(_time_one, seconds=settings["trial_seconds"]), settings["rounds"], order="rotate",
+            keep_going=True, after_round=round_timed,
         )
         for trial, rates, error in zip(live, measured.samples, measured.errors):
             trial.rates = rates

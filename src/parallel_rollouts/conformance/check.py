@@ -15,7 +15,7 @@ from .children import running_children
 from .closing import CLOSES, check_closes
 from .determinism import SAME_SEED, SAME_SEED_SPAWNED, check_in_process, check_spawned
 from .global_random import NO_GLOBAL_RANDOM, check_no_global_random
-from .guard import CheckGuard, Guarded
+from .guard import CheckGuard, Guarded, logger
 from .interrupts import watch_user_interrupts
 from .main_guard import UnguardedCall, refuse_in_spawned_import, unguarded_call
 from .pickling import PICKLES, REBUILDS, check_factory_pickles, rebuild_in_spawned_process
@@ -171,6 +171,7 @@ def _run_checks(
             REBUILDS, CheckStatus.FAIL, f"not run: {unguarded.explain('check_env')}", unguarded.fix()
         ), None
     elif guard.timed_out_in is None:
+        logger.info("check: %s", REBUILDS)
         rebuilt, spawned = rebuild_in_spawned_process(factory, spaces, vector, *limits, spawn_timeout)
     else:
         rebuilt, spawned = guard.not_run(REBUILDS), None

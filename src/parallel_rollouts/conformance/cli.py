@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -68,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--env-kwargs", type=json.loads, default=None, metavar="JSON",
                         help='gymnasium.make keyword arguments for an env id, e.g. \'{"max_episode_steps": 200}\'')
     parser.add_argument("--json", metavar="PATH", help="also write the result as JSON to PATH")
@@ -103,6 +105,25 @@ def _advise(arguments: argparse.Namespace) -> tuple[dict, bool]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = _parser().parse_args(argv)
+    if arguments.quiet:
+        return _main(arguments)
+    # The library's progress lines (each check as it starts, each option and round timed, envs
+    # made) on stderr, the results on stdout.
+    logger = logging.getLogger("parallel_rollouts")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("parallel-rollouts: %(message)s"))
+    handler.setLevel(logging.INFO)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        return _main(arguments)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _main(arguments: argparse.Namespace) -> int:
     # As `python -m` does, so that `module:factory` finds a module in the current directory.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())

@@ -12,6 +12,7 @@ armed before (see :mod:`.watchdog`).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,9 @@ from .report import CheckResult, CheckStatus
 from .watchdog import Deadline, deadline
 
 __all__ = ["CheckGuard", "Guarded"]
+
+#: One line per check as it starts (``INFO``); the command line shows them on stderr.
+logger = logging.getLogger("parallel_rollouts.conformance")
 
 _ENV_FIX = (
     "a factory must build the env without arguments, and the env must survive seeded resets and random "
@@ -72,6 +76,8 @@ class CheckGuard:
         """
         if self.timed_out_in is not None and not cleanup:
             return Guarded(instead=self.not_run(name))
+        if not cleanup:
+            logger.info("check: %s", name)
         error: BaseException | None = None
         value = None
         limit: Deadline | None = None
