@@ -47,8 +47,9 @@ class ParallelRolloutCollector:
         ``policy(observations) -> actions`` or ``-> PolicyOutput(actions, values,
         log_probs)``, called once per step with the batched observations
         ``[num_envs, ...]`` (read-only NumPy arrays, a dict/tuple of them for
-        Dict/Tuple spaces; with the default ``reuse_buffers=False`` they are the
-        returned batch's own rows, which the policy may keep). PyTorch tensors are accepted in what it returns.
+        Dict/Tuple spaces: a copy of the row made for that call alone, on every
+        backend and with ``reuse_buffers`` either way, which the policy may keep).
+        PyTorch tensors are accepted in what it returns.
         ``None`` samples each env's action from its own seeded copy of the action
         space. A policy with a callable ``initial_state(num_envs)`` attribute is
         recurrent (:class:`RecurrentPolicy`): it is called as
