@@ -72,8 +72,9 @@ class ParallelRolloutCollector:
         Scalar ``info`` entries to store in ``batch.infos`` as ``[T, N]`` float64.
     reuse_buffers:
         If true, every ``collect()`` writes into the same arrays (for ``async``,
-        views of its shared memory: no copy at all), so a batch, and the arrays
-        the policy was called with, are overwritten by the next ``collect()``.
+        views of its shared memory: no copy at all), so a batch is overwritten by
+        the next ``collect()`` (the arrays the policy was called with are its own
+        copies either way).
         Off by default: a returned batch, and every array handed to the policy,
         are yours to keep.
     observation_check:
