@@ -152,6 +152,15 @@ def expected_backend_rows(results: dict) -> dict[str, str]:
     return rows
 
 
+def committed_async_to_sync_ratios() -> dict[str, float]:
+    """Median ``async`` / ``sync`` ratio per workload at 16 envs, from the committed results."""
+    results = json.loads((REPO_ROOT / "benchmarks" / "results" / "comparison.json").read_text(encoding="utf-8"))
+    return {
+        group["env"]: group["contenders"]["async"]["ratio_vs_sync"]["median"]
+        for group in results["groups"] if group["num_envs"] == TABLE_NUM_ENVS
+    }
+
+
 def test_the_backend_table_shows_the_committed_benchmark_results():
     results = json.loads((REPO_ROOT / "benchmarks" / "results" / "comparison.json").read_text(encoding="utf-8"))
     assert results["settings"]["num_workers"] == 2 and results["settings"]["horizon"] == 128

@@ -73,6 +73,15 @@ def test_every_readme_excerpt_names_where_its_short_version_runs(block):
         assert (REPO_ROOT / path).is_file(), f"{block.id}: {path} does not exist"
 
 
+def test_the_backend_ratios_quoted_are_the_committed_benchmark_results():
+    from tests.test_docs_blocks import committed_async_to_sync_ratios
+
+    ratios = committed_async_to_sync_ratios()
+    section = _section("## Choosing a backend")
+    assert f"collected CartPole at {ratios['cartpole']:.2f}x the rate of `sync`" in section
+    assert f"~0.5 ms per step at {ratios['half_ms']:.2f}x" in section
+
+
 def test_every_relative_link_of_the_readme_resolves():
     from tests.test_docs_blocks import broken_links
 
