@@ -14,7 +14,8 @@ each PPO policy, the paired difference to every baseline (PPO minus baseline, pe
 and 95% CI; above zero means PPO is better on these seeds); the mean return by trace regime, and
 each PPO policy's paired difference to the best baseline (the highest mean return on these
 seeds) by regime; and the QoE of every policy.
-`--json` writes all numbers, `--markdown` the printed tables.
+`--json` writes all numbers, `--markdown` the printed tables. While it plays (minutes for the
+default 200 episodes), a line per policy on stderr says how far it is.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ import argparse
 import json
 import math
 import multiprocessing
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -129,17 +133,25 @@ def evaluate_policies(
             policies[name] = None  # played elsewhere; its episodes are lent
     order = [name for name in BASELINES if name in policies] + ppo_names
     policies = {name: policies[name] for name in order}
-    records = {
-        name: lent.get(name) or play_episodes(
-            policy, seeds, env_kwargs, history_steps.get(name, 1), rate_forecasts.get(name)
+    clairvoyant = (
+        f"clairvoyant ({clairvoyant_horizon} step{'s' if clairvoyant_horizon > 1 else ''} ahead)"
+        if clairvoyant_horizon else None
+    )
+    to_play = [name for name in [*policies, *([clairvoyant] if clairvoyant else [])] if not lent.get(name)]
+    _progress(f"{len(to_play)} to play on {len(seeds)} episodes each"
+              + (f", {len(policies) + bool(clairvoyant) - len(to_play)} lent" if lent else ""))
+    records = {}
+    for name, policy in policies.items():
+        records[name] = lent.get(name) or _played(
+            name, to_play, len(seeds),
+            lambda: play_episodes(policy, seeds, env_kwargs, history_steps.get(name, 1), rate_forecasts.get(name)),
         )
-        for name, policy in policies.items()
-    }
     references = []
-    if clairvoyant_horizon:
-        name = f"clairvoyant ({clairvoyant_horizon} step{'s' if clairvoyant_horizon > 1 else ''} ahead)"
-        records[name] = lent.get(name) or play_clairvoyant(seeds, env_kwargs, horizon=clairvoyant_horizon)
-        references.append(name)
+    if clairvoyant:
+        records[clairvoyant] = lent.get(clairvoyant) or _played(
+            clairvoyant, to_play, len(seeds), lambda: play_clairvoyant(seeds, env_kwargs, horizon=clairvoyant_horizon)
+        )
+        references.append(clairvoyant)
     returns = {name: np.array([record["return"] for record in episode_records]) for name, episode_records in records.items()}
     baseline_names = [name for name in policies if name not in ppo_names]
     if not baseline_names:
@@ -196,6 +208,21 @@ def evaluate_policies(
         "tuned_parameters": load_tuned(tuned_path),
         "tuned_path": str(tuned_path),
     }
+
+
+def _progress(message: str) -> None:
+    """One line on stderr: the evaluation takes minutes, the tables come at the end on stdout."""
+    print(f"evaluate: {message}", file=sys.stderr, flush=True)
+
+
+def _played(name: str, to_play: list[str], episodes: int, play: Callable[[], list]) -> list:
+    """``play()``, announced with its place in ``to_play`` and followed by its mean return and time."""
+    started = time.perf_counter()
+    records = play()
+    mean = float(np.mean([record["return"] for record in records]))
+    _progress(f"{to_play.index(name) + 1}/{len(to_play)} {name}: {episodes} episodes, mean return {mean:.1f} "
+              f"({time.perf_counter() - started:.0f} s)")
+    return records
 
 
 def _lent_records(

@@ -479,8 +479,17 @@ def test_evaluate_reports_every_policy_with_paired_differences_reproducibly(tiny
         expected = np.mean(ppo[regimes == regime] - best[regimes == regime])
         assert result["paired_differences_by_regime"]["PPO (seed 7)"][regime]["mean"] == pytest.approx(expected)
     assert json.loads(json_path.read_text()) == json.loads(json.dumps(result, allow_nan=False))
-    tables = capsys.readouterr().out
+    captured = capsys.readouterr()
+    tables = captured.out
     assert "| PPO (seed 7) |" in tables and "| joint greedy |" in tables
+    # Progress on stderr: what is to play, then a line per policy with its mean return.
+    progress = captured.err.splitlines()
+    played = len(BASELINES) + 2
+    assert progress[0] == f"evaluate: {played} to play on 3 episodes each"
+    assert len(progress) == played + 1
+    mean = result["returns"]["PPO (seed 7, #2)"]["mean"]
+    assert progress[-1].startswith(f"evaluate: {played}/{played} PPO (seed 7, #2): 3 episodes, mean return {mean:.1f} (")
+    assert "evaluate:" not in tables
     assert markdown_path.read_text().strip() in tables
     assert evaluate.main(argv)["per_episode_returns"] == per_episode
 
