@@ -48,7 +48,24 @@ def run_training(policy: str, seed: int, output: Path, extra_args: list[str]) ->
             f"{completed.stdout[-2000:]}{completed.stderr[-4000:]}"
         )
     print(completed.stdout.strip().splitlines()[-2], flush=True)
-    return json.loads(output.read_text())
+    return condensed(json.loads(output.read_text()))
+
+
+def condensed(run: dict[str, Any]) -> dict[str, Any]:
+    """A run's results without the per-update metrics, plus two numbers drawn from them.
+
+    `max_value_recompute_error`: the largest difference, over the run, between a value the policy
+    returned while collecting and the one the update recomputed from the batch's `initial_state`
+    and `episode_starts` (zero when every state was recomputed exactly). `training_return_mean`:
+    the mean return of the episodes that ended in the last 10 rollouts, played by the sampling
+    (not the deterministic) policy.
+    """
+    last_updates = run["updates"][-10:]
+    training_returns = [update["episode_return_mean"] for update in last_updates if update["episode_return_mean"] is not None]
+    summary = {name: value for name, value in run.items() if name != "updates"}
+    summary["max_value_recompute_error"] = max(update["value_recompute_error"] for update in run["updates"])
+    summary["training_return_mean"] = float(np.mean(training_returns)) if training_returns else None
+    return summary
 
 
 def summarise(runs: dict[str, dict[int, dict[str, Any]]], seeds: list[int], required_ratio: float) -> dict[str, Any]:
@@ -64,6 +81,8 @@ def summarise(runs: dict[str, dict[int, dict[str, Any]]], seeds: list[int], requ
                 "mlp_score": mlp["score"],
                 "ratio": ratio,
                 "holds": ratio >= required_ratio,
+                "gru_training_return_mean": gru["training_return_mean"],
+                "mlp_training_return_mean": mlp["training_return_mean"],
                 "gru_wall_seconds": gru["wall_seconds"],
                 "gru_cpu_seconds": gru["cpu_seconds"],
                 "mlp_wall_seconds": mlp["wall_seconds"],

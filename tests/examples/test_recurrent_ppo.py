@@ -145,4 +145,6 @@ def test_compare_writes_results_and_a_plot(tmp_path):
         run = results["runs"][policy]["5"]
         assert run["args"]["policy"] == policy and run["args"]["total_timesteps"] == 1024
         assert [evaluation["update"] for evaluation in run["evaluations"]] == [4, 8]
+        assert run["max_value_recompute_error"] == 0.0
+        assert "updates" not in run  # the per-update metrics stay out of the committed results
     assert plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
