@@ -111,6 +111,26 @@ FRAME_SHAPE = (84, 84, 4)
 FRAME_BANK_SIZE = 8
 
 
+class HeavyTailEnv(HalfMillisecondEnv):
+    """Heavy-tailed step times: ~50 µs per step, and one step in about 50 a straggler of ~5 ms.
+
+    Which steps straggle is drawn from the env's own generator, so it follows the reset
+    seed. The synchronous vector step waits for the slowest env every step; ready-first
+    stepping lets the other envs go on.
+    """
+
+    STRAGGLE_EVERY = 50
+
+    def __init__(self, episode_length: int = 200) -> None:
+        super().__init__(episode_length, burn_iterations=BURN_ITERATIONS // 10)
+        self._base_burn = BURN_ITERATIONS // 10
+
+    def step(self, action: Any):
+        straggles = self.np_random.random() < 1.0 / self.STRAGGLE_EVERY
+        self.burn_iterations = self._base_burn * 100 if straggles else self._base_burn
+        return super().step(action)
+
+
 class FrameImageEnv(gym.Env):
     """Atari-sized frame stacks (``84x84x4`` uint8) at almost no simulation cost.
 

@@ -109,6 +109,13 @@ WORKLOADS: dict[str, Workload] = {
     workload.name: workload
     for workload in (
         Workload(
+            "null",
+            "HalfMillisecondEnv with no work: a step does almost nothing (the per-step overhead alone)",
+            functools.partial(HalfMillisecondEnv, episode_length=200, burn_iterations=0),
+            sign_policy,
+            200,
+        ),
+        Workload(
             "cartpole",
             "Gymnasium CartPole-v1 (gymnasium.make), a few microseconds per step",
             functools.partial(gym.make, "CartPole-v1"),

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from benchmarks import core_microbench, report, round_trip, run_rollout_benchmark, soak, vector_envs
+from benchmarks import core_microbench, per_step, report, run_rollout_benchmark, soak, vector_envs
 from benchmarks.contenders import COLLECTOR_CONTENDERS, PEER_CONTENDERS, unavailable_reason
 from benchmarks.envs import SlowStep
 from benchmarks.workloads import STRAGGLER_EVERY, WORKLOADS
@@ -230,16 +230,21 @@ def test_the_straggler_workload_slows_every_eighth_column_also_when_split_betwee
     env.close()
 
 
-def test_round_trip_times_every_mode_and_the_round_trip_per_round(tmp_path):
-    path = tmp_path / "round_trip.json"
-    sizes = ["--num-envs", "2", "--horizon", "4", "--rounds", "2", "--warmup", "0", "--work-us", "0,5"]
-    assert round_trip.main([*sizes, "--json", str(path)]) == 0
-    results = _load(path)["results"]
-    assert [entry["work_us"] for entry in results] == [0, 5]
-    for entry in results:
-        assert set(entry["us_per_step"]) == set(round_trip.MODES)
-        assert all(len(mode["per_round"]) == 2 and mode["min"] > 0 for mode in entry["us_per_step"].values())
-        assert len(entry["round_trip_us"]["per_round"]) == 2
+def test_per_step_times_every_front_door_its_ratios_ppo_and_ready_first_per_round(tmp_path):
+    path = tmp_path / "per_step.json"
+    sizes = ["--workloads", "null", "--num-envs", "4", "--steps", "4", "--rounds", "2"]
+    assert per_step.main([*sizes, "--json", str(path)]) == 0
+    report = _load(path)
+    (entry,) = report["workloads"]
+    assert entry["workload"] == "null" and set(entry["us_per_vector_step"]) == set(per_step.FRONT_DOORS)
+    assert all(len(door["per_round"]) == 2 and door["min"] > 0 for door in entry["us_per_vector_step"].values())
+    assert set(entry["ratios"]) == set(per_step.RATIOS)
+    assert all(len(ratio["per_round"]) == 2 and ratio["min"] > 0 for ratio in entry["ratios"].values())
+    assert len(entry["round_trip_us"]["per_round"]) == 2
+    ppo = report["ppo_collect_rollouts"]
+    assert 0 < ppo["env_share_of_dummy_rollout"] < 1 and ppo["amdahl_bound"] >= 1
+    assert len(ppo["ratio sb3 async / DummyVecEnv"]["per_round"]) == 2
+    assert len(report["ready_first"]["ratio ready-first / synchronous step"]["per_round"]) == 2
 
 
 def test_rounds_rotate_the_order_and_a_failing_contender_sits_out_the_rest():

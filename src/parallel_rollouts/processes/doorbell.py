@@ -103,7 +103,10 @@ class MainDoorbells:
             seen = bells.completions()
             done = [position for position, (slot, number, _) in enumerate(pending) if bells.replied(slot, number)]
             if done:
-                return done
+                # A worker that died is named now, not after the others have served every batch.
+                waiting = [sentinel for position, (_, _, sentinel) in enumerate(pending) if position not in done]
+                dead = wait(waiting, 0) if waiting else []
+                return sorted(done + [position for position, (_, _, sentinel) in enumerate(pending) if sentinel in dead])
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return []

@@ -23,7 +23,7 @@ from ..errors import ConfigurationError
 from ..groups import make_all, spaces_per_env
 from ..groups.single_envs import close_each
 from . import worker_main as protocol
-from .slicing import split_envs, usable_cores
+from .slicing import usable_cores
 
 __all__ = ["LocalShare", "resolve_main_share"]
 
@@ -49,7 +49,8 @@ def resolve_main_share(options: WorkerOptions, num_factories: int, rollout_worke
     shares = min(usable_cores(), num_factories)
     if shares < 2:
         return 0
-    return split_envs(num_factories, shares)[0][1]
+    # Rounded down: the main process also runs the policy.
+    return num_factories // shares
 
 
 @dataclass(eq=False)
