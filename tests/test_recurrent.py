@@ -390,3 +390,29 @@ def test_ray_actors_record_their_slices_state_and_the_merge_gives_the_sync_batch
     finally:
         for actor in actors:
             actor.close()
+
+
+def test_same_step_autoreset_resets_the_state_at_the_row_after_each_end():
+    """A same-step vector env returns the new episode's first observation with the end: the
+    state is reset at the next row, exactly where single envs reset it."""
+    import gymnasium as gym
+
+    def vector_env():
+        return gym.vector.SyncVectorEnv(
+            [cartpole_with_short_episodes] * 3, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+        )
+
+    policy = counting_policy()
+    with ParallelRolloutCollector([vector_env], policy, "sync", horizon=30, seed=1, store_states=True) as collector:
+        batches = [collector.collect(), collector.collect()]
+    for before, batch in zip([None, batches[0]], batches):
+        assert batch.valid.all() and batch.dones.any()
+        np.testing.assert_array_equal(batch.episode_starts[1:], batch.dones[:-1])
+        if before is not None:
+            np.testing.assert_array_equal(batch.episode_starts[0], before.dones[-1])
+        # The count given at each row is the rows seen since the episode's first row.
+        count = batch.initial_state["count"].copy()
+        for t in range(batch.horizon):
+            count = np.where(batch.episode_starts[t], 0, count)
+            np.testing.assert_array_equal(batch.states["count"][t], count)
+            count = count + 1
