@@ -416,3 +416,33 @@ def test_same_step_autoreset_resets_the_state_at_the_row_after_each_end():
             count = np.where(batch.episode_starts[t], 0, count)
             np.testing.assert_array_equal(batch.states["count"][t], count)
             count = count + 1
+
+
+def test_a_pipelined_rollout_dropped_with_one_half_a_row_ahead_keeps_each_half_s_state():
+    """The policy raises on the second half's row 5: the first half has stepped row 5 already,
+    so its envs stand at row 6 and the second half's at row 5; the next batch starts each
+    half from the state of its own row."""
+    policy = GRUPolicy()
+    calls = {"count": 0, "fail_at": None}
+
+    def failing(observations, state, episode_starts):
+        calls["count"] += 1
+        if calls["count"] == calls["fail_at"]:
+            raise RuntimeError("the policy failed")
+        return policy(observations, state, episode_starts)
+
+    fns = [cartpole_with_short_episodes] * NUM_ENVS
+    options = dict(horizon=HORIZON, seed=3, num_workers=2, pipelined=True, store_states=True)
+    with ParallelRolloutCollector(fns, RecurrentPolicy(failing, policy.initial_state), "async", **options) as collector:
+        collector.collect()
+        # Two calls per row (first half, second half): the second half's call of row 5.
+        calls["fail_at"] = calls["count"] + 2 * 5 + 2
+        with pytest.raises(RuntimeError, match="the policy failed"):
+            collector.collect()
+        after = collector.collect()
+    with ParallelRolloutCollector(fns, GRUPolicy(), "sync", horizon=HORIZON, seed=3, store_states=True) as collector:
+        straight = [collector.collect() for _ in range(2)][1]
+    for envs, row in ((slice(0, 2), 6), (slice(2, 4), 5)):
+        np.testing.assert_array_equal(after.observations[0, envs], straight.observations[row, envs])
+        np.testing.assert_array_equal(after.initial_state["h"][envs], straight.states["h"][row, envs])
+        np.testing.assert_array_equal(after.episode_starts[0, envs], straight.episode_starts[row, envs])

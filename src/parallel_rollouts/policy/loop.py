@@ -130,6 +130,11 @@ class RolloutLoop:
         if is_recurrent(self.policy):
             self.recurrent_record = self._carrier.finish()
 
+    def abandon_rows(self, steps_done: int) -> None:
+        """A rollout driven row by row was dropped after ``steps_done`` steps of this loop's envs."""
+        if self._carrier is not None:
+            self._carrier.abandon(steps_done)
+
     def act(self, t: int, storage: RolloutStorage, rows: list[np.ndarray] | None = None) -> None:
         """Call the policy on ``rows`` (default: private read-only copies of row ``t``); write its
         checked output into row ``t``. The policy cannot corrupt the batch through ``rows``.

@@ -103,6 +103,8 @@ class StateCarrier:
         self._row_starts = np.ones(num_envs, dtype=np.bool_)
         #: The state the policy returned at the last row called.
         self._next: list[Any] | None = None
+        #: The row of the last call that returned (``-1``: none in this rollout).
+        self._called_row = -1
         self._initial: list[Any] = []
         self._fresh = np.zeros(num_envs, dtype=np.bool_)
         self._has_tensors = False
@@ -137,6 +139,7 @@ class StateCarrier:
         n = self._num_envs
         self._storage = storage
         self._next = None
+        self._called_row = -1
         self._record = RecurrentRecord(
             tree=tree,
             initial_state=[leaf_to_numpy(leaf) for leaf in self._leaves],
@@ -190,7 +193,16 @@ class StateCarrier:
                     # A state returned with its graph would chain every row's graph to the next.
                     leaves[index] = leaf.detach()
         self._next = leaves
+        self._called_row = t
         return output
+
+    def abandon(self, steps_done: int) -> None:
+        """The rollout was dropped with ``steps_done`` rows stepped: when the last row called was
+        stepped too (a pipelined part one row ahead of the part that failed), move on to the
+        state of the row the envs stand at."""
+        if self._record is not None and self._next is not None and steps_done == self._called_row + 1:
+            self._settle(self._called_row, last=True)
+        self._record = self._storage = None
 
     def finish(self) -> RecurrentRecord:
         """End the rollout: settle its last row; the record (the bootstrap row's state reset)."""

@@ -140,6 +140,8 @@ class PipelinedRunner(RolloutRunner):
         try:
             for part in self._parts:
                 self._wait(part)
+                # A recurrent policy's state follows each part's envs to the row they stand at.
+                part.loop.abandon_rows(part.steps_done)
             self._memory.abandon(max(part.steps_done for part in self._parts))
             for part in self._parts:
                 self.stepper.abandon_part(part.steps_done, part.workers)
