@@ -446,3 +446,33 @@ def test_a_pipelined_rollout_dropped_with_one_half_a_row_ahead_keeps_each_half_s
         np.testing.assert_array_equal(after.observations[0, envs], straight.observations[row, envs])
         np.testing.assert_array_equal(after.initial_state["h"][envs], straight.states["h"][row, envs])
         np.testing.assert_array_equal(after.episode_starts[0, envs], straight.episode_starts[row, envs])
+
+
+def test_an_interrupt_between_two_rows_leaves_the_state_at_the_row_the_envs_stand_at(monkeypatch):
+    """A KeyboardInterrupt after row 6's step, as row 7's observations are read for the policy,
+    drops the rollout; the next batch starts at the envs' row 7 with that row's state, as a
+    straight run has it."""
+    from parallel_rollouts.data.batch_memory import BatchMemory
+
+    original_rows = BatchMemory.policy_rows
+    armed = {"on": False}
+
+    def policy_rows(self, t, *args):
+        if armed["on"] and t == 7:
+            armed["on"] = False
+            raise KeyboardInterrupt
+        return original_rows(self, t, *args)
+
+    monkeypatch.setattr(BatchMemory, "policy_rows", policy_rows)
+    fns = [cartpole_with_short_episodes] * NUM_ENVS
+    with ParallelRolloutCollector(fns, GRUPolicy(), "sync", horizon=HORIZON, seed=3, store_states=True) as collector:
+        collector.collect()
+        armed["on"] = True
+        with pytest.raises(KeyboardInterrupt):
+            collector.collect()
+        after = collector.collect()
+    with ParallelRolloutCollector(fns, GRUPolicy(), "sync", horizon=HORIZON, seed=3, store_states=True) as collector:
+        straight = [collector.collect() for _ in range(2)][1]
+    np.testing.assert_array_equal(after.observations[0], straight.observations[7])
+    np.testing.assert_array_equal(after.initial_state["h"], straight.states["h"][7])
+    np.testing.assert_array_equal(after.episode_starts[0], straight.episode_starts[7])

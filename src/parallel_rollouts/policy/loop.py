@@ -95,16 +95,22 @@ class RolloutLoop:
         self.recurrent_record = None
         carrier = self.carrier(storage.rewards.shape[1])
         carrier.begin(policy, storage)
-        for t in range(storage.horizon):
-            rows = policy_rows(t)
-            write(t, carrier.call(policy, t, unflatten(rows) if nested else rows[0]), storage)
-            try:
-                step(t)
-            except BaseException as error:
-                if on_step_error is not None:
-                    on_step_error(error)
-                raise
-            self.steps_done = t + 1
+        try:
+            for t in range(storage.horizon):
+                rows = policy_rows(t)
+                write(t, carrier.call(policy, t, unflatten(rows) if nested else rows[0]), storage)
+                try:
+                    step(t)
+                except BaseException as error:
+                    if on_step_error is not None:
+                        on_step_error(error)
+                    raise
+                self.steps_done = t + 1
+        except BaseException:
+            # Dropped (the policy raised, or an interrupt landed between rows): the state follows
+            # the envs to the row they stand at, where the next rollout starts.
+            carrier.abandon(self.steps_done)
+            raise
         self.recurrent_record = carrier.finish()
 
     def carrier(self, num_envs: int) -> StateCarrier:
