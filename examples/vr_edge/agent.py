@@ -14,6 +14,7 @@ loss does not pull on the policy's features.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import random
 from pathlib import Path
@@ -27,7 +28,14 @@ from torch.distributions import Categorical
 from examples.vr_edge.synthetic_env import THROUGHPUT_HISTORY_LEN, SyntheticVREdgeEnv
 from parallel_rollouts import PolicyOutput
 
-__all__ = ["ActorCritic", "CollectorPolicy", "load_agent", "save_agent", "seed_torch"]
+__all__ = ["MKL_CODE_PATHS", "ActorCritic", "CollectorPolicy", "load_agent", "pin_mkl_code_path", "save_agent", "seed_torch"]
+
+#: `default`: MKL picks its kernels by CPU model, so the same run can round differently on another
+#: CPU; `compatible`: MKL's conditional-numerical-reproducibility branch of SSE2 kernels, the same
+#: on every x86-64 CPU (for one PyTorch build), at some speed on large matrices (these are small).
+MKL_CODE_PATHS = ("default", "compatible")
+# mkl_service.h: MKL_CBWR_BRANCH, MKL_CBWR_COMPATIBLE, MKL_CBWR_SUCCESS.
+_MKL_CBWR_BRANCH, _MKL_CBWR_COMPATIBLE, _MKL_CBWR_SUCCESS = 1, 3, 0
 
 
 def seed_torch(seed: int) -> None:
@@ -41,6 +49,32 @@ def seed_torch(seed: int) -> None:
     torch.manual_seed(seed)
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
+
+
+def pin_mkl_code_path(code_path: str) -> None:
+    """Pin the kernels MKL runs torch's matrix products with (`MKL_CODE_PATHS`), before any has run.
+
+    Raises `RuntimeError` when `compatible` cannot be set: a PyTorch build without MKL, or a
+    process in which MKL already ran (set `MKL_CBWR=COMPATIBLE` in its environment instead).
+    """
+    if code_path not in MKL_CODE_PATHS:
+        raise ValueError(f"`code_path` must be one of {MKL_CODE_PATHS}; got {code_path!r}.")
+    if code_path == "default":
+        return
+    library = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
+    try:
+        mkl = ctypes.CDLL(str(library))
+        get, set_ = mkl.mkl_serv_cbwr_get, mkl.mkl_serv_cbwr_set
+    except (OSError, AttributeError) as error:
+        raise RuntimeError(f"MKL's code path cannot be pinned: this PyTorch build has no MKL ({error}).") from None
+    if get(_MKL_CBWR_BRANCH) == _MKL_CBWR_COMPATIBLE:
+        return
+    status = set_(_MKL_CBWR_COMPATIBLE)
+    if status != _MKL_CBWR_SUCCESS:
+        raise RuntimeError(
+            f"MKL's code path cannot be pinned in this process (mkl_cbwr_set returned {status}: MKL has "
+            "already run here); start the process with MKL_CBWR=COMPATIBLE in its environment."
+        )
 
 
 def _layer(in_features: int, out_features: int, gain: float) -> nn.Linear:

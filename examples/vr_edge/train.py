@@ -38,9 +38,12 @@ seed, and torch runs single-threaded with deterministic kernels. With the policy
 (`--policy-placement main`, the default) every backend gives the same curve; with rollout workers
 (`--backend async --policy-placement workers`) each worker samples from its own generator, seeded
 by the library from `--seed` and its slice, so the curve is reproducible for that command and
-worker count but differs from the main-process one. Across CPU models the curve is not kept: the
-kernels torch and MKL pick depend on the instruction set, and one rounding difference grows over
-a run (docs/vr-edge-results.md gives the measured size).
+worker count but differs from the main-process one. Thread counts in the environment, the hash
+seed and the per-step core do not change a run. Across CPU models the curve is not kept by
+default: MKL picks the kernels of torch's matrix products by CPU model, and one rounding
+difference grows over a run; `--mkl-code-path compatible` pins MKL's reproducible `COMPATIBLE`
+branch, the same on every x86-64 CPU for one MKL build, with other numbers than the default
+(docs/vr-edge-results.md gives what was measured).
 """
 
 import argparse
@@ -60,7 +63,7 @@ import numpy as np
 import torch
 
 from examples.vr_edge.advantages import compute_gae
-from examples.vr_edge.agent import ActorCritic, CollectorPolicy, save_agent, seed_torch
+from examples.vr_edge.agent import MKL_CODE_PATHS, ActorCritic, CollectorPolicy, pin_mkl_code_path, save_agent, seed_torch
 from examples.vr_edge.baselines import tuned_baselines
 from examples.vr_edge.observation_history import make_env
 from examples.vr_edge.reporting import Progress, evaluate_returns, format_summary, plot_learning_curve
@@ -142,6 +145,10 @@ class Args:
     output_dir: str = option("runs/vr_edge", "where metrics.jsonl, policy.pt and the plot go")
     plot: bool = option(False, "draw the learning curve to learning_curve.png")
     no_progress: bool = option(False, "print plain progress lines instead of a progress bar")
+    mkl_code_path: str = option(
+        "default", "MKL's kernels for torch's matrix products: chosen by CPU model ('default'; another CPU "
+        "model can round differently), or 'compatible', the same on every x86-64 CPU", choices=MKL_CODE_PATHS,
+    )
     core: str = option("auto", "the collector's per-step core", choices=CORES)
 
 
@@ -218,6 +225,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Train, write the outputs, and return a summary (the arguments, paths and per-update metrics)."""
     args = parse_args(argv)
     started = time.perf_counter()
+    try:
+        pin_mkl_code_path(args.mkl_code_path)
+    except RuntimeError as error:
+        raise SystemExit(f"--mkl-code-path {args.mkl_code_path}: {error}") from None
     seed_torch(args.seed)
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)

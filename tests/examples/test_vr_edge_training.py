@@ -292,6 +292,55 @@ def test_the_same_command_in_a_fresh_process_gives_the_same_curve_and_weights_bi
     _assert_same_weights(tmp_path / "policy.pt", tiny_runs["sync"]["policy_path"])
 
 
+def _train_in_fresh_process(argv: list[str], output_dir: Path, **variables: str) -> list[dict]:
+    repository = Path(__file__).resolve().parents[2]
+    environment = {
+        **os.environ, **variables,
+        "PYTHONPATH": os.pathsep.join([str(repository), os.environ.get("PYTHONPATH", "")]),
+    }
+    completed = subprocess.run(
+        [sys.executable, "-m", "examples.vr_edge.train", *argv, "--output-dir", str(output_dir)],
+        cwd=repository, env=environment, capture_output=True, text=True, timeout=600,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{key: record[key] for key in DETERMINISTIC_KEYS} for record in records]
+
+
+def test_full_size_training_is_bit_reproducible_whatever_the_threads_hash_seed_and_mkl_path_pin(tmp_path):
+    # The default network and observation (8 users) on full rollouts of 8 envs: the matrix shapes
+    # of a real run. Thread counts that torch (pinned to one), MKL, OpenMP and OpenBLAS could take
+    # from the environment and Python's hash seed must not matter; the pinned MKL code path must
+    # be what the checkpoint records.
+    argv = ["--seed", "3", "--total-timesteps", "2048", "--eval-every", "2", "--eval-episodes", "2",
+            "--no-progress", "--mkl-code-path", "compatible"]
+    first = _train_in_fresh_process(argv, tmp_path / "first")
+    second = _train_in_fresh_process(
+        argv, tmp_path / "second", OMP_NUM_THREADS="2", MKL_NUM_THREADS="2", OPENBLAS_NUM_THREADS="2",
+        PYTHONHASHSEED="12345",
+    )
+    assert len(first) == 2 and first == second
+    assert first[-1]["eval_return_mean"] is not None and math.isfinite(first[-1]["eval_return_mean"])
+    _assert_same_weights(tmp_path / "first" / "policy.pt", tmp_path / "second" / "policy.pt")
+    _, checkpoint = load_agent(tmp_path / "first" / "policy.pt")
+    assert checkpoint["args"]["mkl_code_path"] == "compatible"
+    # The pin acts: MKL's kernels chosen by CPU model round the same products otherwise.
+    argv[argv.index("compatible")] = "default"
+    assert _train_in_fresh_process(argv, tmp_path / "default") != first
+
+
+def test_the_mkl_code_path_cannot_be_pinned_once_mkl_has_run(tmp_path):
+    # This test process has run matrix products already: the pin must be refused, not ignored.
+    from examples.vr_edge.agent import pin_mkl_code_path
+
+    torch.ones(64, 64) @ torch.ones(64, 64)
+    pin_mkl_code_path("default")  # nothing to pin
+    with pytest.raises(RuntimeError, match="start the process with MKL_CBWR=COMPATIBLE|has no MKL"):
+        pin_mkl_code_path("compatible")
+    with pytest.raises(ValueError, match="`code_path` must be one of"):
+        pin_mkl_code_path("avx2")
+
+
 def test_training_on_rollout_workers_is_reproducible_from_its_seed(tmp_path):
     # Each worker samples actions from generators the library seeds from the run's seed.
     runs = []
