@@ -25,10 +25,12 @@ import os
 import time
 from multiprocessing.connection import wait
 
-from .shared_memory import attach_segment, create_segment, release_segment
 from .waiting import spin_budget_seconds
 
-__all__ = ["PIPE", "STEP", "REPLIED_DONE", "REPLIED_ON_PIPE", "MainDoorbells", "WorkerDoorbell", "doorbells_available"]
+__all__ = [
+    "PIPE", "STEP", "REPLIED_DONE", "REPLIED_ON_PIPE", "MainDoorbells", "WorkerDoorbell", "doorbell_bytes",
+    "doorbells_available",
+]
 
 #: Request codes: "read your pipe" and "step row `argument`".
 PIPE, STEP = 0, 1
@@ -57,14 +59,16 @@ def doorbells_available(core_name: str) -> bool:
     return core_name == "compiled" and _extension() is not None
 
 
-class MainDoorbells:
-    """The main process's side: the segment (owned, freed by :meth:`release`) and the waits."""
+def doorbell_bytes(slots: int) -> int:
+    """Bytes the doorbells of ``slots`` workers take (after the pool's working storage)."""
+    return _extension().segment_bytes(slots)
 
-    def __init__(self, slots: int) -> None:
-        extension = _extension()
-        self._segment = create_segment(extension.segment_bytes(slots))
-        self.name = self._segment.name
-        self._bells = extension.Doorbells(self._segment.buf, slots)
+
+class MainDoorbells:
+    """The main process's side, on the pool's working segment (``buffer``: its doorbell bytes)."""
+
+    def __init__(self, buffer, slots: int) -> None:
+        self._bells = _extension().Doorbells(buffer, slots)
         self._spin = spin_budget_seconds()
 
     def clear(self, slot: int) -> None:
@@ -117,17 +121,15 @@ class MainDoorbells:
                     return [position for position, (_, _, sentinel) in enumerate(pending) if sentinel in dead]
 
     def release(self) -> None:
+        """Drop the view of the segment (which the pool then releases)."""
         self._bells = None
-        release_segment(self._segment, owner=True)
 
 
 class WorkerDoorbell:
-    """A worker's side: its own slot of the pool's segment."""
+    """A worker's side: its own slot of the doorbells in the pool's working segment."""
 
-    def __init__(self, name: str, slot: int) -> None:
-        extension = _extension()
-        self._segment = attach_segment(name)
-        self._bells = extension.Doorbells(self._segment.buf, slot + 1)
+    def __init__(self, buffer, slots: int, slot: int) -> None:
+        self._bells = _extension().Doorbells(buffer, slots)
         self._slot = slot
         self._served = self._bells.request(slot)[0]
         self._spin = spin_budget_seconds()
@@ -150,4 +152,3 @@ class WorkerDoorbell:
 
     def release(self) -> None:
         self._bells = None
-        release_segment(self._segment, owner=False)

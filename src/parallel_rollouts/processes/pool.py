@@ -57,7 +57,9 @@ class _Resources:
 
     workers: list[WorkerHandle] = field(default_factory=list)
     shared: SharedStorage | None = None
-    #: The step doorbells (``None``: every request goes over the pipes).
+    #: Whether the working segment gets step doorbells (decided before it exists), and the
+    #: doorbells once it does (``None``: every request goes over the pipes).
+    use_doorbells: bool = False
     doorbells: MainDoorbells | None = None
     closed: bool = False
 
@@ -129,12 +131,12 @@ class _Resources:
                 worker.process.kill()
                 worker.process.join(CLOSE_TIMEOUT)
             close_worker(worker)
-        if self.shared is not None:
-            self.shared.release()
-            self.shared = None
         if self.doorbells is not None:
             self.doorbells.release()
             self.doorbells = None
+        if self.shared is not None:
+            self.shared.release()
+            self.shared = None
         return errors
 
 
@@ -218,8 +220,7 @@ class WorkerPool:
             if local:
                 # Made while the workers start theirs.
                 resources.workers.insert(0, LocalShare.make(spec.env_fns, local))
-            if doorbells_available(spec.core_name):
-                resources.doorbells = MainDoorbells(resources.workers[-1].index + 1)
+            resources.use_doorbells = doorbells_available(spec.core_name)
             order = attach(spec, resources, policy)
         except BaseException:
             resources.shutdown(graceful=False)

@@ -149,21 +149,27 @@ def _drop_descriptor(segment: shared_memory.SharedMemory) -> None:
 class SharedStorage:
     """A :class:`RolloutStorage` whose arrays live in one shared-memory segment."""
 
-    def __init__(self, segment: shared_memory.SharedMemory, storage: RolloutStorage, owner: bool) -> None:
+    def __init__(
+        self, segment: shared_memory.SharedMemory, storage: RolloutStorage, owner: bool, extra: np.ndarray | None = None
+    ) -> None:
         self.segment = segment
         self.storage: RolloutStorage | None = storage
         self.owner = owner
+        #: The ``extra_bytes`` asked for after the storage (uint8), or ``None``.
+        self.extra = extra
 
     @property
     def name(self) -> str:
         return self.segment.name
 
     @classmethod
-    def create(cls, allocate: Callable[..., RolloutStorage]) -> SharedStorage:
+    def create(cls, allocate: Callable[..., RolloutStorage], extra_bytes: int = 0) -> SharedStorage:
+        """A new segment holding the storage ``allocate`` lays out, and ``extra_bytes`` more
+        after it (64-byte aligned; the worker pool keeps its step doorbells there)."""
         _, size = carve(allocate, None)
-        segment = create_segment(size)
+        segment = create_segment(_extra_offset(size) + extra_bytes if extra_bytes else size)
         storage, _ = carve(allocate, segment)
-        return cls(segment, storage, owner=True)
+        return cls(segment, storage, owner=True, extra=_extra_of(segment, size, extra_bytes))
 
     @classmethod
     def create_unheld(cls, allocate: Callable[..., RolloutStorage]) -> SharedStorage:
@@ -188,19 +194,32 @@ class SharedStorage:
             raise
 
     @classmethod
-    def attach(cls, name: str, allocate: Callable[..., RolloutStorage]) -> SharedStorage:
+    def attach(cls, name: str, allocate: Callable[..., RolloutStorage], extra_bytes: int = 0) -> SharedStorage:
         segment = attach_segment(name)
-        storage, _ = carve(allocate, segment)
-        return cls(segment, storage, owner=False)
+        storage, size = carve(allocate, segment)
+        return cls(segment, storage, owner=False, extra=_extra_of(segment, size, extra_bytes))
 
     def release(self) -> None:
         """Drop this process's mapping; the owner also removes the segment's name."""
         self.storage = None
+        self.extra = None
         # If a caller still holds a view (a reused batch, an observation row a policy
         # kept, a traceback's frame), the mapping lives until that view is freed (see
         # _Segment); the name goes now either way.
         release_segment(self.segment, self.owner)
         self.owner = False
+
+
+def _extra_offset(storage_bytes: int) -> int:
+    return -(-storage_bytes // _ALIGNMENT) * _ALIGNMENT
+
+
+def _extra_of(segment: shared_memory.SharedMemory, storage_bytes: int, extra_bytes: int) -> np.ndarray | None:
+    """The ``extra_bytes`` after the storage's ``storage_bytes`` in ``segment``, as uint8 (``None`` for none)."""
+    if not extra_bytes:
+        return None
+    start = _extra_offset(storage_bytes)
+    return np.frombuffer(segment.buf, dtype=np.uint8, count=extra_bytes, offset=start)
 
 
 def _attach_untracked(name: str) -> shared_memory.SharedMemory:

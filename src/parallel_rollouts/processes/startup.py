@@ -18,6 +18,7 @@ from ..checks.failures import merged_failure
 from ..data.spaces import check_env_spaces
 from ..config.spec import RolloutSpec
 from . import worker_main as protocol
+from .doorbell import MainDoorbells, doorbell_bytes
 from .shared_memory import SharedStorage
 from .worker_handle import WorkerHandle, died_error
 
@@ -56,13 +57,17 @@ def attach(spec: RolloutSpec, resources, policy) -> protocol.AttachOrder:
     for index, (observation, action) in enumerate(env_spaces):
         check_env_spaces(index, observation, action, observation_space, action_space)
     layout = spec.resolve(observation_space, action_space, num_envs=len(env_spaces))
-    resources.shared = SharedStorage.create(layout.allocate_storage)
+    slots = resources.workers[-1].index + 1
+    doorbells = resources.use_doorbells
+    resources.shared = SharedStorage.create(layout.allocate_storage, doorbell_bytes(slots) if doorbells else 0)
+    if doorbells:
+        resources.doorbells = MainDoorbells(resources.shared.extra, slots)
     order = protocol.AttachOrder(
         segment_name=resources.shared.name,
         layout=layout,
         group_builder=spec.group_builder,
         policy=policy,
-        doorbell=None if resources.doorbells is None else resources.doorbells.name,
+        doorbell=slots if doorbells else None,
     )
     remote = [worker for worker in resources.workers if not worker.is_local]
     for worker in remote:

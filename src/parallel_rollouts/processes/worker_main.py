@@ -124,9 +124,9 @@ class AttachOrder:
     #: How many times this slice's worker was replaced: its envs draw episode seeds
     #: from the stream of this incarnation (:mod:`parallel_rollouts.config.seeding`).
     incarnation: int = 0
-    #: The pool's doorbell segment (:mod:`.doorbell`) and this worker's slot in it;
-    #: ``None``: every request comes over the pipe.
-    doorbell: str | None = None
+    #: How many doorbell slots follow the storage in the segment (:mod:`.doorbell`), and
+    #: this worker's; ``None``: every request comes over the pipe.
+    doorbell: int | None = None
     slot: int = 0
 
 
@@ -208,9 +208,10 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes], crash
             kind, order = pickle.loads(_receiver(connection)())
             if kind != "attach":
                 return
-            shared = SharedStorage.attach(order.segment_name, order.layout.allocate_storage)
+            extra = 0 if order.doorbell is None else doorbell_codes.doorbell_bytes(order.doorbell)
+            shared = SharedStorage.attach(order.segment_name, order.layout.allocate_storage, extra)
             if order.doorbell is not None:
-                doorbell = WorkerDoorbell(order.doorbell, order.slot)
+                doorbell = WorkerDoorbell(shared.extra, order.doorbell, order.slot)
             env_offset = order.column_offset
             hosted = HostedSlice.build(envs, order, shared.storage)
             group = hosted.group
@@ -226,10 +227,10 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes], crash
             close_each(envs)
         if hosted is not None:
             hosted.segments.release_all()
-        if shared is not None:
-            shared.release()
         if doorbell is not None:
             doorbell.release()
+        if shared is not None:
+            shared.release()
 
 
 def _allow_env_processes() -> None:
