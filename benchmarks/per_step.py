@@ -1,7 +1,7 @@
 """The per-step path through every front door: async at its defaults against the same front door in-process.
 
     python -m benchmarks.per_step [--workloads null,cartpole,image,half_ms] [--rounds 7]
-        [--num-envs 16] [--steps 256] [--json PATH] [--no-sb3-training] [--no-ready-first]
+        [--num-envs 16] [--steps 256] [--json PATH] [--no-sb3-training] [--no-ready-first] [--no-rollout-workers]
 
 The per-step path: the policy (here random actions drawn up front, or the collector's own
 random sampler) in the main process, every env stepped once per vector step. For each
@@ -22,7 +22,9 @@ vector steps of each, in rotating order, and ratios are taken within a round:
 Two more groups: PPO's ``collect_rollouts`` (Stable-Baselines3, CartPole) on the adapter
 against ``DummyVecEnv``, with the env's share of a rollout measured to give the Amdahl
 bound; and ready-first stepping (``batch_size=N/2``) against the synchronous step on an env
-with heavy-tailed step times (:class:`benchmarks.envs.HeavyTailEnv`).
+with heavy-tailed step times (:class:`benchmarks.envs.HeavyTailEnv`); and rollout workers
+(CartPole, ``horizon=--steps``) with the doorbell against the pipes alone, which must cost them
+nothing.
 """
 
 from __future__ import annotations
@@ -292,6 +294,41 @@ def measure_ready_first(num_envs: int, steps: int, rounds: int) -> dict:
     }
 
 
+# -- rollout workers: the doorbell must not cost them -------------------------------------------
+
+
+def measure_rollout_workers(num_envs: int, horizon: int, rounds: int) -> dict:
+    """Rollout workers (one request per collect, over the pipe, rung on the doorbell) against the
+    same collector with the doorbell off (``PARALLEL_ROLLOUTS_DOORBELL=0``: the pipes alone)."""
+    import os
+
+    from parallel_rollouts.processes.doorbell import DOORBELL_ENV_VAR
+
+    fns = [get_workload("cartpole").env_factory] * num_envs
+    contenders = []
+    saved = os.environ.get(DOORBELL_ENV_VAR)
+    try:
+        for name, value in (("rollout-workers/doorbell", "1"), ("rollout-workers/pipes", "0")):
+            os.environ[DOORBELL_ENV_VAR] = value  # read when the pool starts
+            collector = ParallelRolloutCollector(fns, None, "async", horizon=horizon, seed=0, policy_placement="workers")
+            contenders.append(_Collects(name, collector))
+        seconds = _interleaved(contenders, rounds, warmup=2)
+    finally:
+        if saved is None:
+            os.environ.pop(DOORBELL_ENV_VAR, None)
+        else:
+            os.environ[DOORBELL_ENV_VAR] = saved
+        for contender in contenders:
+            contender.close()
+    return {
+        "workload": "cartpole", "num_envs": num_envs, "horizon": horizon,
+        "seconds": {name: _summary(values) for name, values in seconds.items()},
+        "ratio doorbell / pipes": _summary(
+            [p / d for d, p in zip(seconds["rollout-workers/doorbell"], seconds["rollout-workers/pipes"])]
+        ),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.per_step", description=__doc__.split("\n")[0])
     parser.add_argument("--workloads", default="null,cartpole,image,half_ms")
@@ -300,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
     parser.add_argument("--no-sb3-training", action="store_true", help="skip PPO's collect_rollouts")
     parser.add_argument("--no-ready-first", action="store_true", help="skip the ready-first group")
+    parser.add_argument("--no-rollout-workers", action="store_true", help="skip rollout workers with and without the doorbell")
     parser.add_argument("--json", type=Path, help="write the result as JSON to this path")
     args = parser.parse_args(argv)
     if args.num_envs < 2 or args.steps < 1 or args.rounds < 1:
@@ -326,6 +364,10 @@ def main(argv: list[str] | None = None) -> int:
         report["ready_first"] = ready = measure_ready_first(args.num_envs, max(1, args.steps // 4), args.rounds)
         ratio = ready["ratio ready-first / synchronous step"]
         print(f"ready-first / synchronous step: {ratio['median']:.2f}x [{ratio['min']:.2f}, {ratio['max']:.2f}]", flush=True)
+    if not args.no_rollout_workers:
+        report["rollout_workers"] = workers = measure_rollout_workers(args.num_envs, args.steps, args.rounds)
+        ratio = workers["ratio doorbell / pipes"]
+        print(f"rollout workers, doorbell / pipes: {ratio['median']:.2f}x [{ratio['min']:.2f}, {ratio['max']:.2f}]", flush=True)
     if args.json:
         write_json(report, args.json)
         print(f"wrote {args.json.resolve()}")

@@ -245,6 +245,7 @@ def test_per_step_times_every_front_door_its_ratios_ppo_and_ready_first_per_roun
     assert 0 < ppo["env_share_of_dummy_rollout"] < 1 and ppo["amdahl_bound"] >= 1
     assert len(ppo["ratio sb3 async / DummyVecEnv"]["per_round"]) == 2
     assert len(report["ready_first"]["ratio ready-first / synchronous step"]["per_round"]) == 2
+    assert len(report["rollout_workers"]["ratio doorbell / pipes"]["per_round"]) == 2
 
 
 def test_rounds_rotate_the_order_and_a_failing_contender_sits_out_the_rest():
