@@ -141,6 +141,24 @@ def test_bad_settings_name_the_argument(bad):
         advise(envs.WalkEnv, 2, **{**TINY, **bad})
 
 
+@pytest.mark.parametrize(
+    ("factory", "raised"),
+    [
+        pytest.param(envs.unregistered_namespace, r"the env factory raised NamespaceNotFound\(.* as the env was made, "
+                     r"in gymnasium\.envs\.registration\.\w+, line \d+, so no option can be timed\. Fix: import the "
+                     r"package that registers the env", id="factory"),
+        pytest.param(envs.ExitInStepEnv, r"the env raised SystemExit\(0\) as its step was timed, in "
+                     r"tests\.conformance_envs\.ExitInStepEnv\.step, line \d+.*must not call sys\.exit", id="SystemExit"),
+        pytest.param(envs.BaseExceptionEnv, r"the env raised EnvBug\('step broke'\) as its step was timed", id="BaseException"),
+    ],
+)
+def test_a_factory_or_env_that_raises_is_refused_with_the_fix_before_any_option_starts(factory, raised):
+    snapshot = ResourceSnapshot.take()
+    with pytest.raises(ConfigurationError, match=raised):
+        advise(factory, 2, **TINY)
+    snapshot.assert_nothing_leaked()
+
+
 def test_num_envs_is_required_for_single_envs():
     with pytest.raises(ConfigurationError, match="num_envs"):
         advise(envs.WalkEnv, **TINY)

@@ -205,6 +205,13 @@ def test_advise_prints_what_it_measured_and_a_recommendation(workdir):
     assert all(len(option["rates"]) == 2 for option in advice["options"] if option["error"] is None)
 
 
+def test_advise_on_an_env_that_raises_exits_two_with_the_fix(workdir):
+    result = _run("advise", "my_envs:make_exiting", "--num-envs", "2", "--rounds", "1", cwd=workdir)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "parallel-rollouts: error: the env raised SystemExit(0) as its step was timed" in result.stderr
+    assert "must not call sys.exit()" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_advise_exits_one_and_recommends_nothing_when_an_option_could_not_be_measured(workdir):
     result = _run(
         "advise", "my_envs:make_here_only", "--num-envs", "2", "--horizon", "8", "--rounds", "2",

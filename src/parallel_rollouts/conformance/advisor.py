@@ -40,7 +40,8 @@ from .advice import Advice, Option, OptionResult
 from .main_guard import UnguardedCall, refuse_in_spawned_import, unguarded_call
 from .rounds import run_rounds
 from ..groups.vector_source import autoreset_mode_of
-from .target import EnvTarget, _call_in_module, build_env, resolve_target
+from .guard import explain_failure
+from .target import EnvTarget, _call_in_module, as_env, resolve_target
 
 __all__ = ["advise"]
 
@@ -148,25 +149,52 @@ def _measure_step(
     factory: Callable, budget_seconds: float = 0.5, max_steps: int = 2000
 ) -> tuple[float, int | None, bool]:
     """Mean wall time of one env step here (a vector env's whole step); its num_envs if it is a vector env,
-    and whether its batches hold reset rows (next-step autoreset) to mask with ``batch.valid``."""
-    env, vector = build_env(factory)
+    and whether its batches hold reset rows (next-step autoreset) to mask with ``batch.valid``.
+
+    What the factory or the env raises is a ``ConfigurationError`` saying so, with the fix: nothing
+    can be timed without an env that steps.
+    """
     try:
-        env.action_space.seed(0)
-        env.reset(seed=0)
-        durations = []
-        deadline = time.perf_counter() + budget_seconds
-        while len(durations) < max_steps and (len(durations) < 10 or time.perf_counter() < deadline):
-            action = env.action_space.sample()
-            start = time.perf_counter()
-            _, _, terminated, truncated, _ = env.step(action)
-            durations.append(time.perf_counter() - start)
-            if not vector and (terminated or truncated):
-                env.reset()
-        if not vector:
-            return float(np.mean(durations)), None, False
-        return float(np.mean(durations)), int(env.num_envs), _needs_valid_mask(env)
+        made = factory()
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # SystemExit and the env's own BaseException subclasses included
+        raise _cannot_time(error, "the env factory", " as the env was made") from error
+    env, vector = as_env(made)
+    try:
+        return _time_steps(env, vector, budget_seconds, max_steps)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:
+        raise _cannot_time(error, "the env", " as its step was timed") from error
     finally:
         env.close()
+
+
+def _cannot_time(error: BaseException, culprit: str, when: str) -> ConfigurationError:
+    raised, fix = explain_failure(error, culprit, when)
+    return ConfigurationError(
+        f"{raised}, so no option can be timed. Fix: {fix}. `check_env` (`parallel-rollouts check`) runs "
+        "the env through every check and names each failure."
+    )
+
+
+def _time_steps(env: Any, vector: bool, budget_seconds: float, max_steps: int) -> tuple[float, int | None, bool]:
+    """The mean step time, the vector env's num_envs, whether to mask: as :func:`_measure_step` returns."""
+    env.action_space.seed(0)
+    env.reset(seed=0)
+    durations = []
+    deadline = time.perf_counter() + budget_seconds
+    while len(durations) < max_steps and (len(durations) < 10 or time.perf_counter() < deadline):
+        action = env.action_space.sample()
+        start = time.perf_counter()
+        _, _, terminated, truncated, _ = env.step(action)
+        durations.append(time.perf_counter() - start)
+        if not vector and (terminated or truncated):
+            env.reset()
+    if not vector:
+        return float(np.mean(durations)), None, False
+    return float(np.mean(durations)), int(env.num_envs), _needs_valid_mask(env)
 
 
 def _needs_valid_mask(vector_env: Any) -> bool:
@@ -206,7 +234,10 @@ def _options(
         counts = sorted({count for count in (2, 4, 8, 16, 32, cores) if 2 <= count <= min(cores, num_envs)} | {workers})
     options = [Option("sync", "sync", "main", None, env_fns, "env factories")]
     for count in counts:
-        options.append(Option("async, per step", "async", "main", count, env_fns, "env factories"))
+        # At the default count, per step: the default split (this process steps a share next to
+        # count - 1 workers); other counts are given, so every env steps in a worker.
+        per_step_workers = None if count == workers else count
+        options.append(Option("async, per step", "async", "main", per_step_workers, env_fns, "env factories"))
         options.append(Option("async, rollout workers", "async", "workers", count, env_fns, "env factories"))
         if thorough and count >= 2:
             options.append(Option("async, pipelined", "async", "main", count, env_fns, "env factories", pipelined=True))

@@ -24,7 +24,7 @@ from .interrupts import UserInterrupts
 from .report import CheckResult, CheckStatus
 from .watchdog import Deadline, deadline
 
-__all__ = ["CheckGuard", "Guarded"]
+__all__ = ["CheckGuard", "Guarded", "explain_failure"]
 
 #: One line per check as it starts (``INFO``); the command line shows them on stderr.
 logger = logging.getLogger("parallel_rollouts.conformance")
@@ -98,12 +98,8 @@ class CheckGuard:
                 name, CheckStatus.FAIL, f"did not finish within {self.timeout:g} s: stopped in {where}", _TIMEOUT_FIX
             ))
         if error is not None:
-            return Guarded(instead=CheckResult(
-                name,
-                CheckStatus.FAIL,
-                f"{culprit} raised {_describe(error)} during this check, in {_where_raised(error)}",
-                next((fix for kind, fix in _FIXES if isinstance(error, kind)), _ENV_FIX),
-            ))
+            raised, fix = explain_failure(error, culprit, " during this check")
+            return Guarded(instead=CheckResult(name, CheckStatus.FAIL, raised, fix))
         return Guarded(value)
 
     def not_run(self, name: str) -> CheckResult:
@@ -111,6 +107,14 @@ class CheckGuard:
             name, CheckStatus.WARN,
             f"not run: the env did not finish '{self.timed_out_in}' within {self.timeout:g} s (see above)",
         )
+
+
+def explain_failure(error: BaseException, culprit: str, when: str = "") -> tuple[str, str]:
+    """``"<culprit> raised <error><when>, in <where>"`` and how to fix it, for what the factory or the env raised."""
+    return (
+        f"{culprit} raised {_describe(error)}{when}, in {_where_raised(error)}",
+        next((fix for kind, fix in _FIXES if isinstance(error, kind)), _ENV_FIX),
+    )
 
 
 def _describe(error: BaseException) -> str:
