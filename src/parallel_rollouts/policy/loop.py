@@ -119,6 +119,11 @@ class RolloutLoop:
             self._carrier = StateCarrier(num_envs, self._env_start, self._store_states)
         return self._carrier
 
+    @property
+    def carries_state(self) -> bool:
+        """Whether this loop keeps a recurrent policy's state (from its first recurrent run on)."""
+        return self._carrier is not None
+
     def restart_envs(self, env_indices) -> None:
         """These envs (indices within the loop) start fresh episodes at the next run's row 0."""
         if self._carrier is not None and len(env_indices):

@@ -23,7 +23,8 @@ class LocalRunner(RolloutRunner):
         memory, loop = self._memory, self._loop
         storage = memory.begin()
         self._guarded(self.stepper.begin, storage)
-        # Envs of a worker replaced before this rollout start fresh episodes at its row 0.
+        # Envs of a worker replaced before this rollout start fresh episodes at its row 0: a
+        # recurrent policy's state restarts with them (nothing to do for any other policy).
         replaced_before = restarted_envs(self.stepper)
         loop.restart_envs(replaced_before)
         try:
@@ -39,14 +40,16 @@ class LocalRunner(RolloutRunner):
                     # The caller sees the policy's error (its chain intact); the
                     # abandon failure is what later calls report.
                     self._break(abandon_error)
-                loop.restart_envs(lost_part_way(self.stepper))
+                if loop.carries_state:
+                    loop.restart_envs(lost_part_way(self.stepper))
             raise
         episodes = self._guarded(self.stepper.finish)
         writer = loop.output_writer
         result = stepped_result(self.stepper, memory, episodes, bool(writer.has_values), bool(writer.has_log_probs))
         result.recurrent = loop.recurrent_record
-        # Envs of a worker replaced during this rollout start fresh episodes at the next one's row 0.
-        loop.restart_envs(replaced_since(self.stepper, replaced_before))
+        if loop.carries_state:
+            # Envs of a worker replaced during this rollout start fresh episodes at the next one's row 0.
+            loop.restart_envs(replaced_since(self.stepper, replaced_before))
         return result
 
     def take_warnings(self) -> list:

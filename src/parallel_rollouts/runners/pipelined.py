@@ -97,7 +97,8 @@ class PipelinedRunner(RolloutRunner):
         except BaseException:
             if not self.broken:
                 self._drop_rollout()
-                self._restart(lost_part_way(stepper))
+                if self._carrying:
+                    self._restart(lost_part_way(stepper))
             raise
         finally:
             # Views of this batch held here would keep its memory from being recycled once
@@ -106,14 +107,22 @@ class PipelinedRunner(RolloutRunner):
                 part.columns = None
         episodes = self._guarded(stepper.finish)
         result = stepped_result(stepper, memory, episodes, has_values, has_log_probs)
-        result.recurrent = RecurrentRecord.merge(
-            [(part.start, part.stop, part.loop.recurrent_record) for part in parts], self.layout.num_envs
-        )
-        self._restart(replaced_since(stepper, replaced_before))
+        if self._carrying:
+            result.recurrent = RecurrentRecord.merge(
+                [(part.start, part.stop, part.loop.recurrent_record) for part in parts], self.layout.num_envs
+            )
+            self._restart(replaced_since(stepper, replaced_before))
         return result
+
+    @property
+    def _carrying(self) -> bool:
+        """Whether the parts keep a recurrent policy's state (from its first rollout on)."""
+        return any(part.loop.carries_state for part in self._parts)
 
     def _restart(self, env_indices: np.ndarray) -> None:
         """A recurrent policy's state restarts for these envs (their worker was replaced) at the next row 0."""
+        if not len(env_indices):
+            return
         for part in self._parts:
             inside = env_indices[(env_indices >= part.start) & (env_indices < part.stop)]
             part.loop.restart_envs(inside - part.start)
