@@ -476,3 +476,17 @@ def test_an_interrupt_between_two_rows_leaves_the_state_at_the_row_the_envs_stan
     np.testing.assert_array_equal(after.observations[0], straight.observations[7])
     np.testing.assert_array_equal(after.initial_state["h"], straight.states["h"][7])
     np.testing.assert_array_equal(after.episode_starts[0], straight.episode_starts[7])
+
+
+def test_an_initial_state_whose_dtype_changes_between_collects_is_refused():
+    dtypes = iter([np.float32, np.float64])
+
+    def initial(num_envs):
+        return {"h": np.zeros((num_envs, 3), dtype=next(dtypes))}
+
+    policy = RecurrentPolicy(lambda observations, state, starts: (np.zeros(len(observations), np.int64), state), initial)
+    with ParallelRolloutCollector([cartpole_with_short_episodes] * 2, policy, "sync", horizon=4) as collector:
+        collector.collect()
+        with pytest.raises(ActionError, match=r"`initial_state\(2\)` for envs 0\.\.1 changed its nesting, leaf shapes or dtypes "
+                           r"from \[state\['h'\] array \(n, 3\) float32\] to \[state\['h'\] array \(n, 3\) float64\]"):
+            collector.collect()

@@ -123,6 +123,13 @@ class StateTree:
             return dict(zip(self.flat_dict_keys, leaves))
         return _build(self.structure, iter(leaves))
 
+    def describe(self) -> str:
+        """Each leaf's path, kind, shape after the env dimension and dtype, for error messages."""
+        return ", ".join(
+            f"state{path} {'tensor' if tensor else 'array'} (n, {', '.join(map(str, shape))}) {dtype}".replace("(n, )", "(n,)")
+            for path, shape, dtype, tensor in zip(self.paths, self.leaf_shapes, self.leaf_dtypes, self.leaf_is_tensor)
+        )
+
     def same_nesting(self, other: StateTree) -> bool:
         return (self.structure, self.paths, self.leaf_shapes, self.leaf_dtypes, self.leaf_is_tensor) == (
             other.structure, other.paths, other.leaf_shapes, other.leaf_dtypes, other.leaf_is_tensor,

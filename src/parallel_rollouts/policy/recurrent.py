@@ -123,7 +123,8 @@ class StateCarrier:
         if self._tree is not None and not tree.same_nesting(self._tree):
             raise ActionError(
                 f"the policy's `initial_state({self._num_envs})` for {self._where} changed its nesting, leaf "
-                f"shapes or dtypes from {self._tree!r} to {tree!r}; the state carried between collects must keep them."
+                f"shapes or dtypes from [{self._tree.describe()}] to [{tree.describe()}]; the state carried "
+                "between collects must keep them."
             )
         # A learned initial state (a parameter) enters the carried state without its graph.
         self._tree, self._initial = tree, [leaf if isinstance(leaf, np.ndarray) else leaf.detach() for leaf in initial]
