@@ -102,7 +102,8 @@ class ParallelRolloutCollector:
         Async and Ray backends: worker processes / actors, each owning a
         contiguous slice of the envs (default ``min(usable cores, num_envs)``:
         the cores this process may run on, after CPU affinity and a container's
-        CPU quota, not the machine's count).
+        CPU quota, not the machine's count; one fewer when this process steps a
+        share of the envs itself, see ``main_process_envs``).
     policy_placement:
         Where the policy runs. ``"main"`` (default for serial, sync and async): in
         this process, batched over all envs, once per step. ``"workers"`` (async;
