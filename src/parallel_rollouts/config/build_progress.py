@@ -2,8 +2,8 @@
 
 Making many envs, or slow ones, can take minutes before the first batch. The
 collector logs (``logging``, logger ``"parallel_rollouts"``, level ``INFO``) a
-line when it starts making many envs, a line every few seconds while it is
-making them (``"serial"`` and ``"sync"`` count them: "made 120,000 of 1,000,000
+line when it starts making many envs, a line every few seconds while it makes
+them in this process (``"serial"``, ``"sync"``: "made 120,000 of 1,000,000
 envs"; worker processes make theirs out of sight), and one when they are all
 made, if that took a while.
 
@@ -46,9 +46,11 @@ _SMALLEST = spaces.Box(0, 1, shape=(), dtype=np.uint8)
 class BuildProgress:
     """Logs the making of a collector's envs: its start, a line every ``interval`` seconds, its end.
 
-    A daemon thread writes the periodic lines, so that they come whatever the
-    build is doing (making envs, their first resets, starting workers); it ends
-    with :meth:`done`, which the collector calls on every exit path.
+    When the envs are made in this process (``counted``), a daemon thread writes
+    the periodic lines, so that they come whatever the build is doing (making
+    envs, their first resets); it ends with :meth:`done`, which the collector
+    calls on every exit path. Worker processes make theirs out of sight: their
+    build gets the first and last lines only.
     """
 
     def __init__(self, total: int, where: str, counted: bool, interval: float | None = None) -> None:
@@ -61,8 +63,12 @@ class BuildProgress:
         self._finished = threading.Event()
         if total >= MANY_ENVS:
             logger.info("making %s envs %s", f"{total:,}", where)
-        self._ticker = threading.Thread(target=self._tick, name="parallel-rollouts-build-progress", daemon=True)
-        self._ticker.start()
+        # Only while envs are made in this process: a thread alive when workers are forked
+        # (``context="fork"``) is what ``fork()`` warns against.
+        self._ticker: threading.Thread | None = None
+        if counted:
+            self._ticker = threading.Thread(target=self._tick, name="parallel-rollouts-build-progress", daemon=True)
+            self._ticker.start()
 
     def wrap(self, env_fns: Sequence[Callable[[], Any]]) -> list[Callable[[], Any]]:
         """Factories that count what they make here; each pickles as the factory it wraps."""
@@ -74,17 +80,16 @@ class BuildProgress:
     def _tick(self) -> None:
         while not self._finished.wait(self.interval):
             elapsed = time.monotonic() - self._start
-            if self.counted and self.made < self.total:
+            if self.made < self.total:
                 logger.info("made %s of %s envs (%.0f s)", f"{self.made:,}", f"{self.total:,}", elapsed)
-            elif self.counted:
-                logger.info("made all %s envs; starting them (%.0f s)", f"{self.total:,}", elapsed)
             else:
-                logger.info("still making %s envs %s (%.0f s)", f"{self.total:,}", self.where, elapsed)
+                logger.info("made all %s envs; starting them (%.0f s)", f"{self.total:,}", elapsed)
 
     def done(self, succeeded: bool = True) -> None:
         """Stop the periodic lines; log the time taken if the build was long or large."""
         self._finished.set()
-        self._ticker.join(timeout=self.interval)
+        if self._ticker is not None:
+            self._ticker.join(timeout=self.interval)
         elapsed = time.monotonic() - self._start
         if succeeded and (self.total >= MANY_ENVS or elapsed >= self.interval):
             logger.info("made %s envs %s in %.1f s", f"{self.total:,}", self.where, elapsed)
