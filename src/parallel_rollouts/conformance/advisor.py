@@ -92,7 +92,21 @@ def advise(
     -------
     Advice
         Every option's transitions/s per round, the recommendation and its near
-        ties; ``print(advice)`` prints the table.
+        ties; ``print(advice)`` prints the table and the code that builds the
+        recommended collector. ``advice.recommended`` is ``None`` when an option
+        that applies could not be measured (``advice.unmeasured`` says which and
+        why); rollout workers do not apply to a policy that does not pickle.
+
+    Raises
+    ------
+    ConfigurationError
+        For a target that names no env, invalid settings, a factory or env that
+        raises as one step is timed (naming it, where it raised and the fix), or a
+        call from a script's top level without ``if __name__ == "__main__":``.
+
+    Progress (the plan, each option started, each round timed) is logged on the
+    ``"parallel_rollouts.conformance"`` logger at ``INFO``; the command line
+    shows it on stderr.
     """
     refuse_in_spawned_import("advise")
     unguarded = unguarded_call(skip_frames=2)

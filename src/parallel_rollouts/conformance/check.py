@@ -98,6 +98,9 @@ def check_env(
     KeyboardInterrupt
         When the user interrupted the checks.
 
+    Each check is logged as it starts on the ``"parallel_rollouts.conformance"``
+    logger at ``INFO`` (the command line shows these lines on stderr).
+
     A script that calls ``check_env`` at its top level without
     ``if __name__ == "__main__":`` would be run again by the spawned process that
     imports it: the in-process checks still run, and the spawned ones fail naming
