@@ -490,3 +490,22 @@ def test_an_initial_state_whose_dtype_changes_between_collects_is_refused():
         with pytest.raises(ActionError, match=r"`initial_state\(2\)` for envs 0\.\.1 changed its nesting, leaf shapes or dtypes "
                            r"from \[state\['h'\] array \(n, 3\) float32\] to \[state\['h'\] array \(n, 3\) float64\]"):
             collector.collect()
+
+
+@pytest.mark.parametrize("mode", ["async per-step", "async pipelined"])
+def test_a_worker_replaced_at_the_start_and_lost_again_at_the_finish_restarts_its_envs_both_times(mode, monkeypatch, no_leaks):
+    from parallel_rollouts.processes import worker_main as protocol
+    from tests.test_restart_moments import KillAt, kill, pool_of
+
+    trigger = KillAt(monkeypatch, protocol.FINISH, "one")
+    policy = GRUPolicy()
+    with restartable_collector(mode, [cartpole_with_short_episodes] * NUM_ENVS, policy) as collector:
+        batches = [collector.collect()]
+        kill(pool_of(collector).workers[1])
+        trigger.arm()
+        batches += [collector.collect(), collector.collect()]
+    assert trigger.fired
+    for batch in batches[1:]:
+        assert batch.valid.all() and batch.episode_starts[0, 2:].all()
+        np.testing.assert_array_equal(batch.initial_state["h"][2:], np.zeros((2, 8), np.float32))
+    assert_matches_reference(batches, policy, cartpole_with_short_episodes)

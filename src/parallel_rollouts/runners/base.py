@@ -12,7 +12,7 @@ from ..data.recurrent_record import RecurrentRecord
 from ..data.storage import CompletedEpisodes, RolloutStorage
 from .lifecycle import Lifecycle, RunnerState
 
-__all__ = ["RolloutResult", "RolloutRunner", "RunnerState", "lost_part_way", "replaced_since", "restarted_envs", "stepped_result"]
+__all__ = ["ReplacedWorkers", "RolloutResult", "RolloutRunner", "RunnerState", "stepped_result"]
 
 
 @dataclass
@@ -95,27 +95,33 @@ def stepped_result(stepper, memory, episodes: CompletedEpisodes, has_values: boo
     return result
 
 
-# A recurrent policy's state follows the envs: the envs of a replaced worker start fresh
-# episodes, so the loop must reset their state. These read, from a per-step stepper, which
-# envs that concerns (``np.int64`` indices; none for a stepper that replaces no worker).
+class ReplacedWorkers:
+    """Which envs had their worker replaced since the last look: they start fresh episodes, so a
+    recurrent policy's state must restart with them.
 
+    Read from each worker's incarnation (how many times its slot was refilled) in the stepper's
+    pool, so every replacement counts once whenever it happened (found dead at the start of a
+    rollout, lost at a step, at the finish, or while a dropped rollout was abandoned; twice in one
+    rollout included). A stepper without worker processes replaces nothing.
+    """
 
-def restarted_envs(stepper) -> np.ndarray:
-    """After ``stepper.begin``: the envs whose worker was replaced before this rollout's row 0."""
-    replaced = stepper.replaced_env_indices()
-    return np.zeros(0, dtype=np.int64) if replaced is None else np.asarray(replaced, dtype=np.int64)
+    def __init__(self, stepper) -> None:
+        self._pool = getattr(stepper, "pool", None)
+        self._seen = self._incarnations()
 
+    def _incarnations(self) -> dict[int, tuple[int, int, int]]:
+        if self._pool is None:
+            return {}
+        return {worker.index: (worker.incarnation, worker.start, worker.stop) for worker in self._pool.workers}
 
-def lost_part_way(stepper) -> np.ndarray:
-    """The envs whose worker was lost (and replaced) during this rollout."""
-    lost_from = stepper.lost_from_rows()
-    if lost_from is None:
-        return np.zeros(0, dtype=np.int64)
-    return np.flatnonzero(lost_from < stepper.layout.horizon).astype(np.int64)
-
-
-def replaced_since(stepper, replaced_before: np.ndarray) -> np.ndarray:
-    """After ``stepper.finish``: the envs whose worker was replaced during this rollout (lost at a
-    step, or after its last one)."""
-    replaced = restarted_envs(stepper)
-    return np.union1d(np.setdiff1d(replaced, replaced_before), lost_part_way(stepper)).astype(np.int64)
+    def take(self) -> np.ndarray:
+        """``np.int64`` indices of the envs whose worker was replaced since the last call."""
+        now = self._incarnations()
+        envs = [
+            env
+            for index, (incarnation, start, stop) in now.items()
+            if self._seen.get(index, (incarnation,))[0] != incarnation
+            for env in range(start, stop)
+        ]
+        self._seen = now
+        return np.array(envs, dtype=np.int64)

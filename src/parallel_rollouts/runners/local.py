@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..data.batch_memory import BatchMemory
 from ..policy.loop import RolloutLoop
 from ..steppers.base import EnvStepper
-from .base import RolloutResult, RolloutRunner, lost_part_way, replaced_since, restarted_envs, stepped_result
+from .base import ReplacedWorkers, RolloutResult, RolloutRunner, stepped_result
 
 __all__ = ["LocalRunner"]
 
@@ -18,15 +18,15 @@ class LocalRunner(RolloutRunner):
         self.layout = stepper.layout
         self._memory = memory
         self._loop = loop
+        self._replaced = ReplacedWorkers(stepper)
 
     def _collect(self) -> RolloutResult:
         memory, loop = self._memory, self._loop
         storage = memory.begin()
         self._guarded(self.stepper.begin, storage)
-        # Envs of a worker replaced before this rollout start fresh episodes at its row 0: a
-        # recurrent policy's state restarts with them (nothing to do for any other policy).
-        replaced_before = restarted_envs(self.stepper)
-        loop.restart_envs(replaced_before)
+        # Envs of a worker replaced before this rollout's row 0 (or during the one before) start
+        # fresh episodes there: a recurrent policy's state restarts with them.
+        loop.restart_envs(self._replaced.take())
         try:
             loop.run(storage, self.stepper.step_function(), memory.policy_rows, self._break)
         except BaseException:
@@ -40,16 +40,14 @@ class LocalRunner(RolloutRunner):
                     # The caller sees the policy's error (its chain intact); the
                     # abandon failure is what later calls report.
                     self._break(abandon_error)
-                if loop.carries_state:
-                    loop.restart_envs(lost_part_way(self.stepper))
+                loop.restart_envs(self._replaced.take())
             raise
         episodes = self._guarded(self.stepper.finish)
         writer = loop.output_writer
         result = stepped_result(self.stepper, memory, episodes, bool(writer.has_values), bool(writer.has_log_probs))
         result.recurrent = loop.recurrent_record
-        if loop.carries_state:
-            # Envs of a worker replaced during this rollout start fresh episodes at the next one's row 0.
-            loop.restart_envs(replaced_since(self.stepper, replaced_before))
+        # Envs of a worker replaced during this rollout start fresh episodes at the next one's row 0.
+        loop.restart_envs(self._replaced.take())
         return result
 
     def take_warnings(self) -> list:

@@ -30,7 +30,7 @@ from ..errors import ConfigurationError
 from ..policy.loop import RolloutLoop, build_loop
 from ..steppers.processes import ProcessStepper
 from ..data.storage import RolloutStorage
-from .base import RolloutResult, RolloutRunner, lost_part_way, replaced_since, restarted_envs, stepped_result
+from .base import ReplacedWorkers, RolloutResult, RolloutRunner, stepped_result
 from ..policy.slice_merge import merged_output_fields
 
 __all__ = ["PipelinedRunner"]
@@ -61,6 +61,7 @@ class PipelinedRunner(RolloutRunner):
         self.stepper = stepper
         self.layout = layout
         self._memory = memory
+        self._replaced = ReplacedWorkers(stepper)
         half = len(workers) // 2
         self._parts = []
         for part_workers in (workers[:half], workers[half:]):
@@ -75,8 +76,7 @@ class PipelinedRunner(RolloutRunner):
         memory, stepper, parts = self._memory, self.stepper, self._parts
         storage = memory.begin()
         self._guarded(stepper.begin, storage)
-        replaced_before = restarted_envs(stepper)
-        self._restart(replaced_before)
+        self._restart(self._replaced.take())
         for part in parts:
             part.columns = storage.columns(part.start, part.stop)
             part.steps_done, part.pending = 0, False
@@ -97,8 +97,7 @@ class PipelinedRunner(RolloutRunner):
         except BaseException:
             if not self.broken:
                 self._drop_rollout()
-                if self._carrying:
-                    self._restart(lost_part_way(stepper))
+                self._restart(self._replaced.take())
             raise
         finally:
             # Views of this batch held here would keep its memory from being recycled once
@@ -111,7 +110,7 @@ class PipelinedRunner(RolloutRunner):
             result.recurrent = RecurrentRecord.merge(
                 [(part.start, part.stop, part.loop.recurrent_record) for part in parts], self.layout.num_envs
             )
-            self._restart(replaced_since(stepper, replaced_before))
+        self._restart(self._replaced.take())
         return result
 
     @property
