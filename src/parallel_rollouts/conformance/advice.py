@@ -34,7 +34,8 @@ class Option:
     def collector_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {}
         if self.backend == "async":
-            kwargs["num_workers"] = self.num_workers
+            if self.num_workers is not None:  # None: the default split (see main_process_envs)
+                kwargs["num_workers"] = self.num_workers
             kwargs["policy_placement"] = self.policy_placement
             if self.pipelined:
                 kwargs["pipelined"] = True
@@ -58,7 +59,8 @@ class Option:
                 parts.append('policy_placement="workers"')
             if self.pipelined:
                 parts.append("pipelined=True")
-            parts.append(f"num_workers={self.num_workers}")
+            if self.num_workers is not None:
+                parts.append(f"num_workers={self.num_workers}")
         return ", ".join(parts)
 
 
