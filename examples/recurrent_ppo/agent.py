@@ -29,9 +29,9 @@ from parallel_rollouts import PolicyOutput
 __all__ = [
     "AGENTS",
     "FeedForwardAgent",
-    "FeedForwardPolicy",
+    "FeedForwardCollectorPolicy",
     "GRUAgent",
-    "RecurrentPolicy",
+    "GRUCollectorPolicy",
     "Unroll",
     "as_tensor",
     "collector_policy",
@@ -200,7 +200,7 @@ def _act(logits: torch.Tensor, values: torch.Tensor, deterministic: bool) -> Pol
     return PolicyOutput(actions.numpy(), values=values.numpy(), log_probs=log_probs.numpy())
 
 
-class RecurrentPolicy:
+class GRUCollectorPolicy:
     """A `GRUAgent` as the collector's recurrent policy.
 
     The collector recognises it by its `initial_state` method, calls it as
@@ -223,7 +223,7 @@ class RecurrentPolicy:
         return _act(logits, values, self.deterministic), next_state
 
 
-class FeedForwardPolicy:
+class FeedForwardCollectorPolicy:
     """A `FeedForwardAgent` as an ordinary (stateless) collector policy."""
 
     def __init__(self, agent: FeedForwardAgent, deterministic: bool = False) -> None:
@@ -236,6 +236,10 @@ class FeedForwardPolicy:
         return _act(logits, values, self.deterministic)
 
 
-def collector_policy(agent: GRUAgent | FeedForwardAgent, deterministic: bool = False) -> RecurrentPolicy | FeedForwardPolicy:
+def collector_policy(
+    agent: GRUAgent | FeedForwardAgent, deterministic: bool = False
+) -> GRUCollectorPolicy | FeedForwardCollectorPolicy:
     """The policy object that drives a collector with `agent`."""
-    return RecurrentPolicy(agent, deterministic) if agent.recurrent else FeedForwardPolicy(agent, deterministic)
+    if agent.recurrent:
+        return GRUCollectorPolicy(agent, deterministic)
+    return FeedForwardCollectorPolicy(agent, deterministic)

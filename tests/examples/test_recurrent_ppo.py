@@ -17,15 +17,15 @@ import pytest
 import torch
 
 from examples.recurrent_ppo import compare, train
-from examples.recurrent_ppo.agent import GRUAgent, RecurrentPolicy, make_agent
+from examples.recurrent_ppo.agent import GRUAgent, GRUCollectorPolicy, make_agent
 from examples.recurrent_ppo.env import NUM_ACTIONS, OBSERVATION_SCALE
 
 NUM_ENVS = 4
 HORIZON = 48
 
 
-class RecordingPolicy(RecurrentPolicy):
-    """A `RecurrentPolicy` that keeps a copy of every state and episode-start row it was called with."""
+class RecordingPolicy(GRUCollectorPolicy):
+    """A `GRUCollectorPolicy` that keeps a copy of every state and episode-start row it was called with."""
 
     def __init__(self, agent: GRUAgent) -> None:
         super().__init__(agent)
