@@ -40,10 +40,12 @@ class RecordingPolicy(GRUCollectorPolicy):
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    threads = torch.get_num_threads()
+    # train.train sets both for its run; the rest of the suite gets its own settings back.
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(deterministic)
 
 
 @pytest.mark.parametrize("backend", ["sync", "async"])
