@@ -389,7 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     print(format_machine_record(machine) + "\n", flush=True)
     if args.recurrent:
         rounds = args.repeats or (3 if args.quick else 9)
-        result = run_recurrent(env_counts[0], rounds, horizon=16 if args.quick else RECURRENT_HORIZON)
+        # Quick: long enough that every env's episode is truncated once, so ends are always counted.
+        quick_horizon = RECURRENT_EPISODE_STEPS + env_counts[0]
+        result = run_recurrent(env_counts[0], rounds, horizon=quick_horizon if args.quick else RECURRENT_HORIZON)
         print(format_recurrent(result))
         if args.json:
             write_json({"machine": machine, "recurrent": result}, args.json)
