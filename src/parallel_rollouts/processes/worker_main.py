@@ -176,9 +176,11 @@ class _Channel:
         self.receive = receive
 
     def send(self, reply: bytes) -> None:
-        _send(self.connection, reply)
         if self.doorbell is not None:
+            # Rung first: the main process then reads the pipe while this writes to it, so a
+            # reply larger than the pipe's buffer (a frame in a final observation) flows.
             self.doorbell.reply(doorbell_codes.REPLIED_ON_PIPE)
+        _send(self.connection, reply)
 
     def done(self) -> None:
         """Reply "done"; on the doorbell alone when there is no warning to carry."""
