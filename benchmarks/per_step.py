@@ -14,8 +14,9 @@ vector steps of each, in rotating order, and ratios are taken within a round:
 - the Stable-Baselines3 adapter ``ParallelVecEnv`` async against ``DummyVecEnv`` and against
   the adapter on sync;
 - the collector (``backend="async"``, per step) against ``backend="sync"``;
-- the ceiling: two independent processes each running a hand loop over half the envs,
-  against one hand loop over all of them (``benchmarks.contenders``);
+- the ceiling: two independent processes each running a bare loop over half the envs (and
+  sending back only a count), against one bare loop over all of them; and the same for the
+  hand loop a user writes, which sends its half of the rollout back (``benchmarks.contenders``);
 - the round trip (workload ``null``): µs per vector step of ``ParallelVectorEnv`` async
   beyond one share's part of the in-process step, ``async - sync / shares``.
 
@@ -51,7 +52,7 @@ __all__ = ["FRONT_DOORS", "main", "measure_workload"]
 #: Contender names, in the order of the tables.
 FRONT_DOORS = (
     "vector-env/sync", "vector-env/async", "sb3/dummy", "sb3/sync", "sb3/async",
-    "collector/sync", "collector/async", "hand-loop", "hand-loop/2proc",
+    "collector/sync", "collector/async", "hand-loop", "hand-loop/2proc", "bare-loop", "bare-loop/2proc",
 )
 #: (numerator, denominator): the speed of the first over the second, per round.
 RATIOS = {
@@ -59,7 +60,10 @@ RATIOS = {
     "sb3 async / DummyVecEnv": ("sb3/async", "sb3/dummy"),
     "sb3 async / sb3 sync": ("sb3/async", "sb3/sync"),
     "collector async / sync": ("collector/async", "collector/sync"),
-    "ceiling: two processes / one": ("hand-loop/2proc", "hand-loop"),
+    "two hand loops / one": ("hand-loop/2proc", "hand-loop"),
+    # The ceiling: two bare loops send back only a count (two hand loops pickle their half of
+    # the rollout back, 58 MB of frames per collect on `image`).
+    "ceiling: two bare loops / one": ("bare-loop/2proc", "bare-loop"),
 }
 
 
