@@ -8,11 +8,11 @@ another; each side spins for a short budget and then sleeps in the kernel on the
 (a futex on Linux, see ``_doorbell.pyx``), so a step whose peer is awake costs no system
 call at all.
 
-The pipes stay for everything else (begin, finish, calls, errors, warnings, close): the
-main process writes such a request to the pipe and rings the doorbell with "read your
-pipe", and the worker answers it over the pipe. A step whose reply carries something
-(an error, a warning, the vector env's infos) is answered over the pipe too, and its
-doorbell reply says so.
+The pipes stay for the other requests (begin, finish, calls, close): the main process writes
+such a request to the pipe and rings the doorbell with "read your pipe", and the worker answers
+it over the pipe. A step whose reply carries something (the vector env's infos, an error, a
+warning) posts it in the worker's reply area in the segment when it fits (64 KiB), else on the
+pipe; its doorbell reply says which.
 
 The doorbell needs the compiled extension and Linux. Elsewhere (macOS, Windows, the
 pure-Python core, ``PARALLEL_ROLLOUTS_DOORBELL=0``) every request goes over the pipes,
@@ -28,14 +28,18 @@ from multiprocessing.connection import wait
 from .waiting import spin_budget_seconds
 
 __all__ = [
-    "PIPE", "STEP", "REPLIED_DONE", "REPLIED_ON_PIPE", "MainDoorbells", "WorkerDoorbell", "doorbell_bytes",
+    "INLINE_REPLY_BYTES", "PIPE", "STEP", "REPLIED_DONE", "REPLIED_INLINE", "REPLIED_ON_PIPE", "MainDoorbells", "WorkerDoorbell", "doorbell_bytes",
     "doorbells_available",
 ]
 
 #: Request codes: "read your pipe" and "step row `argument`".
 PIPE, STEP = 0, 1
-#: Reply kinds: a bare "done", or "the reply is on the pipe".
-REPLIED_DONE, REPLIED_ON_PIPE = 0, 1
+#: Reply kinds: a bare "done", or "the reply is on the pipe"; a kind of ``REPLIED_INLINE + n``
+#: says the reply is the first ``n`` bytes of the worker's reply area in the segment.
+REPLIED_DONE, REPLIED_ON_PIPE, REPLIED_INLINE = 0, 1, 2
+#: Bytes of each worker's reply area: a reply up to this size (a step's infos, a final
+#: observation or a few) skips the pipe's system calls; a larger one takes the pipe.
+INLINE_REPLY_BYTES = 65536
 #: The main process checks a waited-for worker's sentinel this often (seconds): a worker
 #: that dies while stepping is noticed within this time.
 DEATH_CHECK_SECONDS = 0.002
@@ -60,8 +64,14 @@ def doorbells_available(core_name: str) -> bool:
 
 
 def doorbell_bytes(slots: int) -> int:
-    """Bytes the doorbells of ``slots`` workers take (after the pool's working storage)."""
-    return _extension().segment_bytes(slots)
+    """Bytes the doorbells of ``slots`` workers take (after the pool's working storage): their
+    lines, then one reply area per worker."""
+    return _extension().segment_bytes(slots) + slots * INLINE_REPLY_BYTES
+
+
+def _reply_area(buffer, slots: int, slot: int):
+    start = _extension().segment_bytes(slots) + slot * INLINE_REPLY_BYTES
+    return buffer[start : start + INLINE_REPLY_BYTES]
 
 
 class MainDoorbells:
@@ -69,7 +79,17 @@ class MainDoorbells:
 
     def __init__(self, buffer, slots: int) -> None:
         self._bells = _extension().Doorbells(buffer, slots)
+        self._areas = [_reply_area(buffer, slots, slot) for slot in range(slots)]
         self._spin = spin_budget_seconds()
+
+    def _reply(self, slot: int) -> bytes | None:
+        """The reply posted in ``slot``'s area, the bare "done" as ``b""``; ``None``: it is on the pipe."""
+        kind = self._bells.reply_kind(slot)
+        if kind == REPLIED_DONE:
+            return b""
+        if kind == REPLIED_ON_PIPE:
+            return None
+        return self._areas[slot][: kind - REPLIED_INLINE].tobytes()
 
     def clear(self, slot: int) -> None:
         self._bells.clear(slot)
@@ -80,23 +100,26 @@ class MainDoorbells:
             return self._bells.ring(slot, PIPE, 0)
         return self._bells.ring(slot, STEP, step_row)
 
-    def wait_reply(self, slot: int, number: int, sentinel: int, deadline: float | None) -> str:
-        """Wait for the reply to request ``number``: ``"done"``, ``"pipe"`` (read the reply
-        there), ``"died"`` (the worker's process ended) or ``"late"`` (past ``deadline``)."""
+    def wait_reply(self, slot: int, number: int, sentinel: int, deadline: float | None) -> tuple[str, bytes | None]:
+        """Wait for the reply to request ``number``: ``("reply", bytes)`` (``b""``: a bare "done"),
+        ``("pipe", None)`` (read the reply there), ``("died", None)`` (the worker's process
+        ended) or ``("late", None)`` (past ``deadline``)."""
         bells, spin = self._bells, self._spin
         while True:
             timeout = DEATH_CHECK_SECONDS
             if deadline is not None:
                 timeout = min(timeout, max(deadline - time.monotonic(), 0.0))
             if bells.wait_reply(slot, number, spin, timeout) == 1:
-                return "done" if bells.reply_kind(slot) == REPLIED_DONE else "pipe"
+                break
             spin = 0.0
             if wait([sentinel], 0):
                 if not bells.replied(slot, number):
-                    return "died"
-                return "done" if bells.reply_kind(slot) == REPLIED_DONE else "pipe"
+                    return "died", None
+                break
             if deadline is not None and time.monotonic() >= deadline:
-                return "late"
+                return "late", None
+        reply = self._reply(slot)
+        return ("pipe", None) if reply is None else ("reply", reply)
 
     def wait_any(self, pending: list[tuple[int, int, int]], timeout: float) -> list[int]:
         """The positions in ``pending`` (``(slot, number, sentinel)`` each) whose reply is there
@@ -121,8 +144,9 @@ class MainDoorbells:
                     return [position for position, (_, _, sentinel) in enumerate(pending) if sentinel in dead]
 
     def release(self) -> None:
-        """Drop the view of the segment (which the pool then releases)."""
+        """Drop the views of the segment (which the pool then releases)."""
         self._bells = None
+        self._areas = []
 
 
 class WorkerDoorbell:
@@ -130,6 +154,7 @@ class WorkerDoorbell:
 
     def __init__(self, buffer, slots: int, slot: int) -> None:
         self._bells = _extension().Doorbells(buffer, slots)
+        self._area = _reply_area(buffer, slots, slot)
         self._slot = slot
         self._served = self._bells.request(slot)[0]
         self._spin = spin_budget_seconds()
@@ -150,5 +175,15 @@ class WorkerDoorbell:
     def reply(self, kind: int) -> None:
         self._bells.reply(self._slot, self._served, kind)
 
+    def reply_inline(self, payload: bytes) -> bool:
+        """Post ``payload`` in this worker's reply area and answer; False if it does not fit."""
+        size = len(payload)
+        if size > INLINE_REPLY_BYTES:
+            return False
+        self._area[:size] = memoryview(payload)
+        self._bells.reply(self._slot, self._served, REPLIED_INLINE + size)
+        return True
+
     def release(self) -> None:
         self._bells = None
+        self._area = None

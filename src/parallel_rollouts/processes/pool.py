@@ -450,14 +450,17 @@ class WorkerPool:
         started = time.perf_counter()
         try:
             if self._resources.doorbells is not None:
-                outcome = self._resources.doorbells.wait_reply(
+                outcome, reply = self._resources.doorbells.wait_reply(
                     worker.index, worker.request_number, worker.process.sentinel, deadline
                 )
                 if outcome == "died":
                     self._raise_died(worker)
                 if outcome == "late":
                     raise self._timed_out(worker)
-                reply = protocol.DONE if outcome == "done" else connection.recv_bytes()
+                if outcome == "pipe":
+                    reply = connection.recv_bytes()
+                elif not reply:
+                    reply = protocol.DONE
             else:
                 if not worker.waiter.spin() and deadline is not None:
                     remaining = deadline - time.monotonic()

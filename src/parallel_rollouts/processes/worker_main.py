@@ -94,10 +94,15 @@ WARNED = b"w"
 _warnings = WarningRecorder()
 
 
-def _send(connection, reply: bytes) -> None:
+def _with_warnings(reply: bytes) -> bytes:
+    """``reply``, preceded by the warnings raised since the last one if there are any."""
     if _warnings.pending:
-        reply = WARNED + pickle.dumps((_warnings.take(), reply))
-    connection.send_bytes(reply)
+        return WARNED + pickle.dumps((_warnings.take(), reply))
+    return reply
+
+
+def _send(connection, reply: bytes) -> None:
+    connection.send_bytes(_with_warnings(reply))
 
 
 @dataclass(frozen=True)
@@ -146,6 +151,7 @@ class _Channel:
     def __init__(self, connection, doorbell: WorkerDoorbell | None) -> None:
         self.connection = connection
         self.doorbell = doorbell
+        self.step_request = False
         parent = multiprocessing.parent_process()
         sentinel = parent.sentinel if parent is not None else None
         if doorbell is None:
@@ -167,7 +173,9 @@ class _Channel:
 
         def receive() -> tuple[bytes, int, bytes]:
             code, argument = doorbell.wait(parent_alive)
-            if code == doorbell_codes.STEP:
+            # A step's reply may be posted in the segment; a pipe request's goes back on the pipe.
+            self.step_request = code == doorbell_codes.STEP
+            if self.step_request:
                 return STEP, argument, b""
             message = connection.recv_bytes()
             command, argument = REQUEST.unpack_from(message)
@@ -177,6 +185,8 @@ class _Channel:
 
     def send(self, reply: bytes) -> None:
         if self.doorbell is not None:
+            if self.step_request and self.doorbell.reply_inline(_with_warnings(reply)):
+                return
             # Rung first: the main process then reads the pipe while this writes to it, so a
             # reply larger than the pipe's buffer (a frame in a final observation) flows.
             self.doorbell.reply(doorbell_codes.REPLIED_ON_PIPE)
