@@ -613,3 +613,21 @@ def test_asked_to_go_on_a_replacement_that_dies_at_start_up_leaves_its_envs_lost
         np.testing.assert_array_equal(batch.lost_env_indices, [2, 3])
         assert not batch.valid[:, 2:].any() and batch.valid[:, :2].all()
     assert spent.exists(), "the first replacement did not die as the test meant it to"
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_a_recurrent_policy_gives_the_sync_batch_on_ray_across_collects(num_workers):
+    """The state lives in each actor between collects; the batch carries each slice's
+    initial state, episode starts, final and bootstrap states as sync's does."""
+    import torch
+
+    from tests.recurrent_policies import GRUPolicy, counting_policy
+
+    torch.set_num_threads(1)
+    fns = [partial(CountingEnv, env_id=i, episode_length=3 + i) for i in range(4)]
+    for make_policy in (GRUPolicy, counting_policy):
+        expected = collect("sync", fns, make_policy(), horizon=9, seed=3, store_states=True)
+        got = collect("ray", fns, make_policy(), horizon=9, seed=3, store_states=True, num_workers=num_workers)
+        for first, second in zip(expected, got):
+            assert_batches_identical(first, second)
+        assert got[1].episode_starts[0].tolist() == expected[0].dones[-1].tolist()
