@@ -152,13 +152,16 @@ def expected_backend_rows(results: dict) -> dict[str, str]:
     return rows
 
 
+#: The per-step benchmark's committed results (``python -m benchmarks.per_step``), at the defaults.
+PER_STEP_RESULTS = REPO_ROOT / "benchmarks" / "results" / "per_step_2026-12-03.json"
+
+
 def committed_async_to_sync_ratios() -> dict[str, float]:
-    """Median ``async`` / ``sync`` ratio per workload at 16 envs, from the committed results."""
-    results = json.loads((REPO_ROOT / "benchmarks" / "results" / "comparison.json").read_text(encoding="utf-8"))
-    return {
-        group["env"]: group["contenders"]["async"]["ratio_vs_sync"]["median"]
-        for group in results["groups"] if group["num_envs"] == TABLE_NUM_ENVS
-    }
+    """Median collector ``async`` / ``sync`` ratio per workload at 16 envs, at the defaults, from
+    the committed per-step results."""
+    results = json.loads(PER_STEP_RESULTS.read_text(encoding="utf-8"))
+    assert results["settings"]["num_envs"] == TABLE_NUM_ENVS
+    return {entry["workload"]: entry["ratios"]["collector async / sync"]["median"] for entry in results["workloads"]}
 
 
 def test_the_backend_table_shows_the_committed_benchmark_results():
