@@ -160,6 +160,61 @@ def test_a_reply_far_larger_than_a_pipe_buffer_comes_back_whole(no_leaks):
         env.close()
 
 
+class WarningBigFrameEnv(BigFrameEnv):
+    def step(self, action):
+        import warnings
+
+        warnings.warn("a big frame", UserWarning)
+        return super().step(action)
+
+
+def test_warnings_travel_with_a_reply_too_large_for_the_reply_area(no_leaks):
+    env = ParallelVectorEnv([WarningBigFrameEnv] * 2, autoreset_mode="SameStep", num_workers=1, main_process_envs=0, step_timeout=60)
+    try:
+        env.reset(seed=0)
+        with pytest.warns(UserWarning, match="a big frame"):
+            env.step(np.zeros(2, dtype=np.int64))
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("doorbell_on", ["1", "0"])
+def test_a_request_far_larger_than_a_pipe_buffer_reaches_an_idle_worker(doorbell_on, monkeypatch, no_leaks):
+    # The worker waits on its doorbell while the main process writes 8 MiB to its pipe, for
+    # longer than the worker's check that the main process still exists.
+    monkeypatch.setenv(doorbell.DOORBELL_ENV_VAR, doorbell_on)
+    env = ParallelVectorEnv([partial(CountingEnv, env_id=i) for i in range(2)], num_workers=1, main_process_envs=0)
+    try:
+        time.sleep(0.3)
+        payload = np.arange(2**20, dtype=np.float64)
+        env.set_attr("payload", payload)
+        for got in env.get_attr("payload"):
+            np.testing.assert_array_equal(got, payload)
+    finally:
+        env.close()
+
+
+class BigPolicy:
+    """A rollout worker's policy holding 8 MiB: each update ships a snapshot that large."""
+
+    def __init__(self) -> None:
+        self.weights = np.zeros(2**20)
+
+    def __call__(self, observations):
+        return np.full(observations.shape[0], int(self.weights[0]) % 2, dtype=np.int64)
+
+
+def test_a_policy_snapshot_far_larger_than_a_pipe_buffer_reaches_the_rollout_workers(no_leaks):
+    policy = BigPolicy()
+    fns = [partial(CountingEnv, env_id=i) for i in range(4)]
+    with ParallelRolloutCollector(fns, policy, "async", horizon=4, seed=0, policy_placement="workers") as collector, \
+            ParallelRolloutCollector(fns, policy, "sync", horizon=4, seed=0) as reference:
+        for update in range(3):
+            policy.weights[:] = update  # a changed policy: its new state travels to every worker
+            time.sleep(0.3)
+            assert_batches_identical(collector.collect(), reference.collect())
+
+
 # -- the main process's share -------------------------------------------------------------------
 
 

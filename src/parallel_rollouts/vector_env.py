@@ -286,6 +286,9 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         seeds = self._seeds_per_env(seed)
         if self._ready_first is not None:
             self._drain()
+            # Nothing is in flight now: whatever the reset does, no env stays marked as sent.
+            self._ready_first.reset()
+            self._last_served = np.arange(self.num_envs, dtype=np.int64)
         super().reset(seed=seeds[0] if isinstance(seed, (int, np.integer)) else None)
         options = dict(options) if options is not None else None
         reset_mask = None
@@ -299,9 +302,6 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
                 raise ValueError("`options['reset_mask']` must select at least one env.")
         parts = self._handle(("reset", seeds, options, reset_mask))
         self._never_reset[slice(None) if reset_mask is None else reset_mask] = False
-        if self._ready_first is not None:
-            self._ready_first.reset()
-            self._last_served = np.arange(self.num_envs, dtype=np.int64)
         return self._observations(), parts
 
     def _seeds_per_env(self, seed: Any) -> list[int | None]:

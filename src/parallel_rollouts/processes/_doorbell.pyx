@@ -128,11 +128,12 @@ cdef class Doorbells:
     # -- a worker --------------------------------------------------------------------------
 
     def wait_request(self, int slot, int32_t served, double spin_seconds, double timeout_seconds):
-        """Wait for the request after number ``served``: 1, 0 or -1 as :meth:`wait_reply`."""
+        """Wait for a request after number ``served`` (the newest one counts: a request the main
+        process gave up on before this worker saw it is skipped): 1, 0 or -1 as :meth:`wait_reply`."""
         cdef int32_t *line = self.line(slot)
         cdef int result
         with nogil:
-            result = doorbell_wait(&line[REQUESTS], &line[WORKER_SLEEPING], &line[REQUESTS], next_number(served), 0,
+            result = doorbell_wait(&line[REQUESTS], &line[WORKER_SLEEPING], &line[REQUESTS], served, 1,
                                    spin_seconds, timeout_seconds)
         return result
 

@@ -9,8 +9,9 @@ the same code a worker runs), so the share steps while the workers do.
 
 The share is not isolated: an env that crashes its process takes the main process with
 it (as with ``backend="sync"``), and ``step_timeout`` cannot interrupt it. That is why the
-pool gives the main process no share when ``step_timeout`` or ``max_restarts`` is set, or
-when the user chose ``num_workers`` (see :func:`resolve_main_share`).
+pool gives the main process no share by default when ``step_timeout`` or ``max_restarts`` is
+set, or when the user chose ``num_workers`` (see :func:`resolve_main_share`); a share given
+explicitly with them is taken as asked, unbounded and never restarted.
 """
 
 from __future__ import annotations

@@ -70,13 +70,15 @@ class _Resources:
         if worker.is_local:
             worker.post(request)
             return
+        if self.doorbells is not None:
+            # Rung first: the worker then reads the pipe while this writes to it, so a request
+            # larger than the pipe's buffer (a policy snapshot, a large `call`) flows.
+            worker.request_number = self.doorbells.ring(worker.index, step_row)
         if step_row is None or self.doorbells is None:
             try:
                 worker.connection.send_bytes(request)
             except OSError:
                 pass  # the worker is gone: receiving its reply reports how (and lets it be replaced)
-        if self.doorbells is not None:
-            worker.request_number = self.doorbells.ring(worker.index, step_row)
 
     def shutdown(self, graceful: bool = True) -> list[WorkerError]:
         """Stop every worker (bounded in time) and release the segment. Idempotent."""
@@ -97,13 +99,12 @@ class _Resources:
         if graceful:
             for worker in workers:
                 if worker.alive:
+                    if self.doorbells is not None:
+                        self.doorbells.ring(worker.index, None)
                     try:
                         worker.connection.send_bytes(protocol.REQUEST.pack(protocol.CLOSE, 0))
                     except OSError:
                         worker.alive = False
-                        continue
-                    if self.doorbells is not None:
-                        self.doorbells.ring(worker.index, None)
             for worker in workers:
                 if not worker.alive:
                     continue

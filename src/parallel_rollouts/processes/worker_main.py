@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import faulthandler
 import multiprocessing
+import os
 import pickle
 import signal
 import struct
@@ -154,6 +155,7 @@ class _Channel:
         self.step_request = False
         parent = multiprocessing.parent_process()
         sentinel = parent.sentinel if parent is not None else None
+        parent_pid = os.getppid()
         if doorbell is None:
             raw = _receiver(connection)
 
@@ -166,10 +168,11 @@ class _Channel:
             return
 
         def parent_alive() -> bool:
-            # Every pipe message is rung, so a readable pipe with nothing rung is end-of-file.
-            if connection.poll(0):
-                return False
-            return sentinel is None or not wait([sentinel], 0)
+            # The parent's sentinel says when it is gone. (A readable pipe does not: a request is
+            # rung before it is written, but a large one is still being written when read.)
+            if sentinel is not None:
+                return not wait([sentinel], 0)
+            return os.getppid() == parent_pid
 
         def receive() -> tuple[bytes, int, bytes]:
             code, argument = doorbell.wait(parent_alive)
@@ -184,13 +187,14 @@ class _Channel:
         self.receive = receive
 
     def send(self, reply: bytes) -> None:
+        payload = _with_warnings(reply)  # once: it takes the pending warnings
         if self.doorbell is not None:
-            if self.step_request and self.doorbell.reply_inline(_with_warnings(reply)):
+            if self.step_request and self.doorbell.reply_inline(payload):
                 return
             # Rung first: the main process then reads the pipe while this writes to it, so a
             # reply larger than the pipe's buffer (a frame in a final observation) flows.
             self.doorbell.reply(doorbell_codes.REPLIED_ON_PIPE)
-        _send(self.connection, reply)
+        self.connection.send_bytes(payload)
 
     def done(self) -> None:
         """Reply "done"; on the doorbell alone when there is no warning to carry."""
