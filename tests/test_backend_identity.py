@@ -151,30 +151,35 @@ def test_random_discrete_actions_are_each_env_s_own_space_sample(space):
         np.testing.assert_array_equal(actions, [reference.sample() for reference in references])
 
 
-def test_a_recurrent_gru_policy_agrees_across_backends_and_cores():
-    """The state fields too (``initial_state``, ``episode_starts``, ``final_states``,
-    ``bootstrap_states``, ``states``), across autoresets and collects; the process modes are
-    compared in ``tests/test_recurrent.py``."""
-    import torch
+def _remembering_step(observations, state, episode_starts):
+    """Act on a running sum of the pole angle this episode (NumPy state: no torch needed)."""
+    total = state["angle_sum"] + np.asarray(observations, dtype=np.float64)[:, 2]
+    return (total > 0).astype(np.int64), {"angle_sum": total}
 
-    from tests.recurrent_policies import GRUPolicy
+
+def _remembering_initial(num_envs: int) -> dict:
+    return {"angle_sum": np.zeros(num_envs)}
+
+
+def test_a_recurrent_policy_agrees_across_backends_and_cores():
+    """The state fields too (``initial_state``, ``episode_starts``, ``final_states``,
+    ``bootstrap_states``, ``states``), across autoresets and collects; the process modes and a
+    GRU are compared in ``tests/test_recurrent.py``."""
+    from parallel_rollouts import RecurrentPolicy
+
     from tests.recurrent_reference import cartpole_with_short_episodes
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        batches = {
-            (backend, core): collect_batches(
-                backend, [cartpole_with_short_episodes] * 3, GRUPolicy(), horizon=20, seed=4, core=core, store_states=True
-            )
-            for backend in IN_PROCESS
-            for core in ("compiled", "python")
-        }
-    finally:
-        torch.set_num_threads(threads)
+    batches = {
+        (backend, core): collect_batches(
+            backend, [cartpole_with_short_episodes] * 3, RecurrentPolicy(_remembering_step, _remembering_initial),
+            horizon=20, seed=4, core=core, store_states=True,
+        )
+        for backend in IN_PROCESS
+        for core in ("compiled", "python")
+    }
     reference = batches[("serial", "python")]
     assert all(batch.final_observation_mask.any() for batch in reference)
-    assert reference[1].states["h"].shape == (20, 3, 8)
+    assert reference[1].states["angle_sum"].shape == (20, 3)
     for candidate in batches.values():
         for first, second in zip(reference, candidate):
             assert_batches_identical(first, second)

@@ -9,6 +9,7 @@ import torch
 
 from parallel_rollouts import ActionError, ConfigurationError, ParallelRolloutCollector, RecurrentPolicy
 from tests.batch_compare import assert_batches_identical
+from tests.test_backend_identity import IN_PROCESS, collect_batches
 from tests.recurrent_policies import GRUPolicy, counting_policy
 from tests.recurrent_reference import (
     assert_matches_reference,
@@ -509,3 +510,32 @@ def test_a_worker_replaced_at_the_start_and_lost_again_at_the_finish_restarts_it
         assert batch.valid.all() and batch.episode_starts[0, 2:].all()
         np.testing.assert_array_equal(batch.initial_state["h"][2:], np.zeros((2, 8), np.float32))
     assert_matches_reference(batches, policy, cartpole_with_short_episodes)
+
+
+def test_a_recurrent_gru_policy_agrees_across_backends_and_cores():
+    """The state fields too (``initial_state``, ``episode_starts``, ``final_states``,
+    ``bootstrap_states``, ``states``), across autoresets and collects; the process modes are
+    compared above."""
+    import torch
+
+    from tests.recurrent_policies import GRUPolicy
+    from tests.recurrent_reference import cartpole_with_short_episodes
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        batches = {
+            (backend, core): collect_batches(
+                backend, [cartpole_with_short_episodes] * 3, GRUPolicy(), horizon=20, seed=4, core=core, store_states=True
+            )
+            for backend in IN_PROCESS
+            for core in ("compiled", "python")
+        }
+    finally:
+        torch.set_num_threads(threads)
+    reference = batches[("serial", "python")]
+    assert all(batch.final_observation_mask.any() for batch in reference)
+    assert reference[1].states["h"].shape == (20, 3, 8)
+    for candidate in batches.values():
+        for first, second in zip(reference, candidate):
+            assert_batches_identical(first, second)
