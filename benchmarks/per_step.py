@@ -136,6 +136,10 @@ def _summary(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "per_round": values}
 
 
+def _ratio_text(ratio: dict) -> str:
+    return f"{ratio['median']:.2f}x [{ratio['min']:.2f}, {ratio['max']:.2f}]"
+
+
 def _timed(contender) -> float:
     start = time.perf_counter()
     contender.run()
@@ -229,6 +233,8 @@ def measure_ppo(num_envs: int, n_steps: int, rounds: int) -> dict:
         for contender in contenders:
             contender.run()
         dummy = contenders[0]
+        # The processes stepping the adapter's envs (the main process's share counts as one).
+        shares = len(contenders[1].env._vector_env._backend.workers)
 
         def timed(contender) -> float:
             seconds = _timed(contender)
@@ -242,7 +248,6 @@ def measure_ppo(num_envs: int, n_steps: int, rounds: int) -> dict:
             contender.close()
     dummy_s, ours_s = measured.samples
     share = statistics.median(env_share)
-    shares = 2
     return {
         "n_steps": n_steps, "num_envs": num_envs,
         "seconds_per_rollout": {"ppo/dummy": _summary(dummy_s), "ppo/sb3-async": _summary(ours_s)},
@@ -355,23 +360,22 @@ def main(argv: list[str] | None = None) -> int:
         entry = measure_workload(workload, args.num_envs, steps, args.rounds)
         report["workloads"].append(entry)
         cells = "; ".join(
-            f"{label} {r['median']:.2f}x [{r['min']:.2f}, {r['max']:.2f}]" for label, r in entry["ratios"].items()
+            f"{label} {_ratio_text(r)}" for label, r in entry["ratios"].items()
         )
         print(f"{name} ({entry['shares']} shares): {cells}; round trip {entry['round_trip_us']['median']:.1f} µs", flush=True)
     if not args.no_sb3_training:
         report["ppo_collect_rollouts"] = ppo = measure_ppo(args.num_envs, 64, args.rounds)
         ratio = ppo["ratio sb3 async / DummyVecEnv"]
-        print(f"PPO collect_rollouts, sb3 async / DummyVecEnv: {ratio['median']:.2f}x [{ratio['min']:.2f}, "
-              f"{ratio['max']:.2f}]; env share {ppo['env_share_of_dummy_rollout']:.2f}, "
+        print(f"PPO collect_rollouts, sb3 async / DummyVecEnv: {_ratio_text(ratio)}; env share {ppo['env_share_of_dummy_rollout']:.2f}, "
               f"Amdahl bound {ppo['amdahl_bound']:.2f}x", flush=True)
     if not args.no_ready_first:
         report["ready_first"] = ready = measure_ready_first(args.num_envs, max(1, args.steps // 4), args.rounds)
         ratio = ready["ratio ready-first / synchronous step"]
-        print(f"ready-first / synchronous step: {ratio['median']:.2f}x [{ratio['min']:.2f}, {ratio['max']:.2f}]", flush=True)
+        print(f"ready-first / synchronous step: {_ratio_text(ratio)}", flush=True)
     if not args.no_rollout_workers:
         report["rollout_workers"] = workers = measure_rollout_workers(args.num_envs, args.steps, args.rounds)
         ratio = workers["ratio doorbell / pipes"]
-        print(f"rollout workers, doorbell / pipes: {ratio['median']:.2f}x [{ratio['min']:.2f}, {ratio['max']:.2f}]", flush=True)
+        print(f"rollout workers, doorbell / pipes: {_ratio_text(ratio)}", flush=True)
     if args.json:
         write_json(report, args.json)
         print(f"wrote {args.json.resolve()}")

@@ -176,6 +176,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         self._stepping: dict[int, np.ndarray] = {}
         self._queued: dict[int, list[np.ndarray]] = {}
         self._last_served = np.arange(self.num_envs, dtype=np.int64)
+        self._worker_starts: np.ndarray | None = None
         self._core_module = core_module
         self.single_observation_space = self._observation_layout.space
         self.single_action_space = self._action_layout.space
@@ -405,6 +406,8 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
             events = self._guarded(self._group.step, 0, ids.tolist())
             ready_first.finished(ids, events)
             return
+        if self._worker_starts is None:  # a worker's columns never change, replaced or not
+            self._worker_starts = np.array([worker.start for worker in self._backend.workers], dtype=np.int64)
         owners = np.searchsorted(self._worker_starts, ids, side="right") - 1
         for position, worker in enumerate(self._backend.workers):
             mine = ids[owners == position]
@@ -457,10 +460,6 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
                 f"`env_ids` must be a non-empty 1-D sequence of env indices from 0 to {self.num_envs - 1}; got {env_ids!r}."
             )
         return ids.astype(np.int64)
-
-    @property
-    def _worker_starts(self) -> np.ndarray:
-        return np.array([worker.start for worker in self._backend.workers], dtype=np.int64)
 
     def _post(self, worker, ids: np.ndarray) -> None:
         self._stepping[worker.index] = ids
