@@ -30,6 +30,11 @@ from ..errors import ActionError
 __all__ = ["RecurrentPolicy", "StateCarrier", "is_recurrent"]
 
 
+def _own_copy(leaf: Any) -> Any:
+    """A copy of a state leaf that shares no memory with it (a tensor: on its device, no graph)."""
+    return leaf.copy() if isinstance(leaf, np.ndarray) else leaf.detach().clone()
+
+
 def is_recurrent(policy: Any) -> bool:
     """Whether ``policy`` declares a state: it has a callable ``initial_state`` attribute."""
     return policy is not None and callable(getattr(policy, "initial_state", None))
@@ -126,17 +131,24 @@ class StateCarrier:
                 f"shapes or dtypes from [{self._tree.describe()}] to [{tree.describe()}]; the state carried "
                 "between collects must keep them."
             )
-        # A learned initial state (a parameter) enters the carried state without its graph.
-        self._tree, self._initial = tree, [leaf if isinstance(leaf, np.ndarray) else leaf.detach() for leaf in initial]
+        # The carrier's own copy, without a learned initial state's graph: neither a policy that
+        # changes the state it is handed in place nor an optimizer stepping the parameter in
+        # place reaches the initial state of this collect's later episode starts.
+        self._tree, self._initial = tree, [_own_copy(leaf) for leaf in initial]
         self._has_tensors = any(tree.leaf_is_tensor)
         horizon = storage.horizon
         if self._leaves is None:
-            self._leaves = list(self._initial)
+            self._leaves = [_own_copy(leaf) for leaf in self._initial]
             self._row_starts = np.ones(self._num_envs, dtype=np.bool_)
-        if np.count_nonzero(self._fresh):
+            self._fresh[:] = False
+        else:
+            # Envs whose episode starts at row 0 (it ended at the last collect's last row, or
+            # their worker was replaced) take this collect's initial state, which a learned
+            # initial state may have changed since.
             self._row_starts = self._row_starts | self._fresh
-            self._leaves = self._reset(self._leaves, self._fresh)
             self._fresh = np.zeros(self._num_envs, dtype=np.bool_)
+            if np.count_nonzero(self._row_starts):
+                self._leaves = self._reset(self._leaves, self._row_starts)
         n = self._num_envs
         self._storage = storage
         self._next = None

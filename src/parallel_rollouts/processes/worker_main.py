@@ -400,6 +400,11 @@ def _run_rollout(rollout: SliceRollout, replica: PolicyReplica | None, snapshot:
         result = rollout.run(columns)
     except PolicyFailed as failed:
         return POLICY_FAILED + pickle.dumps((_picklable_policy_error(failed.error, env_offset), failed.steps_done))
+    if result.recurrent is not None:
+        # The state's nesting names the policy's own classes (a named tuple defined in the
+        # script being run), which came here by value with the policy: they go back the same
+        # way, and cloudpickle maps them to the main process's own classes.
+        return FINISHED + cloudpickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
     return FINISHED + pickle.dumps(result)
 
 
