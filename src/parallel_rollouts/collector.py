@@ -122,7 +122,9 @@ class ParallelRolloutCollector:
         ``min(usable cores, num_envs)`` shares (on 2 cores: half the envs here, half in
         one worker); otherwise ``0``. ``0`` keeps every env in a worker. The envs of this
         share are not isolated: a crash in one is this process's crash, as with ``sync``,
-        and ``step_timeout`` cannot interrupt them. Results are the same either way.
+        and ``step_timeout`` cannot interrupt them; ``close()`` closes them in this
+        thread, so one that hangs in its own ``close()`` hangs ``close()`` (a worker's is
+        bounded). Results are the same either way.
     pipelined:
         Async backend with the policy in the main process: split the envs into two
         halves (by worker) and run the policy on one half while the workers step

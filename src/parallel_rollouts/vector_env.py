@@ -243,6 +243,10 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         if self._group is not None:
             self.check_usable()
             return [self._guarded(self._group.handle, request)]
+        if self._stepping:
+            # Envs sent and not yet received: their steps finish first (booked for `recv`), as on
+            # sync, where `send` steps at once; the request then sees the envs as sync's would.
+            self._finish_in_flight()
         return self._request(self._worker.HANDLE, 0, pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
 
     def _step_groups(self) -> list:
@@ -490,6 +494,11 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
             raise
         raise_again(pool.take_warnings())
 
+    def _finish_in_flight(self) -> None:
+        """Wait until every env sent (queued ones too) has stepped; ``recv`` returns them as usual."""
+        while self._stepping:
+            self._take_finished()
+
     def _drain(self) -> None:
         """Wait out every ready-first step in flight (``reset`` starts from a quiet pool)."""
         self._queued.clear()
@@ -528,6 +537,9 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
     def close_extras(self, **kwargs: Any) -> None:
         """Close every env and release the workers and shared memory (called once, by :meth:`close`)."""
         if self._backend is not None:
+            # This object's views of the shared segment go first, so that closing the pool unmaps
+            # it now rather than when this object is dropped.
+            self._storage = self._action_writer = None
             self._backend.close()
         elif self._group is not None:
             for index, error in self._group.close():

@@ -97,6 +97,10 @@ class _Resources:
             except Exception:  # closing goes on: the workers and the segment are freed below
                 logger.debug("closing the main process's share of the envs raised", exc_info=True)
         if graceful:
+            # A request still in flight (a ready-first step, a step a Ctrl-C interrupted) is let
+            # finish first, within the same bound: the close request is then the next one each
+            # worker serves, and its reply the next one read here.
+            workers = [worker for worker in workers if self._finish_in_flight(worker, deadline)]
             for worker in workers:
                 if worker.alive:
                     if self.doorbells is not None:
@@ -121,6 +125,7 @@ class _Resources:
                     pass
                 except Exception:  # a reply this process cannot unpickle: closing goes on
                     logger.debug("unreadable close reply from a worker", exc_info=True)
+        workers = [worker for worker in self.workers if not worker.is_local]
         for worker in workers:
             worker.process.join(max(deadline - time.monotonic(), 0) if graceful else 0)
         for worker in workers:
@@ -139,6 +144,29 @@ class _Resources:
             self.shared.release()
             self.shared = None
         return errors
+
+
+    def _finish_in_flight(self, worker: WorkerHandle, deadline: float) -> bool:
+        """Read the reply to ``worker``'s request in flight, if any, by ``deadline``; False when
+        it is not there by then (a step that hangs): that worker is terminated, not asked."""
+        if not worker.alive or not worker.awaiting_reply:
+            return True
+        try:
+            if self.doorbells is not None:
+                outcome, _ = self.doorbells.wait_reply(worker.index, worker.request_number, worker.process.sentinel, deadline)
+                if outcome == "pipe" and worker.connection.poll(max(deadline - time.monotonic(), 0)):
+                    worker.connection.recv_bytes()
+                elif outcome != "reply":
+                    return False
+            elif worker.connection.poll(max(deadline - time.monotonic(), 0)):
+                worker.connection.recv_bytes()
+            else:
+                return False
+        except (EOFError, OSError):
+            worker.alive = False
+            return True
+        worker.awaiting_reply = False
+        return True
 
 
 @dataclass
