@@ -13,6 +13,7 @@ from .data.batch import RolloutBatch
 from .core.selector import load_core
 from .errors import CollectorClosedError, ConfigurationError
 from .checks.observations import check_observation_check
+from .policy.snapshot import rollout_copy
 from .processes.forwarded_warnings import raise_again
 from .runners.base import RolloutRunner, RunnerState
 from .runners.build import build_runner, check_placement
@@ -155,6 +156,18 @@ class ParallelRolloutCollector:
     store_states:
         With a recurrent policy, also store the state the policy was given at
         every row (``batch.states``, ``[T, N, ...]`` per leaf; default off).
+    max_policy_lag:
+        ``0`` (default): ``collect()`` collects, then returns; the learner and the envs take
+        turns. ``1``: ``collect()`` returns the batch collected in the background and, before
+        returning, starts the next one with the policy as it is at that moment, so the envs
+        step while the caller learns from the batch it holds. Each batch is then acted on by
+        the policy as it was one ``collect()`` earlier: ``batch.policy_versions`` records it
+        (see ``docs/training.md``). Every backend and mode: the per-step modes run the policy
+        on a copy (``copy.deepcopy`` taken at each hand-out, sharing the random generators the
+        policy holds, so that their streams go on as in turn-taking) on a background thread of
+        this process; rollout workers and Ray actors run their rollouts between the request and
+        its reply, with the snapshot shipped at the hand-out. Not with ``reuse_buffers`` (the
+        batch in flight would overwrite the one held).
     ray_options:
         Ray backend only: ``{"address", "num_cpus", "num_gpus", "max_restarts",
         "runtime_env", "scheduling_strategy", "continue_without_lost_actors"}``
@@ -202,10 +215,16 @@ class ParallelRolloutCollector:
         max_restarts: int | None = None,
         main_process_envs: int | None = None,
         store_states: bool = False,
+        max_policy_lag: int = 0,
     ) -> None:
         # First, so that __del__ can close whatever a failing constructor already made.
         self._owner_pid = os.getpid()
         self._backend: RolloutRunner | None = None
+        #: How many collect() calls have returned: the policy version of a snapshot taken now.
+        self._returned = 0
+        #: The policy version of the batch in flight (max_policy_lag=1; None: none in flight).
+        self._in_flight_version: int | None = None
+        self._launch_failure: BaseException | None = None
         env_fns = _check_env_fns(env_fns, backend)
         if policy is not None and not callable(policy):
             raise ConfigurationError(f"`policy` must be callable or None; got {policy!r}.")
@@ -229,6 +248,7 @@ class ParallelRolloutCollector:
         policy_placement = check_placement(backend, policy_placement, pipelined)
         if not isinstance(store_states, bool):
             raise ConfigurationError(f"`store_states` must be True or False; got {store_states!r}.")
+        self._max_policy_lag = check_policy_lag(max_policy_lag, policy, policy_placement, reuse_buffers)
         self._seed = draw_root_seed() if seed is None else validate_seed(seed)
         self._core_name, _ = load_core(core)
         self._backend_name = backend
@@ -337,18 +357,67 @@ class ParallelRolloutCollector:
         (:class:`WorkerError`, :class:`ObservationError`) the collector is broken:
         later calls raise :class:`CollectorClosedError`; ``close()`` still works.
         """
-        self._check_usable()
-        try:
-            result = self._backend.collect()
-        except BaseException:
-            raise_again(self._backend.take_warnings(), quietly=True)  # the failure is what counts
-            raise
+        if self._max_policy_lag:
+            result, version = self._collect_overlapped()
+        else:
+            self._check_usable()
+            version = self._returned
+            try:
+                result = self._backend.collect()
+            except BaseException:
+                raise_again(self._backend.take_warnings(), quietly=True)  # the failure is what counts
+                raise
         layout = self._layout
-        batch = RolloutBatch.from_result(result, layout.observation_layout, layout.action_layout, self._seed)
+        batch = RolloutBatch.from_result(
+            result, layout.observation_layout, layout.action_layout, self._seed, policy_version=version
+        )
+        if self._max_policy_lag:
+            # Launched once the batch holds its arrays, so that their memory is not recycled for it.
+            self._launch_next()
+        self._returned += 1
         # Warnings from worker processes and actors, under this process's filters: with the
         # rollout complete, one made an error drops this batch and leaves the collector usable.
         raise_again(self._backend.take_warnings())
         return batch
+
+    def _collect_overlapped(self) -> tuple:
+        """``max_policy_lag=1``: the result of the rollout in flight (launched now if none is) and
+        its policy version."""
+        runner = self._backend
+        if self._launch_failure is not None:
+            # Starting this batch failed when the last one was handed out: reported here, where
+            # this batch would have been returned; the next call starts afresh.
+            failure, self._launch_failure = self._launch_failure, None
+            raise failure
+        if self._in_flight_version is None:
+            self._check_usable()
+            runner.launch()
+            self._in_flight_version = self._returned
+        try:
+            result = runner.join()
+        except BaseException:
+            if not runner.in_flight:
+                self._in_flight_version = None
+            raise_again(runner.take_warnings(), quietly=True)  # the failure is what counts
+            raise
+        version = self._in_flight_version
+        self._in_flight_version = None
+        return result, version
+
+    def _launch_next(self) -> None:
+        """Start the next batch now, with the policy as the caller hands this batch out (before it
+        learns from it); the snapshot's version counts the collect() calls returned before."""
+        try:
+            self._backend.launch()
+            self._in_flight_version = self._returned
+        except Exception as error:  # the batch in hand is complete: it is returned all the same
+            self._launch_failure = error
+
+    @property
+    def max_policy_lag(self) -> int:
+        """``0``: each ``collect()`` runs the policy as it is then; ``1``: the next batch is collected
+        in the background with the policy as it was when the last batch was handed out."""
+        return self._max_policy_lag
 
     def _check_usable(self) -> None:
         if self._backend is None:
@@ -389,6 +458,34 @@ class ParallelRolloutCollector:
             f"ParallelRolloutCollector(backend={self._backend_name!r}, num_envs={self.num_envs}, "
             f"horizon={self._horizon}, seed={self._seed}, core={self._core_name!r}, {state})"
         )
+
+
+def check_policy_lag(max_policy_lag: Any, policy: Any, policy_placement: str, reuse_buffers: bool) -> int:
+    """``max_policy_lag`` checked: 0 or 1, and a policy the background rollout can run a copy of."""
+    if isinstance(max_policy_lag, bool) or max_policy_lag not in (0, 1):
+        raise ConfigurationError(
+            f"`max_policy_lag` must be 0 (collect, then return) or 1 (collect the next batch while the caller "
+            f"learns from this one); got {max_policy_lag!r}. One runner collects one batch at a time, so a lag "
+            "of 1 already keeps the envs stepping through every update; a larger one would only add staleness."
+        )
+    if max_policy_lag and reuse_buffers:
+        raise ConfigurationError(
+            "`max_policy_lag=1` collects the next batch while the caller holds this one, and `reuse_buffers=True` "
+            "writes every batch into the same arrays: the batch held would be overwritten. Drop one of them."
+        )
+    if max_policy_lag and policy is not None and policy_placement == "main":
+        # The background rollout runs a copy taken at each hand-out: checked once, here.
+        try:
+            rollout_copy(policy)
+        except Exception as error:
+            raise ConfigurationError(
+                f"`max_policy_lag=1` runs the next batch on a copy of the policy (copy.deepcopy, sharing the random "
+                "generators it holds) while the caller "
+                f"updates the policy itself, but the policy cannot be copied ({type(error).__name__}: {error}). "
+                "Keep locks, open files and other uncopyable state out of it (or give it a `__deepcopy__`), or "
+                "use max_policy_lag=0."
+            ) from error
+    return int(max_policy_lag)
 
 
 def _env_id_hint(env_id: str) -> str:

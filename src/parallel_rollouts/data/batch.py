@@ -85,6 +85,12 @@ class RolloutBatch:
         (every env of a worker shows the worker's figure). Replies are read in
         worker order, so the first worker's figure also holds the time all
         workers step in parallel. Zero for the other backends.
+    policy_versions:
+        ``[T, N]`` int64: which snapshot of the policy acted on the row, counted as the
+        number of ``collect()`` calls that had returned when it was taken. With
+        ``max_policy_lag=0`` batch ``k`` (from 0) holds ``k``; with ``max_policy_lag=1``
+        it holds ``k - 1`` (``0`` for the first batch): the policy as it was when batch
+        ``k - 1`` was handed out, before the caller learned from it.
     initial_state, episode_starts, final_states, bootstrap_states, states:
         With a recurrent policy (``None`` otherwise), NumPy copies of its state, each
         leaf in the nesting ``initial_state()`` returns. ``initial_state``: ``[N, ...]``,
@@ -122,6 +128,7 @@ class RolloutBatch:
     env_step_seconds: np.ndarray
     env_reset_seconds: np.ndarray
     env_wait_seconds: np.ndarray
+    policy_versions: np.ndarray
     initial_state: Any = None
     episode_starts: np.ndarray | None = None
     final_states: Any = None
@@ -146,7 +153,9 @@ class RolloutBatch:
         return self.rewards.size
 
     @classmethod
-    def from_result(cls, result, observation_layout: SpaceLayout, action_layout: SpaceLayout, seed: int) -> RolloutBatch:
+    def from_result(
+        cls, result, observation_layout: SpaceLayout, action_layout: SpaceLayout, seed: int, policy_version: int = 0
+    ) -> RolloutBatch:
         """Assemble the batch from a runner's :class:`~parallel_rollouts.runners.base.RolloutResult`."""
         storage, episodes = result.storage, result.episodes
         has_values, has_log_probs = result.has_values, result.has_log_probs
@@ -184,6 +193,7 @@ class RolloutBatch:
             env_step_seconds=storage.env_step_seconds[0],
             env_reset_seconds=storage.env_reset_seconds[0],
             env_wait_seconds=np.zeros(num_envs) if wait is None else wait,
+            policy_versions=np.full((horizon, num_envs), policy_version, dtype=np.int64),
             **recurrent,
         )
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import abc
+import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from ..config.layout import RolloutLayout
 from ..data.recurrent_record import RecurrentRecord
 from ..data.storage import CompletedEpisodes, RolloutStorage
+from ..policy.snapshot import rollout_copy
+from .background import BackgroundRollout, cancellable
 from .lifecycle import Lifecycle, RunnerState
 
 __all__ = ["ReplacedWorkers", "RolloutResult", "RolloutRunner", "RunnerState", "stepped_result"]
@@ -53,6 +57,13 @@ class RolloutRunner(Lifecycle, abc.ABC):
     """
 
     layout: RolloutLayout
+    #: The caller's policy (``None``: random actions), which a background rollout runs a copy of.
+    live_policy: Any = None
+    #: Seconds ``close()`` waits for a background rollout to stop between two rows.
+    cancel_timeout: float = 10.0
+    _background: BackgroundRollout | None = None
+    #: Set by ``close()`` while a background rollout runs: it stops at its next row.
+    _cancel: threading.Event | None = None
 
     def collect(self) -> RolloutResult:
         """One rollout (``READY`` -> ``COLLECTING`` -> ``READY``, or ``BROKEN``)."""
@@ -64,8 +75,74 @@ class RolloutRunner(Lifecycle, abc.ABC):
             if self._state is RunnerState.COLLECTING:
                 self._state = RunnerState.READY
 
+    # -- a rollout in the background (``max_policy_lag=1``) -----------------------------------
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a rollout launched by :meth:`launch` has not been joined yet."""
+        return self._background is not None
+
+    def launch(self) -> None:
+        """Start the next rollout with the policy as it is now and return at once (``READY`` ->
+        ``COLLECTING``); :meth:`join` waits for it. Changes made to the policy from now on reach
+        the rollout after this one."""
+        self.check_usable()
+        self._state = RunnerState.COLLECTING
+        try:
+            self._launch()
+        except BaseException:
+            if self._state is RunnerState.COLLECTING:
+                self._state = RunnerState.READY
+            raise
+
+    def join(self) -> RolloutResult:
+        """The result of the rollout :meth:`launch` started (``COLLECTING`` -> ``READY``, or
+        ``BROKEN``); raises what it raised. Interrupted (Ctrl-C), the rollout stays in flight."""
+        try:
+            return self._join()
+        finally:
+            if not self.in_flight and self._state is RunnerState.COLLECTING:
+                self._state = RunnerState.READY
+
+    def _launch(self) -> None:
+        """By default: :meth:`_collect` on a thread, with a copy of the policy (the caller's
+        learner changes the policy itself while the rollout runs; see :mod:`..policy.snapshot`)."""
+        if self.live_policy is not None:
+            self._use_policy(rollout_copy(self.live_policy))
+        self._cancel = threading.Event()
+        self._background = BackgroundRollout(self._collect)
+
+    def _join(self) -> RolloutResult:
+        result = self._background.result()
+        self._background = None
+        return result
+
+    def _use_policy(self, policy: Any) -> None:
+        """Run ``policy`` from the next rollout on (a runner that launches on a thread says how)."""
+        raise NotImplementedError(f"{type(self).__name__} does not run rollouts in the background")
+
+    def _stop_in_flight(self) -> None:
+        """Before closing: ask a background rollout to stop at its next row and wait for it (bounded;
+        a rollout stuck in an env's step is left to end when its workers are stopped)."""
+        background = self._background
+        if background is None:
+            return
+        if self._cancel is not None:
+            self._cancel.set()
+        if background.wait(self.cancel_timeout):
+            try:
+                background.result()
+            except BaseException:  # closing: what the dropped rollout raised no longer matters
+                pass
+        self._background = None
+
+    def _rows(self, policy_rows):
+        """``policy_rows`` as a background rollout must call it: refused once ``close()`` asked it to stop."""
+        return cancellable(policy_rows, self._cancel)
+
     def close(self) -> None:
-        """Release everything; idempotent."""
+        """Release everything; idempotent. A rollout in flight is stopped first."""
+        self._stop_in_flight()
         if self._mark_closed():
             self._close()
 

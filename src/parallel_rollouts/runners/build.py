@@ -92,7 +92,7 @@ def build_runner(
             return PipelinedRunner(stepper, memory, policy)
         from .local import LocalRunner
 
-        return LocalRunner(stepper, memory, build_loop(layout, policy, 0, layout.num_envs))
+        return LocalRunner(stepper, memory, build_loop(layout, policy, 0, layout.num_envs), policy)
     except BaseException:
         stepper.close()
         raise

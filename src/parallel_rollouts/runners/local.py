@@ -13,7 +13,8 @@ __all__ = ["LocalRunner"]
 class LocalRunner(RolloutRunner):
     """For each row: policy -> checked actions -> ``stepper.step(t)`` (``serial``, ``sync``, ``async``)."""
 
-    def __init__(self, stepper: EnvStepper, memory: BatchMemory, loop: RolloutLoop) -> None:
+    def __init__(self, stepper: EnvStepper, memory: BatchMemory, loop: RolloutLoop, live_policy=None) -> None:
+        self.live_policy = live_policy
         self.stepper = stepper
         self.layout = stepper.layout
         self._memory = memory
@@ -28,7 +29,7 @@ class LocalRunner(RolloutRunner):
         # fresh episodes there: a recurrent policy's state restarts with them.
         loop.restart_envs(self._replaced.take())
         try:
-            loop.run(storage, self.stepper.step_function(), memory.policy_rows, self._break)
+            loop.run(storage, self.stepper.step_function(), self._rows(memory.policy_rows), self._break)
         except BaseException:
             if not self.broken:
                 # The policy (or its output) failed before step `steps_done` ran:
@@ -49,6 +50,9 @@ class LocalRunner(RolloutRunner):
         # Envs of a worker replaced during this rollout start fresh episodes at the next one's row 0.
         loop.restart_envs(self._replaced.take())
         return result
+
+    def _use_policy(self, policy) -> None:
+        self._loop.policy = policy
 
     def take_warnings(self) -> list:
         return self.stepper.take_warnings()

@@ -58,6 +58,7 @@ class PipelinedRunner(RolloutRunner):
                 f"stepping, so it needs num_workers >= 2; got {len(workers)}."
             )
         layout = stepper.layout
+        self.live_policy = policy
         self.stepper = stepper
         self.layout = layout
         self._memory = memory
@@ -80,13 +81,14 @@ class PipelinedRunner(RolloutRunner):
         for part in parts:
             part.columns = storage.columns(part.start, part.stop)
             part.steps_done, part.pending = 0, False
+        policy_rows = self._rows(memory.policy_rows)
         try:
             for part in parts:
                 part.loop.begin_rows(part.columns)
             for t in range(storage.horizon):
                 for part in parts:
                     self._wait(part)
-                    part.loop.act(t, part.columns, memory.policy_rows(t, part.start, part.stop))
+                    part.loop.act(t, part.columns, policy_rows(t, part.start, part.stop))
                     self._guarded(stepper.step_begin, t, part.workers)
                     part.pending = True
             for part in parts:
@@ -156,6 +158,10 @@ class PipelinedRunner(RolloutRunner):
         except BaseException as error:
             # The caller sees the policy's error; this one is what later calls report.
             self._break(error)
+
+    def _use_policy(self, policy) -> None:
+        for part in self._parts:
+            part.loop.policy = policy
 
     def take_warnings(self) -> list:
         return self.stepper.take_warnings()

@@ -393,15 +393,38 @@ class RayRunner(RolloutRunner):
         return results
 
     def _collect(self) -> RolloutResult:
+        return self._receive_rollout(*self._send_rollout())
+
+    # A rollout in the background needs no thread here: the actors run it between the remote
+    # call and its result, with the policy snapshot taken when the call went out.
+    def _launch(self) -> None:
+        self._in_flight = self._send_rollout()
+
+    def _join(self) -> RolloutResult:
+        in_flight, self._in_flight = self._in_flight, None
+        return self._receive_rollout(*in_flight)
+
+    @property
+    def in_flight(self) -> bool:
+        return getattr(self, "_in_flight", None) is not None
+
+    def _stop_in_flight(self) -> None:
+        # Closing kills the actors; their rollouts in flight go with them.
+        self._in_flight = None
+
+    def _send_rollout(self) -> tuple[list[int], list]:
+        """Ship the policy's changes and start every live actor's rollout; the actors and their calls."""
         # Serialised once (an unserialisable policy raises here, before anything ran).
         snapshot = None if self._shipper is None else self._shipper.snapshot()
         policy = None if snapshot is None or snapshot.empty else self._ray.put(snapshot)
-        timeout = None if self._step_timeout is None else self.layout.horizon * self._step_timeout
         live = [index for index, actor in enumerate(self._actors) if actor is not None]
+        return live, [self._actors[index].collect.remote(policy) for index in live]
+
+    def _receive_rollout(self, live: list[int], calls: list) -> RolloutResult:
+        """Wait for the actors' rollouts :meth:`_send_rollout` started; merge them."""
+        timeout = None if self._step_timeout is None else self.layout.horizon * self._step_timeout
         try:
-            answers, dead, failure = self._wait(
-                [self._actors[index].collect.remote(policy) for index in live], timeout, live
-            )
+            answers, dead, failure = self._wait(calls, timeout, live)
             parts = [None] * len(self._actors)
             for index, answer in zip(live, answers):
                 parts[index] = answer

@@ -68,6 +68,8 @@ class RolloutWorkersRunner(RolloutRunner):
         # at the next row 0.
         self._previous_record: tuple[list[np.ndarray], np.ndarray] | None = None
         self._fresh = np.ones(pool.layout.num_envs, dtype=np.bool_)
+        #: What receiving a rollout requested by :meth:`launch` needs (``None``: none in flight).
+        self._in_flight: tuple | None = None
 
     @classmethod
     def build(
@@ -92,6 +94,28 @@ class RolloutWorkersRunner(RolloutRunner):
         return cls(pool, memory, shipper, policy)
 
     def _collect(self) -> RolloutResult:
+        return self._receive_rollout(*self._send_rollout())
+
+    # A rollout in the background needs no thread here: it runs in the workers between the
+    # request and its reply, with the policy snapshot taken when the request went out.
+    def _launch(self) -> None:
+        self._in_flight = self._send_rollout()
+
+    def _join(self) -> RolloutResult:
+        in_flight, self._in_flight = self._in_flight, None
+        return self._receive_rollout(*in_flight)
+
+    @property
+    def in_flight(self) -> bool:
+        return self._in_flight is not None
+
+    def _stop_in_flight(self) -> None:
+        # Closing the pool lets the workers' rollouts in flight finish within its bound, then
+        # terminates what is left (WorkerPool.close).
+        self._in_flight = None
+
+    def _send_rollout(self) -> tuple:
+        """Ship the policy's changes and ask every worker for a rollout; what receiving it needs."""
         memory, pool = self._memory, self.pool
         # Serialised before anything runs: a policy that became unpicklable is refused here.
         update = b""
@@ -114,6 +138,11 @@ class RolloutWorkersRunner(RolloutRunner):
         pool.take_wait_seconds()
         segment = memory.segment_name().encode()
         self._guarded(pool.send, protocol.ROLLOUT, len(segment), None, segment + update)
+        return storage, fresh, previous_record, replaced_first
+
+    def _receive_rollout(self, storage, fresh, previous_record, replaced_first) -> RolloutResult:
+        """The workers' replies to :meth:`_send_rollout`'s request, merged into the rollout's result."""
+        memory, pool = self._memory, self.pool
         replies, losses = self._guarded(pool.receive_all, None, pool.layout.horizon)
         # An env failed in some worker while the others ran on, or a worker was lost and
         # cannot be replaced: broken. A replacement that cannot start: broken too.

@@ -1,0 +1,75 @@
+"""A rollout run on a thread of this process while the caller goes on (``max_policy_lag=1``).
+
+The per-step runners (``serial``, ``sync``, per-step ``async``, pipelined) and the Ray runner
+run their usual ``_collect`` on one background thread, with a copy of the policy taken when
+the rollout was launched; rollout workers need no thread (their rollout runs in the worker
+processes between a request and its reply). The thread is the only one touching the runner
+until :meth:`BackgroundRollout.result` has returned; ``close()`` asks it to stop between two
+rows (:class:`RolloutCancelled`) and waits a bounded time for it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["BackgroundRollout", "RolloutCancelled", "cancellable"]
+
+
+class RolloutCancelled(Exception):
+    """Raised between two rows of a background rollout that ``close()`` asked to stop."""
+
+
+class BackgroundRollout:
+    """``run()`` on a daemon thread; :meth:`result` waits for it and returns or raises what it did."""
+
+    def __init__(self, run: Callable[[], Any]) -> None:
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._main, args=(run,), name="parallel-rollouts-collect", daemon=True)
+        self._thread.start()
+
+    def _main(self, run: Callable[[], Any]) -> None:
+        try:
+            self._result = run()
+        except BaseException as error:  # handed to the caller by result()
+            self._error = error
+        finally:
+            self._done.set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether the rollout ended within ``timeout`` seconds (``None``: wait for it)."""
+        return self._done.wait(timeout)
+
+    def result(self) -> Any:
+        """Wait for the rollout; its result, or what it raised (with the thread's traceback).
+
+        A Ctrl-C in this wait interrupts the wait only: the rollout goes on, and the next call
+        waits for it again."""
+        self._done.wait()
+        self._thread.join()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        result, self._result = self._result, None
+        return result
+
+
+def cancellable(rows: Callable, cancel: threading.Event | None) -> Callable:
+    """``rows`` (the policy's rows of a step), refusing to give any once ``cancel`` is set: the
+    rollout then drops as if the policy had raised, its envs intact."""
+    if cancel is None:
+        return rows
+
+    def rows_unless_cancelled(*args):
+        if cancel.is_set():
+            raise RolloutCancelled("the collector was closed while this rollout ran in the background")
+        return rows(*args)
+
+    return rows_unless_cancelled
