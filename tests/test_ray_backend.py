@@ -631,3 +631,19 @@ def test_a_recurrent_policy_gives_the_sync_batch_on_ray_across_collects(num_work
         for first, second in zip(expected, got):
             assert_batches_identical(first, second)
         assert got[1].episode_starts[0].tolist() == expected[0].dones[-1].tolist()
+
+
+def test_ray_with_max_policy_lag_1_gives_the_turn_taking_loop_s_batches():
+    """The actors start the next rollout when a batch is handed out, with the snapshot shipped
+    then; the batches equal those of collecting and learning in turns with the same snapshots."""
+    from tests.overlap_policies import SamplingLinear, overlapped, turn_taking_with_delayed_updates, without_versions
+
+    runs = {}
+    for lag, loop in ((0, turn_taking_with_delayed_updates), (1, overlapped)):
+        policy = SamplingLinear()
+        with ParallelRolloutCollector([cartpole] * 4, policy, "ray", horizon=16, seed=2, num_workers=2, max_policy_lag=lag) as collector:
+            runs[lag] = loop(collector, policy, 4)
+    assert [int(batch.policy_versions[0, 0]) for batch in runs[1]] == [0, 0, 1, 2]
+    for first, second in zip(runs[0], runs[1]):
+        assert_batches_identical(without_versions(first), without_versions(second))
+

@@ -7,11 +7,14 @@ slice's :class:`~parallel_rollouts.groups.EnvGroup`.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 from ..groups import RolloutGroup
 from ..config.layout import RolloutLayout
+from ..data.policy_inputs import policy_rows_of
+from .cancel import cancellable
 from .loop import build_loop
 from ..data.recurrent_record import RecurrentRecord
 from ..data.storage import CompletedEpisodes, RolloutStorage
@@ -64,20 +67,22 @@ class SliceRollout:
     def policy(self) -> Any:
         return self.loop.policy
 
-    def run(self, storage: RolloutStorage) -> SliceResult:
+    def run(self, storage: RolloutStorage, cancel: threading.Event | None = None) -> SliceResult:
         """One rollout into ``storage`` (this slice's columns).
 
-        Raises :class:`PolicyFailed` when the policy failed (the rollout is dropped and the
-        envs stand where its last completed row says); anything an env raises passes
-        through as it is (the envs are then in an unknown state).
+        Raises :class:`PolicyFailed` when the policy failed, or ``cancel`` was set (the rollout
+        is dropped and the envs stand where its last completed row says); anything an env
+        raises passes through as it is (the envs are then in an unknown state).
         """
         group, loop = self.group, self.loop
         group.begin(storage)
         self._env_failed = False
+        # The loop's own rows: private read-only copies, whatever storage this is (a worker's
+        # shared columns that the next rollout rewrites, an actor's batch).
+        observations = storage.observations
+        rows = cancellable(lambda t: policy_rows_of(observations, t), cancel)
         try:
-            # The loop's own rows: private read-only copies, whatever storage this is (a
-            # worker's shared columns that the next rollout rewrites, an actor's batch).
-            loop.run(storage, group.step, None, self._note_env_failure)
+            loop.run(storage, group.step, rows, self._note_env_failure)
         except Exception as error:
             if self._env_failed:
                 raise

@@ -330,6 +330,18 @@ class WorkerPool:
             if time.monotonic() >= deadline:
                 return list(workers)
 
+    def cancel_rollouts(self) -> None:
+        """Ask every worker still running a rollout to drop it at its next row (its reply then
+        says the policy failed, with :class:`~parallel_rollouts.policy.cancel.RolloutCancelled`)."""
+        if protocol.CANCEL_SIGNAL is None:
+            return
+        for worker in self.workers:
+            if not worker.is_local and worker.alive and worker.awaiting_reply and worker.phase == "rollout":
+                try:
+                    os.kill(worker.process.pid, protocol.CANCEL_SIGNAL)
+                except (OSError, ValueError):
+                    pass  # already gone: closing finds out
+
     def take_wait_seconds(self) -> np.ndarray:
         """``[num_envs]``: seconds this process waited for each env's worker since the last call."""
         seconds = np.zeros(self.layout.num_envs)

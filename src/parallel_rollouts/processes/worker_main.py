@@ -56,6 +56,7 @@ import pickle
 import signal
 import struct
 import sys
+import threading
 import traceback
 from dataclasses import dataclass
 
@@ -93,6 +94,13 @@ WARNED = b"w"
 
 # What this worker would print as warnings goes back to the main process instead.
 _warnings = WarningRecorder()
+#: Set when the main process asks a rollout in flight to stop (``close()`` with a batch in
+#: flight): the rollout drops at its next row, and the worker serves the close request next.
+#: Never cleared: it is only ever asked before closing, and the signal may arrive before the
+#: worker has even read the rollout's request.
+_cancel_rollout = threading.Event()
+#: The signal that asks it (POSIX only; elsewhere a close waits out its bound instead).
+CANCEL_SIGNAL = getattr(signal, "SIGUSR1", None)
 
 
 def _with_warnings(reply: bytes) -> bytes:
@@ -206,6 +214,8 @@ class _Channel:
 
 def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes], crash_report=None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if CANCEL_SIGNAL is not None:
+        signal.signal(CANCEL_SIGNAL, lambda *_: _cancel_rollout.set())
     if crash_report is not None:
         # A crash (segfault, abort) writes this process's Python stack into the pipe the main
         # process reads when it finds the worker dead; nothing is written otherwise.
@@ -397,7 +407,7 @@ def _run_rollout(rollout: SliceRollout, replica: PolicyReplica | None, snapshot:
             except Exception as error:
                 raise PolicyFailed(error, 0) from error
             rollout.loop.policy = replica.policy
-        result = rollout.run(columns)
+        result = rollout.run(columns, _cancel_rollout)
     except PolicyFailed as failed:
         return POLICY_FAILED + pickle.dumps((_picklable_policy_error(failed.error, env_offset), failed.steps_done))
     if result.recurrent is not None:

@@ -5,7 +5,7 @@ run their usual ``_collect`` on one background thread, with a copy of the policy
 the rollout was launched; rollout workers need no thread (their rollout runs in the worker
 processes between a request and its reply). The thread is the only one touching the runner
 until :meth:`BackgroundRollout.result` has returned; ``close()`` asks it to stop between two
-rows (:class:`RolloutCancelled`) and waits a bounded time for it.
+rows (:class:`~parallel_rollouts.policy.cancel.RolloutCancelled`) and waits a bounded time for it.
 """
 
 from __future__ import annotations
@@ -14,11 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BackgroundRollout", "RolloutCancelled", "cancellable"]
-
-
-class RolloutCancelled(Exception):
-    """Raised between two rows of a background rollout that ``close()`` asked to stop."""
+__all__ = ["BackgroundRollout"]
 
 
 class BackgroundRollout:
@@ -59,17 +55,3 @@ class BackgroundRollout:
             raise error
         result, self._result = self._result, None
         return result
-
-
-def cancellable(rows: Callable, cancel: threading.Event | None) -> Callable:
-    """``rows`` (the policy's rows of a step), refusing to give any once ``cancel`` is set: the
-    rollout then drops as if the policy had raised, its envs intact."""
-    if cancel is None:
-        return rows
-
-    def rows_unless_cancelled(*args):
-        if cancel.is_set():
-            raise RolloutCancelled("the collector was closed while this rollout ran in the background")
-        return rows(*args)
-
-    return rows_unless_cancelled

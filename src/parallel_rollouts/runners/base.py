@@ -13,7 +13,8 @@ from ..config.layout import RolloutLayout
 from ..data.recurrent_record import RecurrentRecord
 from ..data.storage import CompletedEpisodes, RolloutStorage
 from ..policy.snapshot import rollout_copy
-from .background import BackgroundRollout, cancellable
+from ..policy.cancel import cancellable
+from .background import BackgroundRollout
 from .lifecycle import Lifecycle, RunnerState
 
 __all__ = ["ReplacedWorkers", "RolloutResult", "RolloutRunner", "RunnerState", "stepped_result"]
@@ -113,9 +114,12 @@ class RolloutRunner(Lifecycle, abc.ABC):
         self._background = BackgroundRollout(self._collect)
 
     def _join(self) -> RolloutResult:
-        result = self._background.result()
-        self._background = None
-        return result
+        background = self._background
+        try:
+            return background.result()
+        finally:
+            if background.done:  # else interrupted while waiting: the rollout is still in flight
+                self._background = None
 
     def _use_policy(self, policy: Any) -> None:
         """Run ``policy`` from the next rollout on (a runner that launches on a thread says how)."""

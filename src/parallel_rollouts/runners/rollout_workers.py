@@ -110,8 +110,11 @@ class RolloutWorkersRunner(RolloutRunner):
         return self._in_flight is not None
 
     def _stop_in_flight(self) -> None:
-        # Closing the pool lets the workers' rollouts in flight finish within its bound, then
-        # terminates what is left (WorkerPool.close).
+        # Each worker still running its rollout is asked to drop it at its next row; closing the
+        # pool then reads that reply and closes the envs (within the pool's close bound, past
+        # which a worker is terminated: WorkerPool.close).
+        if self._in_flight is not None:
+            self.pool.cancel_rollouts()
         self._in_flight = None
 
     def _send_rollout(self) -> tuple:

@@ -1,0 +1,239 @@
+"""Collecting while the learner trains (``max_policy_lag=1``): every mode gives the batches of the
+turn-taking loop run with the same policy snapshots; versions are recorded; failures, close and
+Ctrl-C in flight leave nothing behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from functools import partial
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from parallel_rollouts import ConfigurationError, ParallelRolloutCollector, RunnerState
+from tests.batch_compare import assert_batches_identical
+from tests.envs import CountingEnv, CrashingCartPole, cartpole
+from tests.overlap_policies import (
+    SamplingLinear,
+    learn,
+    overlapped,
+    turn_taking_with_delayed_updates,
+    without_versions,
+)
+from tests.recurrent_policies import counting_policy
+
+pytestmark = pytest.mark.timeout(180)
+
+NUM_ENVS, HORIZON, COLLECTS = 4, 16, 5
+
+MODES = {
+    "serial": dict(backend="serial"),
+    "sync": dict(backend="sync"),
+    "async defaults": dict(backend="async"),
+    "async every env in a worker": dict(backend="async", main_process_envs=0),
+    "pipelined": dict(backend="async", num_workers=2, pipelined=True),
+    "rollout workers": dict(backend="async", num_workers=2, policy_placement="workers"),
+}
+
+
+def _collector(policy, mode: str, lag: int, fns=None, **kwargs) -> ParallelRolloutCollector:
+    options = {**MODES[mode], **kwargs}
+    backend = options.pop("backend")
+    fns = fns or [cartpole] * NUM_ENVS
+    return ParallelRolloutCollector(fns, policy, backend, horizon=HORIZON, seed=4, max_policy_lag=lag, **options)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_lag_1_gives_the_turn_taking_loop_s_batches_for_the_same_policy_snapshots(mode, no_leaks):
+    policy = SamplingLinear()
+    with _collector(policy, mode, 0) as collector:
+        expected = turn_taking_with_delayed_updates(collector, policy, COLLECTS)
+    policy = SamplingLinear()
+    with _collector(policy, mode, 1) as collector:
+        got = overlapped(collector, policy, COLLECTS)
+        assert collector.max_policy_lag == 1
+    assert [int(batch.policy_versions.min()) for batch in got] == [0, 0, 1, 2, 3]
+    assert all((batch.policy_versions == batch.policy_versions[0, 0]).all() for batch in got)
+    assert [int(batch.policy_versions[0, 0]) for batch in expected] == list(range(COLLECTS))
+    for first, second in zip(expected, got):
+        assert_batches_identical(without_versions(first), without_versions(second))
+    # The policy learned: later batches were acted on by other weights than the first.
+    assert not np.array_equal(got[0].log_probs, got[-1].log_probs)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async defaults", "rollout workers"])
+def test_a_recurrent_policy_s_state_carries_across_overlapped_batches(mode):
+    runs = {}
+    for lag in (0, 1):
+        with _collector(counting_policy(), mode, lag, store_states=True) as collector:
+            runs[lag] = [collector.collect() for _ in range(COLLECTS)]
+    for first, second in zip(runs[0], runs[1]):
+        assert_batches_identical(without_versions(first), without_versions(second))
+    for before, after in zip(runs[1], runs[1][1:]):
+        np.testing.assert_array_equal(after.initial_state["count"], before.bootstrap_states["count"])
+
+
+class FailsAtCall:
+    """Raises at its ``fail_at``-th call; acts like :class:`SamplingLinear` otherwise."""
+
+    def __init__(self, fail_at: int) -> None:
+        self.inner = SamplingLinear()
+        self.calls = 0
+        self.fail_at = fail_at
+
+    def __call__(self, observations):
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise ValueError("the policy broke at this call")
+        return self.inner(observations)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async defaults", "rollout workers"])
+def test_a_policy_that_raises_in_the_background_is_reported_by_the_next_collect(mode, no_leaks):
+    policy = FailsAtCall(-1)
+    with _collector(policy, mode, 1) as collector:
+        first = collector.collect()
+        # The copy that collects the next batch but one is taken at the next hand-out: it fails
+        # at its third row, in the background.
+        policy.fail_at = 3
+        second = collector.collect()
+        policy.fail_at = -1
+        with pytest.raises(ValueError, match="the policy broke at this call"):
+            collector.collect()
+        assert collector.state is RunnerState.READY
+        later = [collector.collect() for _ in range(2)]
+    assert [int(batch.policy_versions[0, 0]) for batch in (first, second)] == [0, 0]
+    # The envs went on from where the dropped rollout left them; the next batches started afresh,
+    # their snapshots taken after two collect() calls had returned.
+    assert all(batch.rewards.shape == (HORIZON, NUM_ENVS) for batch in later)
+    assert [int(batch.policy_versions[0, 0]) for batch in later] == [2, 2]
+
+
+class MarkedSlowEnv(CountingEnv):
+    """Steps of 50 ms from its ``SLOW_FROM``-th step on (the second batch); its ``close()``
+    leaves a file behind."""
+
+    SLOW_FROM = 20
+
+    def __init__(self, env_id: int, marks: str) -> None:
+        super().__init__(env_id=env_id, episode_length=7)
+        self.marks = marks
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps > self.SLOW_FROM:
+            time.sleep(0.05)
+        return super().step(action)
+
+    def close(self):
+        open(os.path.join(self.marks, f"closed-{self.env_id}"), "w").close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async defaults", "pipelined", "rollout workers"])
+def test_close_with_a_batch_in_flight_closes_every_env_and_leaves_nothing(mode, tmp_path, no_leaks):
+    fns = [partial(MarkedSlowEnv, index, str(tmp_path)) for index in range(NUM_ENVS)]
+    options = {**MODES[mode]}
+    backend = options.pop("backend")
+    collector = ParallelRolloutCollector(
+        fns, lambda observations: np.zeros(len(observations), dtype=np.int64), backend,
+        horizon=MarkedSlowEnv.SLOW_FROM, seed=0, max_policy_lag=1, **options,
+    )
+    collector.collect()  # returns the first batch, the second is now being collected
+    assert collector.state is RunnerState.COLLECTING
+    started = time.monotonic()
+    collector.close()
+    # A row of the second batch takes 50 ms per env; the background rollout stops at its next
+    # row, where finishing it would take 2 s or more (rollout workers: past the pool's close
+    # bound, so their envs were closed only because the rollout stopped). Loose, for a loaded
+    # machine.
+    assert time.monotonic() - started < 30
+    assert collector.state is RunnerState.CLOSED
+    assert sorted(os.listdir(tmp_path)) == [f"closed-{index}" for index in range(NUM_ENVS)]
+
+
+@pytest.mark.parametrize("mode", ["async defaults", "rollout workers"])
+def test_a_worker_lost_while_a_batch_is_in_flight_is_replaced(mode, tmp_path, no_leaks):
+    marker = str(tmp_path / "crashed")
+    fns = [cartpole] * NUM_ENVS
+    fns[3] = partial(CrashingCartPole, HORIZON + 5, "kill", marker)
+    options = {"max_restarts": 1, "num_workers": 2}
+    if mode == "rollout workers":
+        options["policy_placement"] = "workers"
+    with ParallelRolloutCollector(fns, None, "async", horizon=HORIZON, seed=1, max_policy_lag=1, **options) as collector:
+        batches = [collector.collect() for _ in range(3)]
+    assert os.path.exists(marker)
+    assert 3 in batches[1].lost_env_indices and not batches[1].valid[:, 3].all()
+    assert batches[2].valid.all() and batches[0].valid.all()
+
+
+def test_ctrl_c_while_waiting_for_the_batch_in_flight_leaves_it_in_flight():
+    """The interrupt lands in the caller's wait; the rollout runs on, and the next `collect()`
+    returns it: the batches are those of an uninterrupted run."""
+    interrupt_at = {"call": HORIZON + 3}
+
+    class Interrupting(SamplingLinear):
+        calls = 0
+
+        def __call__(self, observations):
+            type(self).calls += 1
+            if type(self).calls == interrupt_at["call"]:
+                os.kill(os.getpid(), signal.SIGINT)
+            return super().__call__(observations)
+
+    expected_policy = SamplingLinear()
+    with _collector(expected_policy, "sync", 1) as collector:
+        expected = [collector.collect() for _ in range(3)]
+    policy = Interrupting()
+    assert threading.current_thread() is threading.main_thread()
+    with _collector(policy, "sync", 1) as collector:
+        got = [collector.collect()]
+        with pytest.raises(KeyboardInterrupt):
+            # The interrupt is sent while batch 1 is collected in the background: either here
+            # (waiting for batch 1) or, on a fast machine, before this wait began.
+            while True:
+                got.append(collector.collect())
+        assert collector.state in (RunnerState.COLLECTING, RunnerState.READY)
+        while len(got) < 3:
+            got.append(collector.collect())
+    for first, second in zip(expected, got):
+        assert_batches_identical(first, second)
+
+
+def test_max_policy_lag_is_checked_with_what_to_do():
+    with pytest.raises(ConfigurationError, match=r"`max_policy_lag` must be 0 .* or 1 .*got 2"):
+        ParallelRolloutCollector([cartpole], None, "sync", max_policy_lag=2)
+    with pytest.raises(ConfigurationError, match=r"`reuse_buffers=True` writes every batch into the same arrays"):
+        ParallelRolloutCollector([cartpole], None, "sync", max_policy_lag=1, reuse_buffers=True)
+
+    class HoldsALock:
+        def __init__(self):
+            self.lock = threading.Lock()
+
+        def __call__(self, observations):
+            return np.zeros(len(observations), dtype=np.int64)
+
+    with pytest.raises(ConfigurationError, match=r"the policy cannot be copied \(TypeError: .*lock"):
+        ParallelRolloutCollector([cartpole], HoldsALock(), "sync", max_policy_lag=1)
+
+
+def test_at_most_two_batches_of_segments_live_while_overlapping(no_leaks):
+    """Rollout workers write each batch into a segment of its own: with the caller dropping each
+    batch after learning from it, the segments are recycled (the one held, the one in flight)."""
+    from tests.leaks import our_segments
+
+    policy = SamplingLinear()
+    counts = []
+    with _collector(policy, "rollout workers", 1) as collector:
+        for _ in range(8):
+            batch = collector.collect()
+            learn(policy, batch)
+            del batch
+            counts.append(len(our_segments()))
+    # The pool's working segment, the batch held (just dropped) and the batch in flight.
+    assert max(counts[2:]) <= 3, counts
+    assert counts[-1] == counts[2], counts
