@@ -174,32 +174,32 @@ def test_a_worker_lost_while_a_batch_is_in_flight_is_replaced(mode, tmp_path, no
 def test_ctrl_c_while_waiting_for_the_batch_in_flight_leaves_it_in_flight():
     """The interrupt lands in the caller's wait; the rollout runs on, and the next `collect()`
     returns it: the batches are those of an uninterrupted run."""
-    interrupt_at = {"call": HORIZON + 3}
+    go = threading.Event()
 
-    class Interrupting(SamplingLinear):
+    class HeldBack(SamplingLinear):
+        """Holds the background rollout of batch 1 at its third row until ``go`` is set, so that
+        the interrupt surely lands while the caller waits for that batch."""
+
         calls = 0
 
         def __call__(self, observations):
             type(self).calls += 1
-            if type(self).calls == interrupt_at["call"]:
-                os.kill(os.getpid(), signal.SIGINT)
+            if type(self).calls == HORIZON + 3:
+                assert go.wait(60)
             return super().__call__(observations)
 
-    expected_policy = SamplingLinear()
-    with _collector(expected_policy, "sync", 1) as collector:
+    with _collector(SamplingLinear(), "sync", 1) as collector:
         expected = [collector.collect() for _ in range(3)]
-    policy = Interrupting()
-    assert threading.current_thread() is threading.main_thread()
-    with _collector(policy, "sync", 1) as collector:
+    with _collector(HeldBack(), "sync", 1) as collector:
         got = [collector.collect()]
+        interrupt = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
         with pytest.raises(KeyboardInterrupt):
-            # The interrupt is sent while batch 1 is collected in the background: either here
-            # (waiting for batch 1) or, on a fast machine, before this wait began.
-            while True:
-                got.append(collector.collect())
-        assert collector.state in (RunnerState.COLLECTING, RunnerState.READY)
-        while len(got) < 3:
-            got.append(collector.collect())
+            interrupt.start()
+            collector.collect()
+        interrupt.join()
+        assert collector.state is RunnerState.COLLECTING
+        go.set()
+        got += [collector.collect() for _ in range(2)]
     for first, second in zip(expected, got):
         assert_batches_identical(first, second)
 
@@ -237,3 +237,30 @@ def test_at_most_two_batches_of_segments_live_while_overlapping(no_leaks):
     # The pool's working segment, the batch held (just dropped) and the batch in flight.
     assert max(counts[2:]) <= 3, counts
     assert counts[-1] == counts[2], counts
+
+
+def test_an_exit_with_a_batch_in_flight_and_no_close_ends_cleanly():
+    """The interpreter's exit stops the rollout in flight before the pool frees the processes
+    and shared memory it uses: exit code 0, nothing on stderr, no segment left."""
+    from tests.leaks import assert_no_resource_tracker_warning, run_script
+
+    result = run_script(
+        """
+        import os
+        import numpy as np
+        from parallel_rollouts import ParallelRolloutCollector
+        from tests.envs import cartpole
+
+        if __name__ == "__main__":
+            collector = ParallelRolloutCollector([cartpole] * 4, lambda o: np.zeros(len(o), dtype=np.int64), "async",
+                                                 horizon=2000, seed=0, max_policy_lag=1)
+            collector.collect()
+            print("in flight:", collector.state.value, os.getpid(), flush=True)
+        """,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "in flight: collecting" in result.stdout
+    assert_no_resource_tracker_warning(result.stderr)
+    pid = result.stdout.split()[-1]
+    assert not [name for name in os.listdir("/dev/shm") if name.startswith(f"prl{pid}_")]

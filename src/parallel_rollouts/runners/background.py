@@ -10,20 +10,47 @@ rows (:class:`~parallel_rollouts.policy.cancel.RolloutCancelled`) and waits a bo
 
 from __future__ import annotations
 
+import atexit
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 __all__ = ["BackgroundRollout"]
 
 
-class BackgroundRollout:
-    """``run()`` on a daemon thread; :meth:`result` waits for it and returns or raises what it did."""
+#: Seconds the interpreter's exit waits for each rollout still in flight to stop.
+EXIT_WAIT_SECONDS = 5.0
 
-    def __init__(self, run: Callable[[], Any]) -> None:
+_in_flight: weakref.WeakSet = weakref.WeakSet()
+_exit_hook_registered = False
+
+
+def _stop_all_at_exit() -> None:
+    """At interpreter exit, before the pools' own exit hooks free the processes and the shared
+    memory a rollout may be using (registered after them, so run before them): stop every
+    rollout still in flight at its next row."""
+    for background in list(_in_flight):
+        background.cancel.set()
+    for background in list(_in_flight):
+        background.wait(EXIT_WAIT_SECONDS)
+
+
+class BackgroundRollout:
+    """``run()`` on a daemon thread; :meth:`result` waits for it and returns or raises what it did.
+
+    ``cancel`` is the event the rollout checks between rows (set by ``close()``, or at exit)."""
+
+    def __init__(self, run: Callable[[], Any], cancel: threading.Event) -> None:
+        global _exit_hook_registered
+        self.cancel = cancel
         self._result: Any = None
         self._error: BaseException | None = None
         self._done = threading.Event()
+        if not _exit_hook_registered:
+            atexit.register(_stop_all_at_exit)
+            _exit_hook_registered = True
+        _in_flight.add(self)
         self._thread = threading.Thread(target=self._main, args=(run,), name="parallel-rollouts-collect", daemon=True)
         self._thread.start()
 
@@ -34,6 +61,7 @@ class BackgroundRollout:
             self._error = error
         finally:
             self._done.set()
+            _in_flight.discard(self)
 
     @property
     def done(self) -> bool:

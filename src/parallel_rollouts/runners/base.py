@@ -111,7 +111,7 @@ class RolloutRunner(Lifecycle, abc.ABC):
         if self.live_policy is not None:
             self._use_policy(rollout_copy(self.live_policy))
         self._cancel = threading.Event()
-        self._background = BackgroundRollout(self._collect)
+        self._background = BackgroundRollout(self._collect, self._cancel)
 
     def _join(self) -> RolloutResult:
         background = self._background
