@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import multiprocessing
+import os
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -189,6 +191,22 @@ def ppo_update(agent: Agent, optimizer: torch.optim.Optimizer, batch, args: Args
     return {"clip_fraction": float(np.mean(clip_fractions))}
 
 
+def cpu_seconds() -> float:
+    """CPU seconds used so far by this process (every thread) and its live worker processes: what
+    the split of a turn-taking run into collection and update is measured in (Linux; elsewhere
+    this process alone)."""
+    total = time.process_time()
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for child in multiprocessing.active_children():
+        try:
+            with open(f"/proc/{child.pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
 def train(args: Args) -> dict[str, Any]:
     """Train; the run's timings and returns."""
     if args.torch_threads:
@@ -204,7 +222,7 @@ def train(args: Args) -> dict[str, Any]:
     update_generator = torch.Generator().manual_seed(args.seed + 1)
     num_updates = args.total_timesteps // (args.num_envs * args.num_steps)
     returns: list[float] = []
-    waited = updating = 0.0
+    waited = updating = collection_cpu = update_cpu = 0.0
     lags = []
     print(f"PPO on {args.env}: {num_updates} updates of {args.num_envs}x{args.num_steps} steps, "
           f"max_policy_lag={args.max_policy_lag}, backend={args.backend}", flush=True)
@@ -215,12 +233,16 @@ def train(args: Args) -> dict[str, Any]:
     ) as collector:
         loop_started = time.perf_counter()
         for update in range(num_updates):
-            before = time.perf_counter()
+            before, cpu_before = time.perf_counter(), cpu_seconds()
             batch = collector.collect()
-            after = time.perf_counter()
+            after, cpu_after = time.perf_counter(), cpu_seconds()
             stats = ppo_update(agent, optimizer, batch, args, update_generator)
             updating += time.perf_counter() - after
             waited += after - before
+            # With the lag the two phases overlap and the split means little; without it, these
+            # are the core-seconds each phase keeps busy.
+            collection_cpu += cpu_after - cpu_before
+            update_cpu += cpu_seconds() - cpu_after
             returns.extend(batch.episode_returns.tolist())
             lags.append(update - int(batch.policy_versions[0, 0]))
             if args.log_every and (update + 1) % args.log_every == 0:
@@ -239,6 +261,8 @@ def train(args: Args) -> dict[str, Any]:
         "seconds_per_100k_steps": loop * 100_000 / steps,
         "waiting_for_batches_seconds": waited,
         "update_seconds": updating,
+        "collection_cpu_seconds": collection_cpu,
+        "update_cpu_seconds": update_cpu,
         "final_return": float(np.mean(returns[-20:])) if returns else float("nan"),
         "episodes": len(returns),
         "max_observed_lag": max(lags) if lags else 0,
