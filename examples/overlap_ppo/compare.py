@@ -1,7 +1,8 @@
 """PPO with collection overlapping the update (``max_policy_lag=1``) against the turn-taking loop.
 
 Run: ``python -m examples.overlap_ppo.compare [--workloads CartPole-v1,frames,half_ms] [--rounds 7]
-[--timesteps 30000] [--output benchmarks/results/overlap_ppo.json]``
+[--timesteps 30000] [--output PATH]`` (default ``benchmark-results/overlap_ppo.json``, which git
+ignores; the stored runs are in ``benchmarks/results/overlap_ppo_*.json``)
 
 Each round trains ``examples.overlap_ppo.train`` twice on one workload with the same seed (the
 round's number), once with the lag off and once on, in alternating order (the benchmarks'
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--backend", default="async")
     parser.add_argument("--policy-placement", default="main")
     parser.add_argument("--torch-threads", type=int, default=1, help="PyTorch's threads in both runs (0: its default)")
+    parser.add_argument("--update-epochs", type=int, default=Args.update_epochs, help="PPO's passes over each batch")
     parser.add_argument("--output", type=Path, default=Path("benchmark-results/overlap_ppo.json"))
     parser.add_argument("--quick", action="store_true", help="a smoke run of seconds")
     options = parser.parse_args(argv)
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> dict:
     for name in parse_names(options.workloads, WORKLOADS, "--workloads"):
         result = run_workload(
             name, rounds, timesteps, backend=options.backend, policy_placement=options.policy_placement,
-            torch_threads=options.torch_threads, **extra
+            torch_threads=options.torch_threads, update_epochs=options.update_epochs, **extra
         )
         speedup, split = result["speedup"], result["turn_taking_split"]
         print(
@@ -102,7 +104,8 @@ def main(argv: list[str] | None = None) -> dict:
         )
         results.append(result)
     report = {"machine": record, "rounds": rounds, "timesteps": timesteps, "backend": options.backend,
-              "policy_placement": options.policy_placement, "torch_threads": options.torch_threads, "workloads": results}
+              "policy_placement": options.policy_placement, "torch_threads": options.torch_threads,
+              "update_epochs": options.update_epochs, "workloads": results}
     write_json(report, options.output)
     print(f"wrote {options.output.resolve()}")
     return report

@@ -13,7 +13,7 @@ from .data.batch import RolloutBatch
 from .core.selector import load_core
 from .errors import CollectorClosedError, ConfigurationError
 from .checks.observations import check_observation_check
-from .policy.snapshot import rollout_copy
+from .policy.snapshot import rollout_copy, uncopyable_state
 from .processes.forwarded_warnings import raise_again
 from .runners.base import RolloutRunner, RunnerState
 from .runners.build import build_runner, check_placement
@@ -266,6 +266,7 @@ class ParallelRolloutCollector:
             observation_check=check_observation_check(observation_check),
             episode_seeds=check_episode_seeds(episode_seeds),
             store_states=store_states,
+            batches_recycled=2 + self._max_policy_lag,
         )
         self._spec = spec
         # The runner: named `_backend` because it is what `backend=` chose.
@@ -371,19 +372,25 @@ class ParallelRolloutCollector:
         batch = RolloutBatch.from_result(
             result, layout.observation_layout, layout.action_layout, self._seed, policy_version=version
         )
+        # This rollout's warnings, taken before the next one can add its own.
+        warnings = self._backend.take_warnings()
         if self._max_policy_lag:
             # Launched once the batch holds its arrays, so that their memory is not recycled for it.
             self._launch_next()
-        self._returned += 1
         # Warnings from worker processes and actors, under this process's filters: with the
         # rollout complete, one made an error drops this batch and leaves the collector usable.
-        raise_again(self._backend.take_warnings())
+        raise_again(warnings)
+        self._returned += 1
         return batch
 
     def _collect_overlapped(self) -> tuple:
         """``max_policy_lag=1``: the result of the rollout in flight (launched now if none is) and
         its policy version."""
         runner = self._backend
+        if self._backend is None or self._backend.state is RunnerState.CLOSED:
+            # Closed with a batch in flight: that batch went with it.
+            self._in_flight_version = self._launch_failure = None
+            self._check_usable()
         if self._launch_failure is not None:
             # Starting this batch failed when the last one was handed out: reported here, where
             # this batch would have been returned; the next call starts afresh.
@@ -391,8 +398,12 @@ class ParallelRolloutCollector:
             raise failure
         if self._in_flight_version is None:
             self._check_usable()
-            runner.launch()
-            self._in_flight_version = self._returned
+            self._in_flight_version = self._returned  # first: a Ctrl-C after the launch still finds it
+            try:
+                runner.launch()
+            except BaseException:
+                self._in_flight_version = None
+                raise
         try:
             result = runner.join()
         except BaseException:
@@ -407,10 +418,11 @@ class ParallelRolloutCollector:
     def _launch_next(self) -> None:
         """Start the next batch now, with the policy as the caller hands this batch out (before it
         learns from it); the snapshot's version counts the collect() calls returned before."""
+        self._in_flight_version = self._returned  # first: a Ctrl-C after the launch still finds it
         try:
             self._backend.launch()
-            self._in_flight_version = self._returned
         except Exception as error:  # the batch in hand is complete: it is returned all the same
+            self._in_flight_version = None
             self._launch_failure = error
 
     @property
@@ -475,6 +487,15 @@ def check_policy_lag(max_policy_lag: Any, policy: Any, policy_placement: str, re
         )
     if max_policy_lag and policy is not None and policy_placement == "main":
         # The background rollout runs a copy taken at each hand-out: checked once, here.
+        problem = uncopyable_state(policy)
+        if problem is not None:
+            raise ConfigurationError(
+                f"`max_policy_lag=1` runs the next batch on a copy of the policy taken at each hand-out, while the "
+                f"caller updates the policy itself; but {problem}, which a copy cannot take with it, so the "
+                "background rollout would see the learner's changes as they happen. Make the policy an object that "
+                "holds what it reads (a class with `__call__`, a `torch.nn.Module`, or "
+                "`functools.partial(function, network)`), or use max_policy_lag=0."
+            )
         try:
             rollout_copy(policy)
         except Exception as error:

@@ -48,6 +48,8 @@ class RolloutLayout:
     typed_actions: bool = False
     #: A recurrent policy's state at every row goes into the batch (``batch.states``).
     store_states: bool = False
+    #: Batches whose memory (and, in workers, whose segments' mappings) is kept for recycling.
+    batches_recycled: int = 2
 
     # Derived once from the fields above, never pickled.
     observation_layout: SpaceLayout = field(init=False, repr=False, compare=False)

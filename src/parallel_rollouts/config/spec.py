@@ -34,6 +34,9 @@ class RolloutSpec:
     typed_actions: bool = False
     #: Store a recurrent policy's state at every row (``batch.states``).
     store_states: bool = False
+    #: Batches whose memory is kept for recycling: the one the caller holds and the one being
+    #: written (2), and with ``max_policy_lag=1`` also the next one, already in flight (3).
+    batches_recycled: int = 2
     #: Async workers host ``group_builder(envs, env_offset, layout)`` instead of the rollout
     #: groups when set (the VectorEnv adapter does); picklable.
     group_builder: Callable | None = field(default=None, compare=False)

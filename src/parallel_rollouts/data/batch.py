@@ -86,7 +86,7 @@ class RolloutBatch:
         worker order, so the first worker's figure also holds the time all
         workers step in parallel. Zero for the other backends.
     policy_versions:
-        ``[T, N]`` int64: which snapshot of the policy acted on the row, counted as the
+        ``[T, N]`` int64 (a read-only view): which snapshot of the policy acted on the row, counted as the
         number of ``collect()`` calls that had returned when it was taken. With
         ``max_policy_lag=0`` batch ``k`` (from 0) holds ``k``; with ``max_policy_lag=1``
         it holds ``k - 1`` (``0`` for the first batch): the policy as it was when batch
@@ -193,7 +193,8 @@ class RolloutBatch:
             env_step_seconds=storage.env_step_seconds[0],
             env_reset_seconds=storage.env_reset_seconds[0],
             env_wait_seconds=np.zeros(num_envs) if wait is None else wait,
-            policy_versions=np.full((horizon, num_envs), policy_version, dtype=np.int64),
+            # One value per batch: a read-only view of one number, not T x N of them.
+            policy_versions=np.broadcast_to(np.int64(policy_version), (horizon, num_envs)),
             **recurrent,
         )
 

@@ -48,8 +48,9 @@ if TYPE_CHECKING:
 
 __all__ = ["BatchMemory"]
 
-#: How many dropped batches are kept for recycling. Two cover a training loop
-#: holding the previous batch while the next one is collected.
+#: How many dropped batches are kept for recycling by default. Two cover a training loop
+#: holding the previous batch while the next one is collected; ``max_policy_lag=1`` asks for
+#: three (the batch held, the one being handed out, the next one in flight).
 POOL_SIZE = 2
 
 
@@ -128,8 +129,10 @@ class BatchMemory:
         reuse_buffers: bool,
         working: RolloutStorage | None = None,
         segments: BatchSegments | None = None,
+        pool_size: int = POOL_SIZE,
     ) -> None:
         self._allocate = allocate
+        self._pool_size = pool_size
         self._reuse = bool(reuse_buffers)
         self._working = working
         self._segments = segments
@@ -252,7 +255,7 @@ class BatchMemory:
         storage = _recycled(self._pool)
         if storage is None:
             storage = self._allocate()
-            if len(self._pool) >= POOL_SIZE:
+            if len(self._pool) >= self._pool_size:
                 self._pool.pop(0)  # still the caller's; the garbage collector frees it after them
             self._pool.append(_Recycled(storage))
         return storage
@@ -266,7 +269,7 @@ class BatchMemory:
             storage = self._segments()
             if storage is None:
                 return None
-            if len(self._segment_pool) >= POOL_SIZE:
+            if len(self._segment_pool) >= self._pool_size:
                 # Still the caller's: its name goes now, its memory with their last view.
                 self._segments.discard(self._segment_pool.pop(0).storage)
             self._segment_pool.append(_Recycled(storage))

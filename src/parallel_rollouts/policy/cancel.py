@@ -10,14 +10,27 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-__all__ = ["RolloutCancelled", "cancellable"]
+__all__ = ["CancelFlag", "RolloutCancelled", "cancellable"]
 
 
 class RolloutCancelled(Exception):
     """Raised between two rows of a rollout that ``close()`` asked to stop."""
 
 
-def cancellable(rows: Callable, cancel: threading.Event | None) -> Callable:
+class CancelFlag:
+    """A flag set from a signal handler (which must take no lock, as ``threading.Event.set`` does)."""
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set_from_signal(self, *_: object) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
+def cancellable(rows: Callable, cancel: threading.Event | CancelFlag | None) -> Callable:
     """``rows`` (the policy's rows of a step), refusing to give any once ``cancel`` is set."""
     if cancel is None:
         return rows

@@ -7,7 +7,6 @@ slice's :class:`~parallel_rollouts.groups.EnvGroup`.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,10 +66,11 @@ class SliceRollout:
     def policy(self) -> Any:
         return self.loop.policy
 
-    def run(self, storage: RolloutStorage, cancel: threading.Event | None = None) -> SliceResult:
+    def run(self, storage: RolloutStorage, cancel=None) -> SliceResult:
         """One rollout into ``storage`` (this slice's columns).
 
-        Raises :class:`PolicyFailed` when the policy failed, or ``cancel`` was set (the rollout
+        Raises :class:`PolicyFailed` when the policy failed, or ``cancel`` (anything with an
+        ``is_set()``) was set (the rollout
         is dropped and the envs stand where its last completed row says); anything an env
         raises passes through as it is (the envs are then in an unknown state).
         """

@@ -336,7 +336,10 @@ class WorkerPool:
         if protocol.CANCEL_SIGNAL is None:
             return
         for worker in self.workers:
-            if not worker.is_local and worker.alive and worker.awaiting_reply and worker.phase == "rollout":
+            if (
+                not worker.is_local and worker.alive and worker.awaiting_reply and worker.phase == "rollout"
+                and worker.process.is_alive()
+            ):
                 try:
                     os.kill(worker.process.pid, protocol.CANCEL_SIGNAL)
                 except (OSError, ValueError):

@@ -56,7 +56,6 @@ import pickle
 import signal
 import struct
 import sys
-import threading
 import traceback
 from dataclasses import dataclass
 
@@ -68,6 +67,7 @@ from ..errors import ObservationError, WorkerError
 from ..groups import GroupChain, RolloutGroup, build_groups, make_all, spaces_per_env
 from ..groups.single_envs import close_each, describe_failure
 from ..config.layout import RolloutLayout
+from ..policy.cancel import CancelFlag
 from ..policy.shipping import PolicyReplica
 from ..policy.slice_rollout import PolicyFailed, SliceRollout
 from .batch_segments import AttachedSegments
@@ -81,8 +81,6 @@ __all__ = ["AttachOrder", "REQUEST", "ShippedPolicy", "worker_main"]
 
 REQUEST = struct.Struct("<cq")
 
-#: Batch segments a worker keeps mapped: the main process recycles two (BatchMemory's pool).
-BATCH_SEGMENTS_KEPT = 2
 BEGIN, STEP, FINISH, ABANDON, ROLLOUT, CLOSE, HANDLE = b"b", b"s", b"f", b"a", b"r", b"c", b"x"
 #: Step some of a worker's envs (ready-first stepping): n, then n int64 env indices.
 STEP_ENVS = b"e"
@@ -97,8 +95,9 @@ _warnings = WarningRecorder()
 #: Set when the main process asks a rollout in flight to stop (``close()`` with a batch in
 #: flight): the rollout drops at its next row, and the worker serves the close request next.
 #: Never cleared: it is only ever asked before closing, and the signal may arrive before the
-#: worker has even read the rollout's request.
-_cancel_rollout = threading.Event()
+#: worker has even read the rollout's request. A plain flag, not a threading.Event: the signal
+#: handler must not take a lock.
+_cancel_rollout = CancelFlag()
 #: The signal that asks it (POSIX only; elsewhere a close waits out its bound instead).
 CANCEL_SIGNAL = getattr(signal, "SIGUSR1", None)
 
@@ -215,7 +214,7 @@ class _Channel:
 def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes], crash_report=None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if CANCEL_SIGNAL is not None:
-        signal.signal(CANCEL_SIGNAL, lambda *_: _cancel_rollout.set())
+        signal.signal(CANCEL_SIGNAL, _cancel_rollout.set_from_signal)
     if crash_report is not None:
         # A crash (segfault, abort) writes this process's Python stack into the pipe the main
         # process reads when it finds the worker dead; nothing is written otherwise.
@@ -317,7 +316,8 @@ class HostedSlice:
         else:
             groups = build_groups(envs, env_offset, [(0, len(envs))], layout, order.incarnation)
         column_range = (env_offset, env_offset + groups[-1][1])
-        segments = AttachedSegments(layout.allocate_storage, column_range, BATCH_SEGMENTS_KEPT)
+        # As many batch segments mapped as the main process recycles (BatchMemory's pool).
+        segments = AttachedSegments(layout.allocate_storage, column_range, layout.batches_recycled)
         group = groups[0][2] if len(groups) == 1 else GroupChain(groups)
         hosted = cls(group, storage.columns(*column_range), segments, env_offset, None, None)
         group.reset_all()

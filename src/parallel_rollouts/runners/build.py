@@ -85,7 +85,9 @@ def build_runner(
         stepper = InProcessStepper.build(spec, backend)
     try:
         layout = stepper.layout
-        memory = BatchMemory(layout.allocate_storage, reuse_buffers, stepper.working_storage, stepper.batch_segments)
+        memory = BatchMemory(
+            layout.allocate_storage, reuse_buffers, stepper.working_storage, stepper.batch_segments, layout.batches_recycled
+        )
         if pipelined:
             from .pipelined import PipelinedRunner
 

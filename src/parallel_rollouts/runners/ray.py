@@ -275,7 +275,9 @@ class RayRunner(RolloutRunner):
                 check_env_spaces(index, observation, action, observation_space, action_space)
             self.layout = spec.resolve(observation_space, action_space, num_envs=len(env_spaces))
             # The actors' slices come back as new arrays and are copied into the batch's columns.
-            self._memory = BatchMemory(self.layout.allocate_storage, self._reuse_buffers)
+            self._memory = BatchMemory(
+                self.layout.allocate_storage, self._reuse_buffers, pool_size=self.layout.batches_recycled
+            )
             policy_reference = None if initial_policy is None else ray.put(initial_policy)
             started = self._get_all([self._start(actor, policy_reference) for actor in self._actors])
             self._forwarded.extend(record for records in started for record in records)

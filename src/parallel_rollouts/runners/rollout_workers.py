@@ -90,7 +90,9 @@ class RolloutWorkersRunner(RolloutRunner):
         pool = WorkerPool.start(spec, options=options, policy=protocol.ShippedPolicy(snapshot))
         # Fresh batches are written straight into segments of their own: nothing is copied out.
         segments = None if reuse_buffers else BatchSegments(pool.layout.allocate_storage)
-        memory = BatchMemory(pool.layout.allocate_storage, reuse_buffers, pool.shared.storage, segments)
+        memory = BatchMemory(
+            pool.layout.allocate_storage, reuse_buffers, pool.shared.storage, segments, pool.layout.batches_recycled
+        )
         return cls(pool, memory, shipper, policy)
 
     def _collect(self) -> RolloutResult:
@@ -113,8 +115,7 @@ class RolloutWorkersRunner(RolloutRunner):
         # Each worker still running its rollout is asked to drop it at its next row; closing the
         # pool then reads that reply and closes the envs (within the pool's close bound, past
         # which a worker is terminated: WorkerPool.close).
-        if self._in_flight is not None:
-            self.pool.cancel_rollouts()
+        self.pool.cancel_rollouts()  # only workers still running a rollout are asked
         self._in_flight = None
 
     def _send_rollout(self) -> tuple:
