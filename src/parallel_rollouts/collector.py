@@ -166,8 +166,11 @@ class ParallelRolloutCollector:
         on a copy (``copy.deepcopy`` taken at each hand-out, sharing the random generators the
         policy holds, so that their streams go on as in turn-taking) on a background thread of
         this process; rollout workers and Ray actors run their rollouts between the request and
-        its reply, with the snapshot shipped at the hand-out. Not with ``reuse_buffers`` (the
-        batch in flight would overwrite the one held).
+        its reply, with the snapshot shipped at the hand-out (rollout workers then lower their
+        scheduling priority, ``os.nice(10)``, so that the learner keeps its core). A function
+        policy that reads live state from its globals or closure is refused (a copy cannot
+        take it along). Not with ``reuse_buffers`` (the batch in flight would overwrite the
+        one held).
     ray_options:
         Ray backend only: ``{"address", "num_cpus", "num_gpus", "max_restarts",
         "runtime_env", "scheduling_strategy", "continue_without_lost_actors"}``
@@ -220,7 +223,7 @@ class ParallelRolloutCollector:
         # First, so that __del__ can close whatever a failing constructor already made.
         self._owner_pid = os.getpid()
         self._backend: RolloutRunner | None = None
-        #: How many collect() calls have returned: the policy version of a snapshot taken now.
+        #: How many collect() calls have completed a rollout: the policy version of a snapshot taken now.
         self._returned = 0
         #: The policy version of the batch in flight (max_policy_lag=1; None: none in flight).
         self._in_flight_version: int | None = None
@@ -267,6 +270,7 @@ class ParallelRolloutCollector:
             episode_seeds=check_episode_seeds(episode_seeds),
             store_states=store_states,
             batches_recycled=2 + self._max_policy_lag,
+            yield_to_learner=bool(self._max_policy_lag) and policy_placement == "workers",
         )
         self._spec = spec
         # The runner: named `_backend` because it is what `backend=` chose.
@@ -377,10 +381,11 @@ class ParallelRolloutCollector:
         if self._max_policy_lag:
             # Launched once the batch holds its arrays, so that their memory is not recycled for it.
             self._launch_next()
+        # The rollout is complete: it counts, whether or not a warning made an error drops it.
+        self._returned += 1
         # Warnings from worker processes and actors, under this process's filters: with the
         # rollout complete, one made an error drops this batch and leaves the collector usable.
         raise_again(warnings)
-        self._returned += 1
         return batch
 
     def _collect_overlapped(self) -> tuple:
@@ -417,7 +422,7 @@ class ParallelRolloutCollector:
 
     def _launch_next(self) -> None:
         """Start the next batch now, with the policy as the caller hands this batch out (before it
-        learns from it); the snapshot's version counts the collect() calls returned before."""
+        learns from it); the snapshot's version counts the collect() calls completed before."""
         self._in_flight_version = self._returned  # first: a Ctrl-C after the launch still finds it
         try:
             self._backend.launch()

@@ -50,6 +50,8 @@ class RolloutLayout:
     store_states: bool = False
     #: Batches whose memory (and, in workers, whose segments' mappings) is kept for recycling.
     batches_recycled: int = 2
+    #: Rollout workers lower their scheduling priority while a learner runs beside them.
+    yield_to_learner: bool = False
 
     # Derived once from the fields above, never pickled.
     observation_layout: SpaceLayout = field(init=False, repr=False, compare=False)

@@ -37,6 +37,9 @@ class RolloutSpec:
     #: Batches whose memory is kept for recycling: the one the caller holds and the one being
     #: written (2), and with ``max_policy_lag=1`` also the next one, already in flight (3).
     batches_recycled: int = 2
+    #: Rollout workers lower their scheduling priority (``WORKER_NICENESS``), so that the learner
+    #: running beside them (``max_policy_lag=1``) keeps its core; they take every core it leaves.
+    yield_to_learner: bool = False
     #: Async workers host ``group_builder(envs, env_offset, layout)`` instead of the rollout
     #: groups when set (the VectorEnv adapter does); picklable.
     group_builder: Callable | None = field(default=None, compare=False)

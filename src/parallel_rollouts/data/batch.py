@@ -86,8 +86,9 @@ class RolloutBatch:
         worker order, so the first worker's figure also holds the time all
         workers step in parallel. Zero for the other backends.
     policy_versions:
-        ``[T, N]`` int64 (a read-only view): which snapshot of the policy acted on the row, counted as the
-        number of ``collect()`` calls that had returned when it was taken. With
+        ``[T, N]`` int64 (a read-only view): which snapshot of the policy acted on the
+        row, counted as the number of ``collect()`` calls that had completed their rollout
+        when it was taken (a batch a warning made an error dropped counts). With
         ``max_policy_lag=0`` batch ``k`` (from 0) holds ``k``; with ``max_policy_lag=1``
         it holds ``k - 1`` (``0`` for the first batch): the policy as it was when batch
         ``k - 1`` was handed out, before the caller learned from it.

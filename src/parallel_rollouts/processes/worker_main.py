@@ -100,6 +100,10 @@ _warnings = WarningRecorder()
 _cancel_rollout = CancelFlag()
 #: The signal that asks it (POSIX only; elsewhere a close waits out its bound instead).
 CANCEL_SIGNAL = getattr(signal, "SIGUSR1", None)
+#: How much a rollout worker lowers its priority when a learner runs beside it (``os.nice``):
+#: under contention for a core the learner gets most of it (about 90% at 10), and the workers
+#: take whatever the learner leaves, all of it while the learner waits for the next batch.
+WORKER_NICENESS = 10
 
 
 def _with_warnings(reply: bytes) -> bytes:
@@ -331,6 +335,10 @@ class HostedSlice:
                 # Each worker is one of as many processes as cores: one thread each,
                 # not a full-machine thread pool per worker.
                 sys.modules["torch"].set_num_threads(1)
+            if layout.yield_to_learner and hasattr(os, "nice"):
+                # With max_policy_lag=1 the learner's update runs while this worker collects: the
+                # update is what the next hand-out waits for once collection is the smaller part.
+                os.nice(WORKER_NICENESS)
             hosted.rollout = SliceRollout(group, env_offset, groups[-1][1], layout, policy)
         return hosted
 
