@@ -28,7 +28,7 @@ from tests.recurrent_policies import counting_policy
 
 pytestmark = pytest.mark.timeout(180)
 
-NUM_ENVS, HORIZON, COLLECTS = 4, 16, 5
+NUM_ENVS, HORIZON, COLLECTS = 4, 16, 4
 
 MODES = {
     "serial": dict(backend="serial"),
@@ -56,7 +56,7 @@ def test_lag_1_gives_the_turn_taking_loop_s_batches_for_the_same_policy_snapshot
     with _collector(policy, mode, 1) as collector:
         got = overlapped(collector, policy, COLLECTS)
         assert collector.max_policy_lag == 1
-    assert [int(batch.policy_versions.min()) for batch in got] == [0, 0, 1, 2, 3]
+    assert [int(batch.policy_versions.min()) for batch in got] == [0, 0, 1, 2]
     assert all((batch.policy_versions == batch.policy_versions[0, 0]).all() for batch in got)
     assert [int(batch.policy_versions[0, 0]) for batch in expected] == list(range(COLLECTS))
     for first, second in zip(expected, got):
@@ -65,7 +65,7 @@ def test_lag_1_gives_the_turn_taking_loop_s_batches_for_the_same_policy_snapshot
     assert not np.array_equal(got[0].log_probs, got[-1].log_probs)
 
 
-@pytest.mark.parametrize("mode", ["sync", "async defaults", "rollout workers"])
+@pytest.mark.parametrize("mode", ["sync", "rollout workers"])
 def test_a_recurrent_policy_s_state_carries_across_overlapped_batches(mode):
     runs = {}
     for lag in (0, 1):
@@ -92,7 +92,7 @@ class FailsAtCall:
         return self.inner(observations)
 
 
-@pytest.mark.parametrize("mode", ["sync", "async defaults", "rollout workers"])
+@pytest.mark.parametrize("mode", ["async defaults", "rollout workers"])
 def test_a_policy_that_raises_in_the_background_is_reported_by_the_next_collect(mode, no_leaks):
     policy = FailsAtCall(-1)
     with _collector(policy, mode, 1) as collector:

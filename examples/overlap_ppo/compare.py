@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
     options = parser.parse_args(argv)
     record = machine_record()
     print(format_machine_record(record), flush=True)
-    rounds, timesteps = (2, 1024) if options.quick else (options.rounds, options.timesteps)
+    rounds, timesteps = (2, 512) if options.quick else (options.rounds, options.timesteps)
     extra = dict(num_steps=64, num_envs=4) if options.quick else {}
     results = []
     for name in parse_names(options.workloads, WORKLOADS, "--workloads"):
