@@ -17,7 +17,7 @@ from ..policy.cancel import cancellable
 from .background import BackgroundRollout
 from .lifecycle import Lifecycle, RunnerState
 
-__all__ = ["ReplacedWorkers", "RolloutResult", "RolloutRunner", "RunnerState", "stepped_result"]
+__all__ = ["RemoteRolloutRunner", "ReplacedWorkers", "RolloutResult", "RolloutRunner", "RunnerState", "stepped_result"]
 
 
 @dataclass
@@ -160,6 +160,34 @@ class RolloutRunner(Lifecycle, abc.ABC):
         """Warnings raised in worker processes or actors since the last call
         (:mod:`parallel_rollouts.processes.forwarded_warnings` records)."""
         return []
+
+
+class RemoteRolloutRunner(RolloutRunner):
+    """A runner whose rollouts run elsewhere (rollout workers, Ray actors): a rollout in the
+    background needs no thread, it runs between the request :meth:`_send_rollout` makes (with the
+    policy snapshot taken then) and the replies :meth:`_receive_rollout` reads."""
+
+    _in_flight: tuple | None = None
+
+    @abc.abstractmethod
+    def _send_rollout(self) -> tuple: ...
+
+    @abc.abstractmethod
+    def _receive_rollout(self, *request) -> RolloutResult: ...
+
+    def _collect(self) -> RolloutResult:
+        return self._receive_rollout(*self._send_rollout())
+
+    def _launch(self) -> None:
+        self._in_flight = self._send_rollout()
+
+    def _join(self) -> RolloutResult:
+        in_flight, self._in_flight = self._in_flight, None
+        return self._receive_rollout(*in_flight)
+
+    @property
+    def in_flight(self) -> bool:
+        return self._in_flight is not None
 
 
 def stepped_result(stepper, memory, episodes: CompletedEpisodes, has_values: bool, has_log_probs: bool) -> RolloutResult:

@@ -50,7 +50,7 @@ from ..data.spaces import check_env_spaces
 from ..config.spec import RolloutSpec
 from ..config.worker_options import WorkerOptions
 from ..data.storage import CompletedEpisodes
-from .base import RolloutResult, RolloutRunner
+from .base import RemoteRolloutRunner, RolloutResult
 from ..policy.shipping import PolicyReplica, PolicyShipper, PolicySnapshot
 from ..policy.slice_merge import merged_output_fields
 from ..policy.slice_rollout import PolicyFailed, SliceRollout
@@ -233,7 +233,7 @@ class _LocalRay:
             ray.shutdown()
 
 
-class RayRunner(RolloutRunner):
+class RayRunner(RemoteRolloutRunner):
     def __init__(
         self,
         spec: RolloutSpec,
@@ -393,22 +393,6 @@ class RayRunner(RolloutRunner):
             actor_of = actor_indices or list(range(len(references)))
             raise merged_failure([self._lost(actor_of[position], death, "while starting up.") for position, death in dead])
         return results
-
-    def _collect(self) -> RolloutResult:
-        return self._receive_rollout(*self._send_rollout())
-
-    # A rollout in the background needs no thread here: the actors run it between the remote
-    # call and its result, with the policy snapshot taken when the call went out.
-    def _launch(self) -> None:
-        self._in_flight = self._send_rollout()
-
-    def _join(self) -> RolloutResult:
-        in_flight, self._in_flight = self._in_flight, None
-        return self._receive_rollout(*in_flight)
-
-    @property
-    def in_flight(self) -> bool:
-        return getattr(self, "_in_flight", None) is not None
 
     def _stop_in_flight(self) -> None:
         # Closing kills the actors; their rollouts in flight go with them.

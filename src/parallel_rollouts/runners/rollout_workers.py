@@ -30,7 +30,7 @@ from ..processes.pool import WorkerPool
 from ..config.spec import RolloutSpec
 from ..config.worker_options import WorkerOptions
 from ..data.storage import CompletedEpisodes
-from .base import RolloutResult, RolloutRunner
+from .base import RemoteRolloutRunner, RolloutResult
 from ..policy.shipping import PolicyShipper
 from ..policy.slice_merge import merged_output_fields
 
@@ -53,7 +53,7 @@ def _first_unsure_row(storage, start: int, stop: int) -> int:
     return rows - 1
 
 
-class RolloutWorkersRunner(RolloutRunner):
+class RolloutWorkersRunner(RemoteRolloutRunner):
     """``backend="async", policy_placement="workers"``."""
 
     def __init__(self, pool: WorkerPool, memory: BatchMemory, shipper: PolicyShipper | None, policy: Any = None) -> None:
@@ -68,8 +68,6 @@ class RolloutWorkersRunner(RolloutRunner):
         # at the next row 0.
         self._previous_record: tuple[list[np.ndarray], np.ndarray] | None = None
         self._fresh = np.ones(pool.layout.num_envs, dtype=np.bool_)
-        #: What receiving a rollout requested by :meth:`launch` needs (``None``: none in flight).
-        self._in_flight: tuple | None = None
 
     @classmethod
     def build(
@@ -94,22 +92,6 @@ class RolloutWorkersRunner(RolloutRunner):
             pool.layout.allocate_storage, reuse_buffers, pool.shared.storage, segments, pool.layout.batches_recycled
         )
         return cls(pool, memory, shipper, policy)
-
-    def _collect(self) -> RolloutResult:
-        return self._receive_rollout(*self._send_rollout())
-
-    # A rollout in the background needs no thread here: it runs in the workers between the
-    # request and its reply, with the policy snapshot taken when the request went out.
-    def _launch(self) -> None:
-        self._in_flight = self._send_rollout()
-
-    def _join(self) -> RolloutResult:
-        in_flight, self._in_flight = self._in_flight, None
-        return self._receive_rollout(*in_flight)
-
-    @property
-    def in_flight(self) -> bool:
-        return self._in_flight is not None
 
     def _stop_in_flight(self) -> None:
         # Each worker still running its rollout is asked to drop it at its next row; closing the
