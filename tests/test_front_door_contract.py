@@ -99,7 +99,7 @@ def _front_door_refusals() -> list[str]:
 
 def test_a_factory_returning_a_non_env_is_refused_by_one_function_from_every_front_door():
     expected = str(not_an_env("env_fns[1]", 5, vector_envs=True))
-    assert expected.startswith("env_fns[1] returned int, not a gymnasium.Env or a gymnasium.vector.VectorEnv;")
+    assert expected.startswith("env_fns[1] returned int, not a gymnasium.Env, a gymnasium.vector.VectorEnv or a PettingZoo ParallelEnv;")
     assert _front_door_refusals() == [expected, expected]
     with pytest.raises(ConfigurationError) as info:
         as_env(5)

@@ -34,6 +34,7 @@ from .errors import (
     WorkerDiedError,
     WorkerError,
 )
+from .groups.agent_padding import PadAgentSpaces
 from .make import make_collector
 from .policy.output import PolicyOutput
 from .policy.recurrent import RecurrentPolicy
@@ -82,6 +83,7 @@ __all__ = [
     "EnvFailure",
     "ObservationError",
     "ObservationWarning",
+    "PadAgentSpaces",
     "ParallelRolloutCollector",
     "ParallelRolloutsError",
     "ParallelVectorEnv",

@@ -1,4 +1,4 @@
-"""``make_collector``: a collector for a registered Gymnasium env id, in one line.
+"""``make_collector``: a collector for a registered Gymnasium env id (or a PettingZoo env), in one line.
 
 The counterpart of ``gymnasium.make_vec``: the id is resolved to its
 ``EnvSpec`` here, in the calling process, and each env factory carries that
@@ -7,11 +7,16 @@ registry look-up, so ids that only this process registered (a package imported
 here, an ``gymnasium.register`` call in a script) also work in the async
 backend's spawned workers and in Ray actors. Factories are ``functools.partial``
 objects of a top-level function: they pickle with plain ``pickle``.
+
+A PettingZoo parallel env is named by its module (``mpe2.simple_spread_v3``), its
+``parallel_env`` constructor, or a ``ParallelEnv`` subclass; each factory calls the
+constructor with ``env_kwargs``.
 """
 
 from __future__ import annotations
 
 import importlib
+import types
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -26,7 +31,7 @@ __all__ = ["make_collector"]
 
 
 def make_collector(
-    env_id: str | EnvSpec,
+    env_id: Any,
     num_envs: int = 1,
     policy: Callable[[Any], Any] | None = None,
     backend: str = "sync",
@@ -43,7 +48,10 @@ def make_collector(
     ----------
     env_id:
         A registered Gymnasium id (``"CartPole-v1"``, ``"ale_py:ALE/Pong-v5"``) or an
-        ``EnvSpec``, as ``gymnasium.make`` accepts.
+        ``EnvSpec``, as ``gymnasium.make`` accepts; or a PettingZoo parallel env: its
+        module (``mpe2.simple_spread_v3``), its ``parallel_env`` constructor, or a
+        ``pettingzoo.ParallelEnv`` subclass. A multi-agent env gives one batch column per
+        agent (``num_envs * len(possible_agents)`` columns; see ``docs/multi-agent.md``).
     num_envs:
         How many envs to run.
     policy, backend, horizon, seed:
@@ -51,10 +59,11 @@ def make_collector(
     env_kwargs:
         Keyword arguments of ``gymnasium.make`` for every env: its own
         (``max_episode_steps``, ``render_mode``, ``disable_env_checker``, ...) and the
-        env's constructor arguments.
+        env's constructor arguments (for a PettingZoo env, its constructor's only).
     wrappers:
         Callables ``env -> env`` applied to each env in order after
-        ``gymnasium.make``, e.g. ``[gymnasium.wrappers.FlattenObservation]``. For the
+        ``gymnasium.make`` (or the PettingZoo constructor), e.g.
+        ``[gymnasium.wrappers.FlattenObservation]``. For the
         async and Ray backends they must be picklable by ``cloudpickle``.
     **collector_kwargs:
         The collector's keyword-only arguments: ``core``, ``info_keys``,
@@ -71,7 +80,8 @@ def make_collector(
         For an unknown id, naming it (with Gymnasium's suggestion), or invalid
         arguments. The collector's own errors otherwise.
     """
-    spec = _resolve_spec(env_id)
+    constructor = _parallel_env_constructor(env_id)
+    spec = None if constructor is not None else _resolve_spec(env_id)
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ConfigurationError(f"`num_envs` must be an int >= 1; got {num_envs!r}.")
     if env_kwargs is None:
@@ -87,8 +97,45 @@ def make_collector(
     for index, wrapper in enumerate(wrappers):
         if not callable(wrapper):
             raise ConfigurationError(f"wrappers[{index}] is not callable; got {wrapper!r}.")
-    env_fn = partial(_make_env, spec, dict(env_kwargs), tuple(wrappers))
+    if constructor is not None:
+        env_fn = partial(_construct_env, constructor, dict(env_kwargs), tuple(wrappers))
+    else:
+        env_fn = partial(_make_env, spec, dict(env_kwargs), tuple(wrappers))
     return ParallelRolloutCollector([env_fn] * num_envs, policy, backend, horizon, seed, **collector_kwargs)
+
+
+def _parallel_env_constructor(env_id: Any) -> Callable[..., Any] | None:
+    """The PettingZoo parallel env constructor ``env_id`` names, or None when it names none.
+
+    PettingZoo's env modules each expose ``parallel_env``; a class is taken when it
+    subclasses ``pettingzoo.ParallelEnv``. Other callables are not guessed at: they are
+    refused by :func:`_resolve_spec` with the pointer to env factories.
+    """
+    if isinstance(env_id, types.ModuleType):
+        constructor = getattr(env_id, "parallel_env", None)
+        if not callable(constructor):
+            raise ConfigurationError(
+                f"`env_id` is the module {env_id.__name__!r}, which has no `parallel_env` constructor; pass a "
+                "PettingZoo env module (e.g. `mpe2.simple_spread_v3`) or a registered Gymnasium env id."
+            )
+        return constructor
+    if getattr(env_id, "__name__", None) == "parallel_env" and callable(env_id):
+        return env_id
+    if isinstance(env_id, type):
+        try:
+            from pettingzoo import ParallelEnv
+        except ImportError:
+            return None
+        return env_id if issubclass(env_id, ParallelEnv) else None
+    return None
+
+
+def _construct_env(constructor: Callable[..., Any], env_kwargs: dict, wrappers: tuple) -> Any:
+    """The factory of a PettingZoo env: its constructor with ``env_kwargs``, then each wrapper in order."""
+    env = constructor(**env_kwargs)
+    for wrapper in wrappers:
+        env = wrapper(env)
+    return env
 
 
 def _resolve_spec(env_id: Any) -> EnvSpec:
@@ -96,7 +143,8 @@ def _resolve_spec(env_id: Any) -> EnvSpec:
         return env_id
     if not isinstance(env_id, str):
         hint = (
-            " For env factories, use ParallelRolloutCollector(env_fns, ...) directly."
+            " For env factories, use ParallelRolloutCollector(env_fns, ...) directly; for a PettingZoo env, "
+            "pass its module or its `parallel_env` constructor."
             if callable(env_id) or isinstance(env_id, (list, tuple))
             else ""
         )

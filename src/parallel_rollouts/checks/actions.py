@@ -21,6 +21,7 @@ trained on), while a Gymnasium vector env hands it to the env as
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
@@ -84,7 +85,13 @@ class ActionBatchChecker:
     """
 
     def __init__(
-        self, layout: SpaceLayout, num_envs: int, core: ModuleType, source: str, float_box_bounds: str = "enforce"
+        self,
+        layout: SpaceLayout,
+        num_envs: int,
+        core: ModuleType,
+        source: str,
+        float_box_bounds: str = "enforce",
+        column_agents: Sequence = (),
     ) -> None:
         if float_box_bounds not in _FLOAT_BOX_BOUNDS:
             raise ValueError(f"`float_box_bounds` must be one of {_FLOAT_BOX_BOUNDS!r}; got {float_box_bounds!r}.")
@@ -92,6 +99,8 @@ class ActionBatchChecker:
         self._num_envs = num_envs
         self._core = core
         self._source = source
+        # The agent behind each row, for multi-agent envs (messages name it beside the env).
+        self._column_agents = tuple(column_agents)
         # What each leaf's check needs, worked out once rather than per step.
         self._leaf_checks: list = []
         for leaf_index, leaf in enumerate(layout.leaves):
@@ -139,7 +148,7 @@ class ActionBatchChecker:
                 env = _first_non_integer_row(array)
                 raise ActionError(
                     f"{source} actions{where} have dtype {array.dtype}; the action space "
-                    f"{leaf.space!r} needs integers (env {env} got {array[env].tolist()!r}). "
+                    f"{leaf.space!r} needs integers ({self._env_name(env)} got {array[env].tolist()!r}). "
                     "Convert them (e.g. `.astype(np.int64)`)."
                 )
             if array.dtype.kind not in "iubf":
@@ -153,11 +162,19 @@ class ActionBatchChecker:
                 if np.isinf(high).all():
                     hint = " NaN is no action; find where it came from."
                 raise ActionError(
-                    f"{source} action{where} for env {env} is outside the action space "
+                    f"{source} action{where} for {self._env_name(env)} is outside the action space "
                     f"{leaf.space!r}: got {array[env].tolist()!r}.{hint}"
                 )
             checked.append(array)
         return checked
+
+    def _env_name(self, env: int) -> str:
+        return _named_env(env, self._column_agents)
+
+
+def _named_env(env: int, column_agents: tuple) -> str:
+    agent = column_agents[env] if env < len(column_agents) else None
+    return f"env {env}" if agent is None else f"env {env} (agent {agent!r})"
 
 
 def _first_non_integer_row(array: np.ndarray) -> int:

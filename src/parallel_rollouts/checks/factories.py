@@ -17,9 +17,14 @@ __all__ = ["not_an_env"]
 def not_an_env(factory: str, returned: Any, *, vector_envs: bool) -> SpaceError:
     """The error for ``factory`` (``"env_fns[3]"``) having returned ``returned``, which is not an env.
 
-    ``vector_envs``: whether the caller also takes a factory returning a Gymnasium vector env.
+    ``vector_envs``: whether the caller also takes a factory returning a Gymnasium vector env
+    or a PettingZoo ``ParallelEnv`` (the collector does).
     """
-    expected = "a gymnasium.Env or a gymnasium.vector.VectorEnv" if vector_envs else "a gymnasium.Env (single envs only here)"
+    expected = (
+        "a gymnasium.Env, a gymnasium.vector.VectorEnv or a PettingZoo ParallelEnv"
+        if vector_envs
+        else "a gymnasium.Env (single envs only here)"
+    )
     return SpaceError(
         f"{factory} returned {type(returned).__name__}, not {expected}; an env factory must return one "
         "(wrap an old Gym env with shimmy first)."

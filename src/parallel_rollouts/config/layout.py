@@ -52,6 +52,9 @@ class RolloutLayout:
     batches_recycled: int = 2
     #: Rollout workers lower their scheduling priority while a learner runs beside them.
     yield_to_learner: bool = False
+    #: With multi-agent envs, each column's agent name (None for a column of a single env);
+    #: empty when no env is multi-agent. Messages name the agent behind a column with it.
+    column_agents: tuple = ()
 
     # Derived once from the fields above, never pickled.
     observation_layout: SpaceLayout = field(init=False, repr=False, compare=False)

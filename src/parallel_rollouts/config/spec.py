@@ -53,8 +53,13 @@ class RolloutSpec:
         """Env factories; the batch has more columns when a factory returns a vector env."""
         return len(self.env_fns)
 
-    def resolve(self, observation_space: Space, action_space: Space, num_envs: int) -> RolloutLayout:
-        """The layout of this collector's rollouts, given env 0's spaces and the env count."""
+    def resolve(
+        self, observation_space: Space, action_space: Space, num_envs: int, column_agents: tuple = ()
+    ) -> RolloutLayout:
+        """The layout of this collector's rollouts, given env 0's spaces, the env count and the columns' agents."""
         # Every setting the layout shares with the spec is carried over as it is.
         shared = {f.name: getattr(self, f.name) for f in fields(RolloutLayout) if f.init and hasattr(self, f.name)}
-        return RolloutLayout(observation_space=observation_space, action_space=action_space, num_envs=num_envs, **shared)
+        return RolloutLayout(
+            observation_space=observation_space, action_space=action_space, num_envs=num_envs,
+            column_agents=column_agents, **shared,
+        )

@@ -1,12 +1,15 @@
 """Groups of envs and the one interface every backend drives them through (:mod:`.base`)."""
 
+from .agents import AgentEnvGroup
 from .base import RolloutGroup
-from .building import build_groups, check_distinct_envs, make_all, spaces_per_env
+from .building import ColumnSpaces, build_groups, check_distinct_envs, make_all, resolve_layout, spaces_per_env
 from .chain import GroupChain
 from .single_envs import EnvGroup
 from .vector_source import VectorEnvGroup
 
 __all__ = [
+    "AgentEnvGroup",
+    "ColumnSpaces",
     "EnvGroup",
     "GroupChain",
     "RolloutGroup",
@@ -14,5 +17,6 @@ __all__ = [
     "build_groups",
     "check_distinct_envs",
     "make_all",
+    "resolve_layout",
     "spaces_per_env",
 ]

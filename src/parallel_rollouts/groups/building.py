@@ -1,29 +1,41 @@
 """From env factories to the groups that step them, for every backend that hosts groups.
 
-A factory returns either a single ``gymnasium.Env`` or a Gymnasium vector env
-(``gymnasium.make_vec(...)``, ``CartPoleVectorEnv``, a user's ``VectorEnv``).
-All factories of a collector must return the same kind. Single envs are
-grouped as the backend chooses (one :class:`EnvGroup` per env for ``serial``,
-one for all of a process's envs otherwise); a vector env is always one
-:class:`VectorEnvGroup` covering its ``num_envs`` columns, placed after the
-columns of the factories before it.
+A factory returns a single ``gymnasium.Env``, a Gymnasium vector env
+(``gymnasium.make_vec(...)``, ``CartPoleVectorEnv``, a user's ``VectorEnv``) or a
+PettingZoo ``ParallelEnv`` (a multi-agent env). All factories of a collector must
+return the same kind. Single envs are grouped as the backend chooses (one
+:class:`EnvGroup` per env for ``serial``, one for all of a process's envs
+otherwise); a vector env is always one :class:`VectorEnvGroup` covering its
+``num_envs`` columns, and a multi-agent env one :class:`AgentEnvGroup` covering one
+column per possible agent, each placed after the columns of the factories before it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from gymnasium import Env, Space
 
 from ..checks.factories import not_an_env
 from ..errors import ConfigurationError, SpaceError, WorkerError
 from ..config.layout import RolloutLayout
+from ..config.spec import RolloutSpec
+from ..data.spaces import check_env_spaces
+from .agents import AgentEnvGroup, agent_spaces, check_parallel_env, is_parallel_env
 from .base import RolloutGroup
 from .single_envs import EnvGroup, close_each, describe_failure
 from .vector_source import VectorEnvGroup, check_vector_env, is_vector_env
 
-__all__ = ["build_groups", "check_distinct_envs", "make_all", "spaces_per_env"]
+__all__ = ["ColumnSpaces", "build_groups", "check_distinct_envs", "make_all", "resolve_layout", "spaces_per_env"]
+
+
+class ColumnSpaces(NamedTuple):
+    """What one column of the batch declares: its spaces, and its agent's name for a multi-agent env."""
+
+    observation: Space
+    action: Space
+    agent: Any = None
 
 
 def _make_one(env_fn: Callable[[], Any], index: int) -> Any:
@@ -33,6 +45,8 @@ def _make_one(env_fn: Callable[[], Any], index: int) -> Any:
         raise WorkerError.from_failures([describe_failure(index, "make", error)]) from error
     if is_vector_env(made):
         check_vector_env(made, f"env_fns[{index}]")
+    elif is_parallel_env(made):
+        check_parallel_env(made, f"env_fns[{index}]")
     elif not isinstance(made, Env):
         raise not_an_env(f"env_fns[{index}]", made, vector_envs=True)
     return made
@@ -44,18 +58,25 @@ def make_all(env_fns: Sequence[Callable[[], Any]], first_index: int) -> list:
     try:
         for k, env_fn in enumerate(env_fns):
             made.append(_make_one(env_fn, first_index + k))
-            if is_vector_env(made[-1]) != is_vector_env(made[0]):
-                kinds = ("a vector env", "a single env")
-                first, this = (kinds[0], kinds[1]) if is_vector_env(made[0]) else (kinds[1], kinds[0])
+            if source_kind(made[-1]) != source_kind(made[0]):
                 raise SpaceError(
-                    f"env_fns[{first_index + k}] returned {this} but env_fns[{first_index}] returned {first}; "
-                    "every factory must return the same kind."
+                    f"env_fns[{first_index + k}] returned {source_kind(made[-1])} but env_fns[{first_index}] returned "
+                    f"{source_kind(made[0])}; every factory must return the same kind."
                 )
         check_distinct_envs(made, first_index)
     except BaseException:
         close_each(made)
         raise
     return made
+
+
+def source_kind(made: Any) -> str:
+    """What a factory returned, as messages name it."""
+    if is_vector_env(made):
+        return "a vector env"
+    if is_parallel_env(made):
+        return "a multi-agent (PettingZoo) env"
+    return "a single env"
 
 
 def check_distinct_envs(envs: Sequence[Any], env_offset: int) -> None:
@@ -84,15 +105,30 @@ def check_distinct_envs(envs: Sequence[Any], env_offset: int) -> None:
     )
 
 
-def spaces_per_env(made: Sequence[Any]) -> list[tuple[Space, Space]]:
-    """``(observation_space, action_space)`` of every env column, a vector env's sub-envs included."""
-    pairs: list[tuple[Space, Space]] = []
+def spaces_per_env(made: Sequence[Any]) -> list[ColumnSpaces]:
+    """The :class:`ColumnSpaces` of every env column, a vector env's sub-envs and a multi-agent env's agents included."""
+    columns: list[ColumnSpaces] = []
     for env in made:
         if is_vector_env(env):
-            pairs.extend([(env.single_observation_space, env.single_action_space)] * int(env.num_envs))
+            columns.extend([ColumnSpaces(env.single_observation_space, env.single_action_space)] * int(env.num_envs))
+        elif is_parallel_env(env):
+            agents, observation_space, action_space = agent_spaces(env, f"the multi-agent env {type(env).__name__}")
+            columns.extend(ColumnSpaces(observation_space, action_space, agent) for agent in agents)
         else:
-            pairs.append((env.observation_space, env.action_space))
-    return pairs
+            columns.append(ColumnSpaces(env.observation_space, env.action_space))
+    return columns
+
+
+def resolve_layout(spec: RolloutSpec, columns: Sequence[ColumnSpaces]) -> RolloutLayout:
+    """The collector's layout from every column's spaces (each checked against column 0's) and agents."""
+    first = columns[0]
+    for index, column in enumerate(columns):
+        check_env_spaces(index, column.observation, column.action, first.observation, first.action)
+    agents = tuple(column.agent for column in columns)
+    return spec.resolve(
+        first.observation, first.action, num_envs=len(columns),
+        column_agents=agents if any(agent is not None for agent in agents) else (),
+    )
 
 
 def build_groups(
@@ -105,15 +141,16 @@ def build_groups(
     """The groups over ``made``, as ``(start, stop, group)`` with columns relative to ``column_offset``.
 
     ``single_env_bounds`` groups single envs (ignored for vector envs, which are
-    one group each). ``incarnation``: how many times these envs' worker was replaced
+    one group each, as is a multi-agent env). ``incarnation``: how many times these envs' worker was replaced
     (their episode seeds then come from a stream of their own, see :mod:`~parallel_rollouts.config.seeding`).
     """
-    if made and is_vector_env(made[0]):
+    if made and (is_vector_env(made[0]) or is_parallel_env(made[0])):
+        group_class = VectorEnvGroup if is_vector_env(made[0]) else AgentEnvGroup
         groups, start = [], 0
-        for vector_env in made:
-            stop = start + int(vector_env.num_envs)
-            groups.append((start, stop, VectorEnvGroup(vector_env, column_offset + start, layout, incarnation)))
-            start = stop
+        for env in made:
+            group = group_class(env, column_offset + start, layout, incarnation)
+            groups.append((start, start + group.num_envs, group))
+            start += group.num_envs
         return groups
     return [
         (start, stop, EnvGroup(list(made[start:stop]), column_offset + start, layout, incarnation))

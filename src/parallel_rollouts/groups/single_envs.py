@@ -32,7 +32,7 @@ consistent or refusing to continue.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from time import perf_counter
 from types import ModuleType
 from typing import Any
@@ -42,7 +42,6 @@ from gymnasium import Env
 
 from ..checks.conversion import explain_rejected_row
 from ..checks.env_returns import check_reset_result
-from ..checks.factories import not_an_env
 from ..errors import EnvFailure, ObservationError, SpaceError, WorkerError
 from ..config.layout import RolloutLayout
 from ..checks.observations import ObservationChecker
@@ -51,7 +50,7 @@ from ..data.spaces import SpaceLayout, check_env_spaces
 from ..data.storage import CompletedEpisodes, RolloutStorage
 from .base import refused_step
 
-__all__ = ["EnvGroup", "close_each", "describe_failure", "episode_recorder", "make_env", "unstorable_observation"]
+__all__ = ["EnvGroup", "close_each", "describe_failure", "episode_recorder", "unstorable_observation"]
 
 
 def describe_failure(env_index: int, phase: str, error: BaseException) -> EnvFailure:
@@ -111,17 +110,6 @@ def episode_recorder(
         done_columns,
         env_offset,
     )
-
-
-def make_env(env_fn: Callable[[], Env], env_index: int) -> Env:
-    """Call one env factory, turning any exception into a :class:`WorkerError`."""
-    try:
-        env = env_fn()
-    except Exception as error:
-        _raise_failures([(describe_failure(env_index, "make", error), error)])
-    if not isinstance(env, Env):
-        raise not_an_env(f"env_fns[{env_index}]", env, vector_envs=False)
-    return env
 
 
 class EnvGroup:

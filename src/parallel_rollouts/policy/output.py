@@ -45,11 +45,11 @@ class PolicyOutputWriter:
     storage (and the envs, which have not been stepped) as they were.
     """
 
-    def __init__(self, action_layout: SpaceLayout, num_envs: int, core: ModuleType) -> None:
+    def __init__(self, action_layout: SpaceLayout, num_envs: int, core: ModuleType, column_agents: tuple = ()) -> None:
         self._layout = action_layout
         self._core = core
         self._num_envs = num_envs
-        self._actions = ActionBatchChecker(action_layout, num_envs, core, "the policy's")
+        self._actions = ActionBatchChecker(action_layout, num_envs, core, "the policy's", column_agents=column_agents)
         self.has_values: bool | None = None
         self.has_log_probs: bool | None = None
         self._actions_alone = False

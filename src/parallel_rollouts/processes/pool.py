@@ -423,7 +423,7 @@ class WorkerPool:
                 f"the replacement of {worker.describe()} made {len(reply)} envs where its factories made "
                 f"{worker.stop - worker.start} before; env factories must make the same envs every time."
             )
-        for offset, (observation, action) in enumerate(reply):
+        for offset, (observation, action, _agent) in enumerate(reply):
             check_env_spaces(
                 worker.start + offset, observation, action,
                 self.layout.observation_space, self.layout.action_space,

@@ -15,7 +15,7 @@ from multiprocessing.connection import wait
 
 from ..errors import ConfigurationError, WorkerError
 from ..checks.failures import merged_failure
-from ..data.spaces import check_env_spaces
+from ..groups import resolve_layout
 from ..config.spec import RolloutSpec
 from . import worker_main as protocol
 from .doorbell import MainDoorbells, doorbell_bytes
@@ -52,11 +52,7 @@ def attach(spec: RolloutSpec, resources, policy) -> protocol.AttachOrder:
     for worker, reply in zip(resources.workers, replies):
         worker.start, worker.stop = column, column + len(reply)
         column = worker.stop
-    env_spaces = [pair for reply in replies for pair in reply]
-    observation_space, action_space = env_spaces[0]
-    for index, (observation, action) in enumerate(env_spaces):
-        check_env_spaces(index, observation, action, observation_space, action_space)
-    layout = spec.resolve(observation_space, action_space, num_envs=len(env_spaces))
+    layout = resolve_layout(spec, [column for reply in replies for column in reply])
     slots = resources.workers[-1].index + 1
     doorbells = resources.use_doorbells
     resources.shared = SharedStorage.create(layout.allocate_storage, doorbell_bytes(slots) if doorbells else 0)

@@ -39,14 +39,13 @@ import numpy as np
 
 from ..data.batch_memory import BatchMemory
 from ..data.recurrent_record import RecurrentRecord
-from ..groups import check_distinct_envs
+from ..groups import GroupChain, build_groups, make_all, resolve_layout, spaces_per_env
 from ..checks.failures import losses_beyond_restarts, merged_failure, timed_out, worker_died
-from ..groups.single_envs import EnvGroup, close_each, describe_failure, make_env
+from ..groups.single_envs import close_each, describe_failure
 from ..errors import ConfigurationError, StepTimeoutError, WorkerDiedError, WorkerError
 from ..processes.forwarded_warnings import WarningRecorder
 from ..processes.slicing import pickle_env_fns, resolve_num_workers, split_envs, usable_cores
 from ..config.layout import RolloutLayout
-from ..data.spaces import check_env_spaces
 from ..config.spec import RolloutSpec
 from ..config.worker_options import WorkerOptions
 from ..data.storage import CompletedEpisodes
@@ -116,6 +115,8 @@ class SliceActor:
     """Runs one slice of the envs for whole rollouts (wrapped by ``ray.remote`` at run time)."""
 
     def __init__(self, pickled_env_fns: list[bytes], env_offset: int, incarnation: int) -> None:
+        # The index of the slice's first factory; start() replaces it by its first column
+        # (they differ when a factory returns a vector env or a multi-agent env).
         self._env_offset = env_offset
         self._incarnation = incarnation
         # This slice's layout, from the collector's one (start()).
@@ -128,32 +129,28 @@ class SliceActor:
         # Warnings raised here travel back with each reply and are raised in the driver.
         self._warnings = WarningRecorder()
         self._warnings.install()
-        self._group: EnvGroup | None = None
+        self._group: GroupChain | None = None
         self._rollout: SliceRollout | None = None
 
     def _make_envs(self) -> list:
         if self._envs is None:
-            envs = []
-            try:
-                for column, pickled in enumerate(self._pickled_env_fns):
-                    envs.append(make_env(cloudpickle.loads(pickled), self._env_offset + column))
-                # One env object behind several indices of this slice would interleave their data.
-                check_distinct_envs(envs, self._env_offset)
-            except BaseException:
-                close_each(envs)
-                raise
-            self._envs = envs
+            # Each factory named by its index; one env object behind several indices is refused.
+            self._envs = make_all([cloudpickle.loads(pickled) for pickled in self._pickled_env_fns], self._env_offset)
         return self._envs
 
     def spaces(self) -> list[tuple[Any, Any]]:
-        return [(env.observation_space, env.action_space) for env in self._make_envs()]
+        """The spaces of every column of the slice (a vector or multi-agent env spans several)."""
+        return spaces_per_env(self._make_envs())
 
-    def start(self, layout: RolloutLayout, policy: PolicySnapshot | None) -> list:
-        """Build the slice's group and reset its envs; return the warnings raised meanwhile."""
-        self._make_envs()
+    def start(self, layout: RolloutLayout, policy: PolicySnapshot | None, column_offset: int) -> list:
+        """Build the slice's groups from its first column and reset its envs; return the warnings raised meanwhile."""
+        envs = self._make_envs()
+        self._env_offset = column_offset
+        groups = build_groups(envs, column_offset, [(0, len(envs))], layout, self._incarnation)
+        columns = groups[-1][1]
         # The actor returns storage of its own columns only.
-        self._layout = replace(layout, num_envs=len(self._envs))
-        self._group = EnvGroup(self._envs, self._env_offset, layout, self._incarnation)
+        self._layout = replace(layout, num_envs=columns)
+        self._group = GroupChain(groups)
         self._group.reset_all()
         # No policy: SliceRollout samples random actions per env.
         self._replica = None
@@ -163,7 +160,7 @@ class SliceActor:
         self._rollout = SliceRollout(
             self._group,
             self._env_offset,
-            len(self._envs),
+            columns,
             layout,
             None if self._replica is None else self._replica.policy,
         )
@@ -260,6 +257,9 @@ class RayRunner(RemoteRolloutRunner):
         initial_policy = None if self._shipper is None else self._shipper.snapshot()
         self._pickled_env_fns = pickle_env_fns(spec.env_fns, "a Ray actor")
         self._slices = split_envs(spec.num_factories, resolve_num_workers(options.num_workers, spec.num_factories))
+        # Each actor's columns of the batch: its factories' until their envs report how many
+        # columns they span (a vector env its num_envs, a multi-agent env its agents).
+        self._columns = list(self._slices)
         # How many times each slice's actor was replaced: a replacement's envs draw their
         # episode seeds from that incarnation's stream, never handed out before.
         self._incarnations = [0] * len(self._slices)
@@ -269,17 +269,18 @@ class RayRunner(RemoteRolloutRunner):
             self._actors = [self._create_actor(index) for index in range(len(self._slices))]
             spaces_references = [actor.spaces.remote() for actor in self._actors]
             self._wait_for_placement(spaces_references)
-            env_spaces = [pair for part in self._get_all(spaces_references) for pair in part]
-            observation_space, action_space = env_spaces[0]
-            for index, (observation, action) in enumerate(env_spaces):
-                check_env_spaces(index, observation, action, observation_space, action_space)
-            self.layout = spec.resolve(observation_space, action_space, num_envs=len(env_spaces))
+            parts = self._get_all(spaces_references)
+            self._columns, column = [], 0
+            for part in parts:
+                self._columns.append((column, column + len(part)))
+                column += len(part)
+            self.layout = resolve_layout(spec, [column for part in parts for column in part])
             # The actors' slices come back as new arrays and are copied into the batch's columns.
             self._memory = BatchMemory(
                 self.layout.allocate_storage, self._reuse_buffers, pool_size=self.layout.batches_recycled
             )
             policy_reference = None if initial_policy is None else ray.put(initial_policy)
-            started = self._get_all([self._start(actor, policy_reference) for actor in self._actors])
+            started = self._get_all([self._start(index, policy_reference) for index in range(len(self._actors))])
             self._forwarded.extend(record for records in started for record in records)
         except BaseException:
             self.close()
@@ -311,11 +312,11 @@ class RayRunner(RemoteRolloutRunner):
                 "`ray_options['num_cpus']`, or add nodes."
             )
 
-    def _start(self, actor, policy_reference):
-        return actor.start.remote(self.layout, policy_reference)
+    def _start(self, index: int, policy_reference):
+        return self._actors[index].start.remote(self.layout, policy_reference, self._columns[index][0])
 
     def _describe(self, index: int) -> str:
-        start, stop = self._slices[index]
+        start, stop = self._columns[index]
         return f"Ray actor {index} (envs {start}..{stop - 1})"
 
     def _wait(
@@ -369,7 +370,7 @@ class RayRunner(RemoteRolloutRunner):
             ", ".join(self._describe(index) for index in indices),
             f"a rollout of horizon={self.layout.horizon} within "
             f"horizon * step_timeout = {self.layout.horizon * self._step_timeout:g} s",
-            [env for index in indices for env in range(*self._slices[index])],
+            [env for index in indices for env in range(*self._columns[index])],
             suspects="its envs (or the policy)",
             outcome="The actors were killed"
             + (" and are replaced (max_restarts)." if replaced else " and the collector is now unusable."),
@@ -379,7 +380,7 @@ class RayRunner(RemoteRolloutRunner):
         """The error for actor ``index`` lost ``when``: a timeout as it is, a death named (Ray's cause kept)."""
         if isinstance(death, WorkerError):
             return death
-        envs = range(*self._slices[index])
+        envs = range(*self._columns[index])
         failures = [describe_failure(env, "worker", death) for env in envs]
         return worker_died(self._describe(index), envs, "died", when, failures=failures)
 
@@ -473,7 +474,7 @@ class RayRunner(RemoteRolloutRunner):
         self._incarnations[index] += 1
         self._actors[index] = self._create_actor(index)
         policy = None if self._shipper is None else self._ray.put(self._shipper.resend())
-        started = [self._start(self._actors[index], policy)]
+        started = [self._start(index, policy)]
         self._wait_for_placement(started)
         self._forwarded.extend(record for records in self._get_all(started, [index]) for record in records)
 
@@ -487,7 +488,7 @@ class RayRunner(RemoteRolloutRunner):
         memory = self._memory
         storage = memory.begin()
         episodes, lost, fields, field_slices, recurrent = [], [], [], [], []
-        for (start, stop), part in zip(self._slices, parts):
+        for (start, stop), part in zip(self._columns, parts):
             if part is None:
                 lost.extend(range(start, stop))
                 continue

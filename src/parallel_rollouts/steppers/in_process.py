@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from gymnasium import Env
 
-from ..groups import GroupChain, build_groups, make_all, spaces_per_env
+from ..groups import GroupChain, build_groups, make_all, resolve_layout, spaces_per_env
 from ..config.layout import RolloutLayout
 from ..config.spec import RolloutSpec
 from ..data.storage import CompletedEpisodes, RolloutStorage
@@ -49,8 +49,7 @@ class InProcessStepper(EnvStepper):
         """Make every env, resolve the layout from env 0's spaces, and reset every env."""
         envs = make_all(spec.env_fns, 0)
         try:
-            spaces = spaces_per_env(envs)
-            layout = spec.resolve(*spaces[0], num_envs=len(spaces))
+            layout = resolve_layout(spec, spaces_per_env(envs))
             return cls(layout, envs, GROUPINGS[grouping](len(envs)))
         except BaseException:
             close_envs(envs)

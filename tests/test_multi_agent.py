@@ -1,0 +1,327 @@
+"""Multi-agent (PettingZoo parallel) envs as columns of the batch, on every backend.
+
+The oracle is a plain loop over the env from the recorded seeds and actions
+(:func:`tests.agent_envs.replay_relay`, and a plain PettingZoo loop for ``mpe2``); the
+backends are compared with ``sync`` field by field.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+
+import numpy as np
+import pytest
+
+from parallel_rollouts import (
+    ActionError,
+    ConfigurationError,
+    PadAgentSpaces,
+    ParallelRolloutCollector,
+    SpaceError,
+    WorkerError,
+    make_collector,
+)
+from tests.agent_envs import Relay, make_relay, replay_relay
+from tests.batch_compare import assert_batches_identical
+from tests.recurrent_policies import counting_policy
+
+pytestmark = pytest.mark.timeout(180)
+
+AGENTS = 4
+
+
+class StepPolicy:
+    """Deterministic per row: an action from the row's step count and noise (all three actions used)."""
+
+    def __call__(self, observations):
+        return ((observations[:, 1] + (observations[:, 2] > 0)).astype(np.int64)) % 3
+
+
+step_policy = StepPolicy()
+
+
+def collect(backend="sync", env_fns=None, collects=2, policy=step_policy, **kwargs):
+    env_fns = env_fns or [make_relay] * 3
+    kwargs.setdefault("horizon", 24)
+    kwargs.setdefault("seed", 5)
+    with ParallelRolloutCollector(env_fns, policy, backend, **kwargs) as collector:
+        return [collector.collect() for _ in range(collects)]
+
+
+def test_each_agent_is_a_column_and_the_batch_replays_from_the_recorded_seeds(core):
+    batches = collect("sync", core=core, info_keys=("k",))
+    joined = lambda name, columns: np.concatenate([getattr(batch, name)[:, columns] for batch in batches])  # noqa: E731
+    for env in range(3):
+        columns = slice(env * AGENTS, (env + 1) * AGENTS)
+        rewards, terminations, truncations, observations, valid = replay_relay(batches, env)
+        np.testing.assert_array_equal(joined("valid", columns), valid)
+        np.testing.assert_array_equal(joined("rewards", columns), rewards)
+        np.testing.assert_array_equal(joined("terminations", columns), terminations)
+        np.testing.assert_array_equal(joined("truncations", columns), truncations)
+        np.testing.assert_array_equal(joined("observations", columns)[valid], observations[valid])
+    for batch in batches:
+        assert batch.observations.shape == (24, 3 * AGENTS, 3)
+        # Rows of agents that are not live: no reward, nothing ends, no info.
+        assert not batch.rewards[~batch.valid].any() and not batch.dones[~batch.valid].any()
+        assert np.isnan(batch.infos["k"][~batch.valid]).all() and not np.isnan(batch.infos["k"][batch.valid]).any()
+    # The late agent is not live at the start of each env episode, the others are.
+    first = batches[0]
+    assert first.valid[0].reshape(3, AGENTS).tolist() == [[True, True, True, False]] * 3
+    assert first.valid.all(axis=0).sum() < first.num_envs  # agents die at different times
+
+
+def test_episode_books_are_per_agent_and_every_agent_of_an_env_episode_has_its_seed(core):
+    (batch,) = collect("sync", collects=1, core=core, horizon=40)
+    ended = batch.final_observation_mask
+    assert ended.sum() == batch.episode_returns.size
+    for k in range(batch.episode_returns.size):
+        t, column = int(batch.episode_end_steps[k]), int(batch.episode_env_indices[k])
+        assert ended[t, column]
+        assert batch.episode_seeds[k] == batch.step_episode_seeds[t, column]
+        # The agent's own rows of this env episode: valid rows back to where its episode began.
+        rows = [s for s in range(t + 1) if batch.step_episode_seeds[s, column] == batch.episode_seeds[k] and batch.valid[s, column]]
+        if batch.step_episode_seeds[0, column] != batch.episode_seeds[k]:  # started within the batch
+            assert batch.episode_lengths[k] == len(rows)
+            assert batch.episode_returns[k] == pytest.approx(batch.rewards[rows, column].sum())
+        # The terminal observation is the one the step returned for that agent.
+        assert batch.final_observations[t, column, 1] == batch.observations[t, column, 1] + 1
+    # All agents of one env share the env episode's seed on every row.
+    seeds = batch.step_episode_seeds.reshape(batch.horizon, 3, AGENTS)
+    assert (seeds == seeds[:, :, :1]).all()
+
+
+@pytest.mark.parametrize(
+    "backend, options",
+    [
+        ("serial", {}),
+        ("async", {}),
+        ("async", {"pipelined": True, "num_workers": 2}),
+        ("async", {"policy_placement": "workers", "num_workers": 2}),
+        ("async", {"main_process_envs": 1, "num_workers": 2}),
+        ("async", {"max_policy_lag": 1}),
+    ],
+    ids=["serial", "per-step", "pipelined", "rollout-workers", "main-share", "overlapped"],
+)
+def test_every_backend_gives_syncs_batch(backend, options, no_leaks):
+    reference = collect("sync", max_policy_lag=options.get("max_policy_lag", 0))
+    for expected, got in zip(reference, collect(backend, **options)):
+        assert_batches_identical(expected, got)
+
+
+def test_ray_gives_syncs_batch():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        got = collect("ray", num_workers=2)
+    finally:
+        ray.shutdown()
+    for expected, batch in zip(collect("sync"), got):
+        assert_batches_identical(expected, batch)
+
+
+def test_a_recurrent_policy_keeps_one_state_per_agent_and_resets_it_where_an_agent_arrives():
+    reference = collect("sync", policy=counting_policy())
+    for expected, got in zip(reference, collect("async", policy=counting_policy(), policy_placement="workers", num_workers=2)):
+        assert_batches_identical(expected, got)
+    batch = reference[0]
+    late = np.arange(3) * AGENTS + 3
+    arrivals = (~batch.valid[:-1, late]) & batch.valid[1:, late]
+    assert arrivals.any()
+    assert batch.episode_starts[1:, late][arrivals].all()
+    # The state counts the rows each agent has seen in its own episode.
+    counts = batch.states["count"] if batch.states is not None else None
+    assert counts is None or counts.shape[:2] == batch.rewards.shape
+
+
+def test_a_lost_worker_loses_every_agent_of_its_env_and_the_replacement_goes_on(tmp_path, no_leaks):
+    marker = str(tmp_path / "crashed")
+    env_fns = [make_relay, partial(Relay, 9, 2, 30, marker)]
+    with ParallelRolloutCollector(env_fns, step_policy, "async", horizon=24, seed=5, max_restarts=1) as collector:
+        batches = [collector.collect() for _ in range(3)]
+    assert os.path.exists(marker)
+    lost = [batch for batch in batches if batch.lost_env_indices.size]
+    assert len(lost) == 1
+    assert lost[0].lost_env_indices.tolist() == [4, 5, 6, 7]
+    assert lost[0].valid[:, :4].any()  # the other env's columns stand
+    position = next(k for k, batch in enumerate(batches) if batch is lost[0])
+    # The replacement's env starts a fresh episode: its three first agents live from the next batch's row 0.
+    assert position < 2 and batches[position + 1].valid[0, 4:7].all()
+
+
+def test_agents_with_different_spaces_are_refused_naming_them_and_padding_is_opt_in():
+    mpe2 = pytest.importorskip("mpe2")
+    from mpe2 import simple_tag_v3
+
+    with pytest.raises(SpaceError) as info:
+        make_collector(simple_tag_v3, num_envs=1, horizon=4, seed=0)
+    message = str(info.value)
+    assert "['adversary_0', 'adversary_1', 'adversary_2'] declare Box(-inf, inf, (16,), float32)" in message
+    assert "['agent_0'] declare Box(-inf, inf, (14,), float32)" in message
+    assert "PadAgentSpaces" in message
+    with make_collector(simple_tag_v3, num_envs=2, horizon=30, seed=0, wrappers=[PadAgentSpaces]) as collector:
+        batch = collector.collect()
+    assert batch.observations.shape == (30, 8, 16)
+    # The good agent's observation is padded with zeros after its 14 values.
+    assert not batch.observations[:, 3::4, 14:].any() and batch.observations[:, 3::4, :14].any()
+    assert mpe2 is not None
+
+
+def test_padding_follows_supersuits_rules_and_passes_pettingzoos_api_test():
+    pytest.importorskip("mpe2")
+    from mpe2 import simple_tag_v3
+    from pettingzoo.test import parallel_api_test
+
+    padded = PadAgentSpaces(simple_tag_v3.parallel_env(continuous_actions=True))
+    parallel_api_test(padded, num_cycles=30)
+    assert padded.observation_space("agent_0") is padded.observation_space("adversary_0")
+    # A Discrete action past an agent's own space becomes its action 0.
+    tag = PadAgentSpaces(Uneven())
+    tag.reset(seed=0)
+    tag.step({"small": np.int64(4), "big": np.int64(4)})
+    assert tag.env.received == {"small": 0, "big": 4}
+
+
+class Uneven(Relay):
+    """Two agents: ``small`` acts in Discrete(2), ``big`` in Discrete(5); observations of 2 and 3 values."""
+
+    def __init__(self):
+        super().__init__()
+        from gymnasium import spaces
+
+        self.possible_agents = ["small", "big"]
+        self._spaces = {"small": (spaces.Box(-1, 1, (2,), np.float32), spaces.Discrete(2)),
+                        "big": (spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(5))}
+        self.received = {}
+
+    def observation_space(self, agent):
+        return self._spaces[agent][0]
+
+    def action_space(self, agent):
+        return self._spaces[agent][1]
+
+    def reset(self, seed=None, options=None):
+        self.agents = list(self.possible_agents)
+        return {agent: np.zeros(self._spaces[agent][0].shape, np.float32) for agent in self.agents}, {}
+
+    def step(self, actions):
+        self.received = {agent: int(action) for agent, action in actions.items()}
+        observations = {agent: np.zeros(self._spaces[agent][0].shape, np.float32) for agent in self.agents}
+        zeros = dict.fromkeys(self.agents, 0.0)
+        flags = dict.fromkeys(self.agents, False)
+        return observations, zeros, flags, dict(flags), {agent: {} for agent in self.agents}
+
+
+def test_mpe2_simple_spread_matches_a_plain_pettingzoo_loop_and_every_backend():
+    pytest.importorskip("mpe2")
+    from mpe2 import simple_spread_v3
+
+    kwargs = {"max_cycles": 10}
+    policy = lambda observations: (np.abs(observations[:, 0] * 1000).astype(np.int64)) % 5  # noqa: E731
+    with make_collector(simple_spread_v3, num_envs=2, policy=policy, horizon=25, seed=3, env_kwargs=kwargs) as collector:
+        batch = collector.collect()
+    with make_collector(simple_spread_v3, num_envs=2, policy=policy, horizon=25, seed=3, env_kwargs=kwargs,
+                        backend="async") as collector:
+        assert_batches_identical(batch, collector.collect())
+    agents = 3
+    for env_index in range(2):
+        env = simple_spread_v3.parallel_env(**kwargs)
+        columns = slice(env_index * agents, (env_index + 1) * agents)
+        observations, _ = env.reset(seed=int(batch.step_episode_seeds[0, columns][0]))
+        for t in range(batch.horizon):
+            if not env.agents:
+                observations, _ = env.reset(seed=int(batch.step_episode_seeds[t, columns][0]))
+            np.testing.assert_array_equal(batch.observations[t, columns], np.stack([observations[a] for a in env.possible_agents]))
+            actions = {agent: batch.actions[t, columns][k] for k, agent in enumerate(env.possible_agents)}
+            observations, rewards, terminations, truncations, _ = env.step(actions)
+            np.testing.assert_array_equal(batch.rewards[t, columns], [rewards[a] for a in env.possible_agents])
+            np.testing.assert_array_equal(batch.truncations[t, columns], [truncations[a] for a in env.possible_agents])
+    assert batch.truncations[9].all() and batch.valid.all()
+    assert batch.episode_returns.size == 2 * agents * 2  # two env episodes of 10 steps in 25 rows, per agent
+
+
+def test_pistonball_frames_for_twenty_agents_are_the_same_on_sync_and_async():
+    pytest.importorskip("pettingzoo.butterfly")
+    from pettingzoo.butterfly import pistonball_v6
+
+    with make_collector(pistonball_v6, num_envs=1, horizon=3, seed=0, env_kwargs={"max_cycles": 2}) as collector:
+        batch = collector.collect()
+    with make_collector(pistonball_v6, num_envs=1, horizon=3, seed=0, env_kwargs={"max_cycles": 2}, backend="async") as collector:
+        assert_batches_identical(batch, collector.collect())
+    assert batch.observations.shape == (3, 20, 457, 120, 3) and batch.observations.dtype == np.uint8
+    assert batch.truncations[1].all() and batch.final_observation_mask[1].all()
+
+
+def test_the_library_drives_envs_that_pass_pettingzoos_own_tests():
+    pytest.importorskip("pettingzoo")
+    from pettingzoo.test import parallel_api_test, parallel_seed_test
+
+    parallel_api_test(Relay(), num_cycles=50)
+    parallel_seed_test(Relay)
+
+
+class BadAgents(Relay):
+    """Breaks one rule of the API at step ``at``: ``how`` says which."""
+
+    def __init__(self, how, at=2):
+        super().__init__()
+        self.how, self.at = how, at
+
+    def step(self, actions):
+        observations, rewards, terminations, truncations, infos = super().step(actions)
+        if self._steps == self.at:
+            if self.how == "missing reward":
+                rewards.pop("a1")
+            elif self.how == "bad shape":
+                observations["a2"] = np.zeros(5, np.float32)
+            elif self.how == "missing observation":
+                observations.pop("a0")
+                self.agents = [agent for agent in self.agents if agent != "a0"] + ["a0"]
+            elif self.how == "left without end":
+                self.agents = [agent for agent in self.agents if agent != "a1" or terminations["a1"] or truncations["a1"]]
+                self.agents = [agent for agent in self.agents if agent != "a1"]
+                terminations["a1"] = truncations["a1"] = False
+            elif self.how == "raise":
+                raise RuntimeError("the simulator broke")
+        return observations, rewards, terminations, truncations, infos
+
+
+@pytest.mark.parametrize(
+    "how, error, expected",
+    [
+        ("missing reward", WorkerError, "env 5 .*agent 'a1' of the multi-agent env at envs 4..7.*without agent 'a1'"),
+        ("bad shape", Exception, "env 6 returned an observation at step t=1 .*agent 'a2' of the multi-agent env at envs 4..7"),
+        ("left without end", WorkerError, "env 5 .*agent 'a1'.* left env.agents at step t=1 without being terminated"),
+        ("raise", WorkerError, r"multi-agent env BadAgents hosting envs 4..7 \(agents \['a0', 'a1', 'a2', 'late'\]\) raised RuntimeError in `step`"),
+    ],
+)
+@pytest.mark.parametrize("backend", ["sync", "async"])
+def test_an_env_breaking_the_api_is_named_by_env_column_and_agent(how, error, expected, backend, no_leaks):
+    env_fns = [make_relay, partial(BadAgents, how)]
+    with pytest.raises(error, match=expected):
+        collect(backend, env_fns=env_fns, collects=1)
+
+
+@pytest.mark.parametrize("placement", ["here", "workers"])
+def test_an_action_outside_the_space_is_refused_naming_the_column_and_its_agent(placement):
+    def out_of_range(observations):
+        actions = np.zeros(len(observations), dtype=np.int64)
+        actions[2] = 7
+        return actions
+
+    options = {"policy_placement": "workers"} if placement == "workers" else {}
+    with pytest.raises(ActionError, match=r"for env 2 \(agent 'a2'\) is outside the action space Discrete\(3\): got 7"):
+        collect("sync" if placement == "here" else "async", env_fns=[make_relay], policy=out_of_range, collects=1, **options)
+
+
+def test_an_aec_env_and_a_mix_of_kinds_are_refused_with_what_to_do():
+    pytest.importorskip("mpe2")
+    import gymnasium
+    from mpe2 import simple_spread_v3
+
+    with pytest.raises(SpaceError, match="AEC env .* `parallel_env` constructor instead"):
+        collect("sync", env_fns=[simple_spread_v3.env], collects=1)
+    with pytest.raises(SpaceError, match=r"env_fns\[1\] returned a single env but env_fns\[0\] returned a multi-agent"):
+        collect("sync", env_fns=[make_relay, partial(gymnasium.make, "CartPole-v1")], collects=1)
+    with pytest.raises(ConfigurationError, match="has no `parallel_env`"):
+        make_collector(os, num_envs=1)
