@@ -31,6 +31,15 @@ times one unit of each, in a fixed order, and ratios are taken within a round):
     copy=False)`` (one process per env), on CartPole and on a 0.5 ms env.
 ``envpool_*`` (only where EnvPool imports)
     EnvPool's own CartPole as a collector source and as a bare vector env, N=16 and N=256.
+``multi_agent_spread_8``
+    Multi-agent: 8 MPE ``simple_spread`` envs (3 agents each, 24 agent rows per step), one unit
+    = 100 steps. The loop a user writes by hand (a Python loop over the envs' dicts, arrays
+    allocated once, a reset when no agent is live), two such loops in two processes over 4 envs
+    each (the two-core ceiling, run in the same round), the collector (``sync``, ``async`` at its
+    defaults, rollout workers) and SuperSuit's ``pettingzoo_env_to_vec_env_v1`` +
+    ``concat_vec_envs_v1`` as a Stable-Baselines3 VecEnv (``num_cpus=2``: its subprocess
+    workers; and ``num_cpus=0``: in this process), stepped by the same policy. Needs the
+    ``multiagent`` extra and SuperSuit.
 
 Every collector and loop uses the same cheap batched policy, so the numbers
 compare the stepping machinery, not the policy.
@@ -49,13 +58,14 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from parallel_rollouts import ParallelRolloutCollector, ParallelVectorEnv
+from parallel_rollouts import ParallelRolloutCollector, ParallelVectorEnv, make_collector
 from parallel_rollouts.conformance.rounds import run_rounds, summarize_ratios, summarize_throughputs
 
 from .envs import HalfMillisecondEnv
 from .report import machine_record
 
 HORIZON = 128
+MULTI_AGENT_STEPS = 100
 ADAPTER_STEPS = {"cartpole": 256, "half_ms": 24}
 
 
@@ -121,6 +131,120 @@ def stepping_loop(name: str, vector_env, steps: int, seed: int = 0) -> Contender
     return Contender(name, run, steps * vector_env.num_envs, vector_env.close)
 
 
+def spread_policy(observations: np.ndarray) -> np.ndarray:
+    """Move toward the nearest landmark's side: one vectorized pass over every agent's row."""
+    return (np.argmax(np.abs(observations[:, 4:6]), axis=1) * 2 + (observations[:, 4] > 0) + 1).astype(np.int64) % 5
+
+
+def spread_env():
+    from mpe2 import simple_spread_v3
+
+    return simple_spread_v3.parallel_env(max_cycles=25, continuous_actions=False)
+
+
+class HandMultiAgentLoop:
+    """The loop a user writes by hand over PettingZoo envs: dicts in, preallocated arrays out."""
+
+    def __init__(self, num_envs: int, steps: int) -> None:
+        self.envs = [spread_env() for _ in range(num_envs)]
+        self.agents = self.envs[0].possible_agents
+        rows = num_envs * len(self.agents)
+        self.steps = steps
+        self.observations = np.zeros((steps + 1, rows, 18), dtype=np.float32)
+        self.rewards = np.zeros((steps, rows))
+        self.dones = np.zeros((steps, rows), dtype=bool)
+        self.actions = np.zeros((steps, rows), dtype=np.int64)
+        for index, env in enumerate(self.envs):
+            observations, _ = env.reset(seed=index)
+            self._store(0, index, observations)
+
+    def _store(self, t: int, index: int, observations: dict) -> None:
+        base = index * len(self.agents)
+        for k, agent in enumerate(self.agents):
+            if agent in observations:
+                self.observations[t, base + k] = observations[agent]
+
+    def run(self) -> None:
+        agents, count = self.agents, len(self.agents)
+        for t in range(self.steps):
+            self.actions[t] = spread_policy(self.observations[t])
+            for index, env in enumerate(self.envs):
+                base = index * count
+                actions = {agent: self.actions[t, base + k] for k, agent in enumerate(agents) if agent in env.agents}
+                observations, rewards, terminations, truncations, _ = env.step(actions)
+                for k, agent in enumerate(agents):
+                    if agent in rewards:
+                        self.rewards[t, base + k] = rewards[agent]
+                        self.dones[t, base + k] = terminations[agent] or truncations[agent]
+                if not env.agents:
+                    observations, _ = env.reset()
+                self._store(t + 1, index, observations)
+        self.observations[0] = self.observations[self.steps]
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def hand_multi_agent_loop(name: str, num_envs: int, steps: int) -> Contender:
+    loop = HandMultiAgentLoop(num_envs, steps)
+    return Contender(name, loop.run, steps * num_envs * len(loop.agents), loop.close)
+
+
+_PROCESS_LOOP: HandMultiAgentLoop | None = None
+
+
+def _hand_loop_unit(num_envs: int, steps: int) -> None:
+    """One unit of a hand loop kept alive in a pool process (the two-process ceiling)."""
+    global _PROCESS_LOOP
+    if _PROCESS_LOOP is None:
+        _PROCESS_LOOP = HandMultiAgentLoop(num_envs, steps)
+    _PROCESS_LOOP.run()
+
+
+def two_hand_loops(name: str, num_envs: int, steps: int) -> Contender:
+    """Two independent hand loops over ``num_envs / 2`` envs each, in two processes: what two cores give."""
+    import multiprocessing
+
+    pool = multiprocessing.get_context("spawn").Pool(2)
+    halves = [(num_envs // 2, steps)] * 2
+    pool.starmap(_hand_loop_unit, halves)  # builds each process's envs before the rounds
+
+    def close() -> None:
+        pool.close()
+        pool.join()
+
+    return Contender(name, lambda: pool.starmap(_hand_loop_unit, halves), steps * num_envs * 3, close)
+
+
+def supersuit_vec_env(name: str, num_envs: int, steps: int, num_cpus: int) -> Contender:
+    """SuperSuit's PettingZoo-to-SB3 route, stepped by the same policy (SB3's VecEnv API)."""
+    import supersuit
+
+    vec_env = supersuit.concat_vec_envs_v1(
+        supersuit.pettingzoo_env_to_vec_env_v1(spread_env()), num_envs, num_cpus=num_cpus, base_class="stable_baselines3"
+    )
+    state = {"observations": vec_env.reset()}
+
+    def run() -> None:
+        observations = state["observations"]
+        for _ in range(steps):
+            observations, _rewards, _dones, _infos = vec_env.step(spread_policy(observations))
+        state["observations"] = observations
+
+    return Contender(name, run, steps * vec_env.num_envs, vec_env.close)
+
+
+def multi_agent_collector(name: str, num_envs: int, steps: int, **options) -> Contender:
+    from mpe2 import simple_spread_v3
+
+    instance = make_collector(
+        simple_spread_v3, num_envs=num_envs, policy=spread_policy, horizon=steps, seed=0,
+        env_kwargs={"max_cycles": 25, "continuous_actions": False}, **options,
+    )
+    return Contender(name, instance.collect, steps * instance.num_envs, instance.close)
+
+
 def build_groups(selected: set[str]) -> dict[str, Callable[[], list[Contender]]]:
     groups: dict[str, Callable[[], list[Contender]]] = {
         "source_cartpole_1024": lambda: [
@@ -177,6 +301,15 @@ def build_groups(selected: set[str]) -> dict[str, Callable[[], list[Contender]]]
             env_fn,
             steps,
         )
+    groups["multi_agent_spread_8"] = lambda: [
+        hand_multi_agent_loop("hand loop", 8, MULTI_AGENT_STEPS),
+        two_hand_loops("two hand loops (2 processes)", 8, MULTI_AGENT_STEPS),
+        multi_agent_collector("collector sync", 8, MULTI_AGENT_STEPS, backend="sync"),
+        multi_agent_collector("collector async", 8, MULTI_AGENT_STEPS, backend="async"),
+        multi_agent_collector("collector rollout workers", 8, MULTI_AGENT_STEPS, backend="async", policy_placement="workers"),
+        supersuit_vec_env("SuperSuit + SB3 VecEnv, num_cpus=2", 8, MULTI_AGENT_STEPS, num_cpus=2),
+        supersuit_vec_env("SuperSuit + SB3 VecEnv, num_cpus=0", 8, MULTI_AGENT_STEPS, num_cpus=0),
+    ]
     try:
         import envpool  # noqa: F401  (optional contender)
     except ImportError:
@@ -236,6 +369,9 @@ TARGETS = (
     ("adapter_cartpole_16", "ParallelVectorEnv sync / SyncVectorEnv", 0.8),
     ("adapter_cartpole_16", "ParallelVectorEnv async / SyncVectorEnv", 0.8),
     ("adapter_half_ms_16", "ParallelVectorEnv async / AsyncVectorEnv", 1.5),
+    ("multi_agent_spread_8", "collector async / two hand loops (2 processes)", 0.8),
+    ("multi_agent_spread_8", "collector sync / hand loop", 1.0),
+    ("multi_agent_spread_8", "collector async / SuperSuit + SB3 VecEnv, num_cpus=2", 1.0),
 )
 
 

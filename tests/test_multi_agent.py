@@ -325,3 +325,14 @@ def test_an_aec_env_and_a_mix_of_kinds_are_refused_with_what_to_do():
         collect("sync", env_fns=[make_relay, partial(gymnasium.make, "CartPole-v1")], collects=1)
     with pytest.raises(ConfigurationError, match="has no `parallel_env`"):
         make_collector(os, num_envs=1)
+
+
+@pytest.mark.parametrize("backend", ["sync", "async"])
+def test_the_gymnasium_and_sb3_front_doors_point_multi_agent_envs_to_the_collector(backend):
+    from parallel_rollouts import ParallelVectorEnv
+    from parallel_rollouts.sb3 import ParallelVecEnv
+
+    with pytest.raises((SpaceError, WorkerError), match="Multi-agent .* are collected by ParallelRolloutCollector"):
+        ParallelVectorEnv([make_relay, make_relay], backend=backend)
+    with pytest.raises((SpaceError, WorkerError), match="Multi-agent .* are collected by ParallelRolloutCollector"):
+        ParallelVecEnv([make_relay, make_relay], backend=backend, seed=0)

@@ -51,6 +51,17 @@ def test_ray_matches_sync_with_a_policy_and_with_random_actions(num_workers):
             assert second.lost_env_indices.size == 0
 
 
+def test_vector_env_factories_span_their_sub_envs_on_ray_as_on_sync():
+    import gymnasium
+
+    factories = [partial(gymnasium.make_vec, "CartPole-v1", num_envs=3), partial(gymnasium.make_vec, "CartPole-v1", num_envs=2)]
+    expected = collect("sync", factories, ObservationDependentPolicy(2), horizon=20, seed=4)
+    got = collect("ray", factories, ObservationDependentPolicy(2), horizon=20, seed=4, num_workers=2)
+    for first, second in zip(expected, got):
+        assert second.num_envs == 5
+        assert_batches_identical(first, second)
+
+
 class ValuesForTheFirstSliceOnly:
     """Returns values only when it sees env 0 (a CountingEnv's observation starts with its env id)."""
 

@@ -41,9 +41,12 @@ class ParallelRolloutCollector:
         Every env must declare the same observation and action spaces. Or
         Gymnasium vector envs: a ``gymnasium.vector.VectorEnv`` instance
         (``serial``/``sync``; the collector closes it), or callables each
-        returning one (every backend but ``ray``; with ``async`` each worker
-        hosts a contiguous share of them, e.g. one each). The batch then has one
-        env column per sub-env; see ``docs/vector-envs.md`` for each autoreset mode.
+        returning one (with ``async`` and ``ray`` each worker hosts a contiguous
+        share of them, e.g. one each). The batch then has one env column per
+        sub-env; see ``docs/vector-envs.md`` for each autoreset mode. Or callables
+        each returning a PettingZoo ``ParallelEnv`` (multi-agent): one column per
+        agent of ``possible_agents``, ``batch.valid`` false where an agent is not
+        live (see ``docs/multi-agent.md`` and :attr:`column_agents`).
     policy:
         ``policy(observations) -> actions`` or ``-> PolicyOutput(actions, values,
         log_probs)``, called once per step with the batched observations
@@ -320,6 +323,13 @@ class ParallelRolloutCollector:
     def core(self) -> str:
         """The per-step core in use: ``"compiled"`` or ``"python"``."""
         return self._core_name
+
+    @property
+    def column_agents(self) -> tuple:
+        """With multi-agent envs, the agent behind each column of the batch (``None`` for a single
+        env's column); empty when no env is multi-agent. A PettingZoo env with agents
+        ``possible_agents`` spans one column per agent, in that order."""
+        return self._layout.column_agents
 
     @property
     def observation_space(self) -> Space:

@@ -25,6 +25,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from .checks.actions import ActionBatchChecker
+from .checks.factories import not_an_env
 from .groups.single_envs import close_each
 from .groups import make_all
 from .groups.gymnasium_envs import GymnasiumGroup, build_gymnasium_group
@@ -192,6 +193,8 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         envs = make_all(spec.env_fns, 0)
         try:
             for index, env in enumerate(envs):
+                if not isinstance(env, Env):
+                    raise not_an_env(f"env_fns[{index}]", env, vector_envs=False)
                 check_env_spaces(
                     index, env.observation_space, env.action_space, envs[0].observation_space, envs[0].action_space
                 )

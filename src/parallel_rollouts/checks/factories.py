@@ -25,6 +25,12 @@ def not_an_env(factory: str, returned: Any, *, vector_envs: bool) -> SpaceError:
         if vector_envs
         else "a gymnasium.Env (single envs only here)"
     )
+    if not vector_envs and hasattr(returned, "possible_agents"):
+        return SpaceError(
+            f"{factory} returned the multi-agent env {type(returned).__name__}, not {expected}. Multi-agent "
+            "(PettingZoo parallel) envs are collected by ParallelRolloutCollector and make_collector, one batch "
+            "column per agent (see docs/multi-agent.md)."
+        )
     return SpaceError(
         f"{factory} returned {type(returned).__name__}, not {expected}; an env factory must return one "
         "(wrap an old Gym env with shimmy first)."

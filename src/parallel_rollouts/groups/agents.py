@@ -156,10 +156,11 @@ class AgentEnvGroup:
         self._reseed = layout.episode_seeds == "every"
         self._episodes_started = 0
         self._episode_seed = UNKNOWN_SEED
-        self._running_returns = np.zeros(n, dtype=np.float64)
-        self._running_lengths = np.zeros(n, dtype=np.int64)
-        # Which agents are live at the row the env stands at (outlives a rollout, like the observations).
-        self._live = np.zeros(n, dtype=bool)
+        self._running_returns = [0.0] * n
+        self._running_lengths = [0] * n
+        # The columns of the agents live at the row the env stands at, in env.agents' order
+        # (outlives a rollout, like the observations).
+        self._live_columns: list[int] = []
         self._current_observations = layout.observation_layout.allocate((1, n), np.zeros)
         self._storage: RolloutStorage | None = None
         self._completed: CompletedEpisodes | None = None
@@ -208,14 +209,13 @@ class AgentEnvGroup:
     def _start_episode(self, row: list[np.ndarray], observations: dict, describe) -> None:
         """After a reset: the agents in ``env.agents`` are live, their observations in ``row`` (others zero)."""
         live = self._agents_now("reset")
-        self._live[:] = False
         for leaf in row:
             leaf[...] = 0
         for column in live:
-            self._live[column] = True
             self._write_observation(row, column, observations, describe)
-        self._running_returns[:] = 0
-        self._running_lengths[:] = 0
+        self._live_columns = live
+        self._running_returns = [0.0] * self.num_envs
+        self._running_lengths = [0] * self.num_envs
 
     def reset_all(self) -> None:
         """First reset of the env."""
@@ -250,61 +250,68 @@ class AgentEnvGroup:
         self._row = t + 1
 
     def _step_row(self, t: int) -> None:
-        storage = self._storage
-        live = self._live.copy()
-        live_columns = np.flatnonzero(live).tolist()
-        actions = {self.agents[column]: self._action(t, column) for column in live_columns}
+        storage, agents, n = self._storage, self.agents, self.num_envs
+        # Python lists, not arrays: with a handful of agents per env, per-element NumPy work costs more.
+        live = self._live_columns
+        actions = {agents[column]: self._action(t, column) for column in live}
         started = perf_counter()
         try:
             result = self.env.step(actions)
         except Exception as error:
             raise self._failure("step", error) from error
-        storage.env_step_seconds[0] += (perf_counter() - started) / self.num_envs
+        storage.env_step_seconds[0] += (perf_counter() - started) / n
         observations, rewards, terminations, truncations, infos = self._unpack(result, t)
 
         # Row t: what the step returned for the agents live at it; the others' rows are not valid.
-        storage.reset_steps[t] = ~live
-        storage.rewards[t] = 0.0
-        storage.terminations[t] = False
-        storage.truncations[t] = False
+        reward_row, terminated_row, truncated_row = [0.0] * n, [False] * n, [False] * n
+        for column in live:
+            agent = agents[column]
+            reward_row[column] = reward = self._number(rewards, "rewards", agent, t)
+            terminated_row[column] = self._flag(terminations, "terminations", agent, t)
+            truncated_row[column] = self._flag(truncations, "truncations", agent, t)
+            self._running_returns[column] += reward
+            self._running_lengths[column] += 1
+        not_live = [True] * n
+        for column in live:
+            not_live[column] = False
+        storage.reset_steps[t] = not_live
+        storage.rewards[t] = reward_row
+        storage.terminations[t] = terminated_row
+        storage.truncations[t] = truncated_row
         storage.step_episode_seeds[t] = self._episode_seed
         for key in self._info_keys:
-            storage.infos[key][t] = np.nan
-        for column in live_columns:
-            agent = self.agents[column]
-            storage.rewards[t, column] = self._number(rewards, "rewards", agent, t)
-            storage.terminations[t, column] = self._flag(terminations, "terminations", agent, t)
-            storage.truncations[t, column] = self._flag(truncations, "truncations", agent, t)
-            for key in self._info_keys:
-                storage.infos[key][t, column] = self._info(infos, key, agent)
-        self._running_returns[live] += storage.rewards[t, live]
-        self._running_lengths[live] += 1
+            row = [np.nan] * n
+            for column in live:
+                row[column] = self._info(infos, key, agents[column])
+            storage.infos[key][t] = row
 
         # Row t + 1: each agent still (or newly) live gets its observation; done agents keep their last.
-        next_row = [leaf[t + 1] for leaf in storage.observations]
-        for leaf_next, leaf_now in zip(next_row, (leaf[t] for leaf in storage.observations)):
-            leaf_next[...] = leaf_now
-        ended = live & (storage.terminations[t] | storage.truncations[t])
+        ended = [column for column in live if terminated_row[column] or truncated_row[column]]
         after = self._agents_now("step", t)
+        next_row = [leaf[t + 1] for leaf in storage.observations]
+        if len(after) < n:
+            # Agents not live after the step keep the observation they had (zero before they arrived).
+            for leaf_next, leaf in zip(next_row, storage.observations):
+                leaf_next[...] = leaf[t]
         describe = lambda column: f"an observation at step t={t} (observations row t={t + 1}; {self.describe_column(column)})"  # noqa: E731
+        ended_set = set(ended)
         for column in after:
-            if ended[column]:
+            if column in ended_set:
                 raise self._revived(t, column)
             self._write_observation(next_row, column, observations, describe)
-        for column in np.flatnonzero(live).tolist():
-            if column not in after and not ended[column]:
+        after_set = set(after)
+        for column in live:
+            if column not in after_set and column not in ended_set:
                 raise self._left_without_end(t, column)
-        finals = [leaf[t] for leaf in storage.final_observations]
-        ended_columns = np.flatnonzero(ended).tolist()
-        what = lambda column: f"a terminal observation at step t={t} (final_observations row t={t}; {self.describe_column(column)})"  # noqa: E731
-        for column in ended_columns:
-            self._write_observation(finals, column, observations, what)
-            self._write_observation(next_row, column, observations, what)
-            self._book(t, column)
-        self._live[:] = False
-        self._live[after] = True
-        if ended_columns:
-            self._check([leaf[ended_columns] for leaf in finals], what, np.asarray(ended_columns))
+        if ended:
+            finals = [leaf[t] for leaf in storage.final_observations]
+            what = lambda column: f"a terminal observation at step t={t} (final_observations row t={t}; {self.describe_column(column)})"  # noqa: E731
+            for column in ended:
+                self._write_observation(finals, column, observations, what)
+                self._write_observation(next_row, column, observations, what)
+                self._book(t, column)
+            self._check([leaf[ended] for leaf in finals], what, np.asarray(ended))
+        self._live_columns = after
 
         if not after:
             # No agent is live: the env's episode is over; reset it with its next seed.
@@ -449,8 +456,15 @@ class AgentEnvGroup:
                 f"entry for that agent, which is live (keys: {list(observations)!r})."
             )
         layout = self._observation_layout
+        value = observations[agent]
+        if not layout.is_nested:
+            # The common case: an array the storage takes as it is.
+            leaf = layout.leaves[0]
+            if type(value) is np.ndarray and value.shape == leaf.shape and value.dtype == leaf.dtype:
+                row[0][column] = value
+                return
         try:
-            values = layout.flatten(observations[agent])
+            values = layout.flatten(value)
         except SpaceError as error:
             raise ObservationError(
                 f"env {self.env_offset + column} returned {describe(column)} that does not match its observation "
