@@ -336,3 +336,30 @@ def test_the_gymnasium_and_sb3_front_doors_point_multi_agent_envs_to_the_collect
         ParallelVectorEnv([make_relay, make_relay], backend=backend)
     with pytest.raises((SpaceError, WorkerError), match="Multi-agent .* are collected by ParallelRolloutCollector"):
         ParallelVecEnv([make_relay, make_relay], backend=backend, seed=0)
+
+
+class CountedRelay:
+    """A Relay factory that counts its calls."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self):
+        self.calls += 1
+        return Relay()
+
+
+def test_a_batch_too_large_is_warned_about_before_the_envs_are_made_counting_every_agent(monkeypatch):
+    import warnings
+
+    from parallel_rollouts import BatchMemoryWarning
+    from parallel_rollouts.config import build_progress, memory
+
+    monkeypatch.setattr(build_progress, "available_memory", lambda: 2**20)
+    monkeypatch.setattr(memory, "available_memory", lambda: 2**20)
+    factory = CountedRelay()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BatchMemoryWarning)
+        with pytest.raises(BatchMemoryWarning, match="one batch of 8,000 envs x horizon 16"):
+            ParallelRolloutCollector([factory] * 2000, None, "sync", horizon=16, seed=0)
+    assert factory.calls == 1  # only the env that read the spaces

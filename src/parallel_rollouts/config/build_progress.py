@@ -160,6 +160,11 @@ def _warn_for(env: Any, vector: bool, factories: int, horizon: int, info_keys: t
         if vector:
             spaces = env.single_observation_space, env.single_action_space
             num_envs = int(env.num_envs) * factories
+        elif hasattr(env, "possible_agents") and callable(getattr(env, "observation_space", None)):
+            # A multi-agent env: one column per agent (their shared spaces are checked later).
+            agents = list(env.possible_agents)
+            spaces = env.observation_space(agents[0]), env.action_space(agents[0])
+            num_envs = len(agents) * factories
         else:
             spaces = env.observation_space, env.action_space
             num_envs = factories
