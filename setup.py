@@ -1,18 +1,20 @@
-"""Build the compiled hot path, ``parallel_rollouts.core._core``, from ``src/parallel_rollouts/core/_core.pyx``.
+"""Build the two compiled extensions: the hot path ``parallel_rollouts.core._core`` (from
+``src/parallel_rollouts/core/_core.pyx``) and the step doorbell's waits
+``parallel_rollouts.processes._doorbell`` (from ``_doorbell.pyx``).
 
 All package metadata lives in ``pyproject.toml``; this file only declares the
-extension. Cython directives are set here, once. Two environment variables
+extensions. Cython directives are set here, once. Two environment variables
 change the build:
 
 - ``PARALLEL_ROLLOUTS_DEBUG_BUILD=1`` turns bounds, wrap-around and
   initialisation checks back on, for debugging and for one CI pass;
-- ``PARALLEL_ROLLOUTS_NO_EXTENSION=1`` skips the extension entirely, for
+- ``PARALLEL_ROLLOUTS_NO_EXTENSION=1`` skips the extensions entirely, for
   machines without a C compiler: the package then runs its pure-Python core
-  and warns that it does.
+  (and the workers answer over pipes) and warns that it does.
 
-The extension is always generated from ``src/parallel_rollouts/core/_core.pyx``
-(shipped in the sdist, not in the wheel); the generated C lives under ``build/``,
-one copy per kind of build.
+The extensions are always generated from their ``.pyx`` sources (shipped in the
+sdist, not in the wheel); the generated C lives under ``build/``, one copy per
+kind of build.
 """
 
 import os

@@ -302,16 +302,30 @@ def test_an_env_breaking_the_api_is_named_by_env_column_and_agent(how, error, ex
         collect(backend, env_fns=env_fns, collects=1)
 
 
-@pytest.mark.parametrize("placement", ["here", "workers"])
-def test_an_action_outside_the_space_is_refused_naming_the_column_and_its_agent(placement):
-    def out_of_range(observations):
+class MarkedRelay(Relay):
+    """Relay whose agents' observations start with their index + 10, so a policy can single them out."""
+
+    def _observation(self, agent):
+        observation = super()._observation(agent)
+        observation[0] += 10
+        return observation
+
+
+class OutOfRange:
+    """Action 7 (outside Discrete(3)) for agent a2 of a MarkedRelay (first entry 12)."""
+
+    def __call__(self, observations):
         actions = np.zeros(len(observations), dtype=np.int64)
-        actions[2] = 7
+        actions[observations[:, 0] == 12] = 7
         return actions
 
-    options = {"policy_placement": "workers"} if placement == "workers" else {}
-    with pytest.raises(ActionError, match=r"for env 2 \(agent 'a2'\) is outside the action space Discrete\(3\): got 7"):
-        collect("sync" if placement == "here" else "async", env_fns=[make_relay], policy=out_of_range, collects=1, **options)
+
+@pytest.mark.parametrize("placement", ["here", "workers"])
+def test_an_action_outside_the_space_is_refused_naming_the_batch_column_and_its_agent(placement):
+    # With rollout workers the second env's slice runs in its own worker: the column is still the batch's.
+    options = {"policy_placement": "workers", "num_workers": 2} if placement == "workers" else {}
+    with pytest.raises(ActionError, match=r"for env 6 \(agent 'a2'\) is outside the action space Discrete\(3\): got 7"):
+        collect("sync" if placement == "here" else "async", env_fns=[make_relay, MarkedRelay], policy=OutOfRange(), collects=1, **options)
 
 
 def test_an_aec_env_and_a_mix_of_kinds_are_refused_with_what_to_do():
@@ -363,3 +377,77 @@ def test_a_batch_too_large_is_warned_about_before_the_envs_are_made_counting_eve
         with pytest.raises(BatchMemoryWarning, match="one batch of 8,000 envs x horizon 16"):
             ParallelRolloutCollector([factory] * 2000, None, "sync", horizon=16, seed=0)
     assert factory.calls == 1  # only the env that read the spaces
+
+
+class ShiftedRelay(Relay):
+    """Relay whose observations lie in [1, 200]: the zero rows of agents not arrived yet lie outside."""
+
+    def __init__(self):
+        super().__init__()
+        from gymnasium import spaces
+
+        self._observation_space = spaces.Box(1.0, 200.0, (3,), np.float32)
+
+    def _observation(self, agent):
+        observation = super()._observation(agent)
+        observation[2] = abs(observation[2])
+        return observation + 5
+
+
+def test_rows_of_agents_not_live_are_not_checked_against_the_space():
+    batches = collect("sync", env_fns=[ShiftedRelay] * 2, observation_check="raise", horizon=30)
+    late = batches[0].observations[0, 3]
+    assert not batches[0].valid[0, 3] and not late.any()  # zero, outside Box(1, 200), and no error
+
+
+class NobodyAfterReset(Relay):
+    def reset(self, seed=None, options=None):
+        observations, infos = super().reset(seed=seed, options=options)
+        self.agents = []
+        return observations, infos
+
+
+def test_a_reset_that_leaves_no_agent_live_is_an_error_naming_the_env():
+    with pytest.raises(WorkerError, match=r"hosting envs 4..7 .* `reset` left env.agents empty"):
+        collect("sync", env_fns=[make_relay, NobodyAfterReset], collects=1)
+
+
+def test_make_collector_takes_a_pettingzoo_parallel_env_constructor():
+    pytest.importorskip("mpe2")
+    from mpe2 import simple_spread_v3
+
+    with make_collector(simple_spread_v3.parallel_env, num_envs=2, horizon=5, seed=1, env_kwargs={"max_cycles": 3}) as collector:
+        by_constructor = collector.collect()
+    with make_collector(simple_spread_v3, num_envs=2, horizon=5, seed=1, env_kwargs={"max_cycles": 3}) as collector:
+        by_module = collector.collect()
+    assert collector.column_agents == ("agent_0", "agent_1", "agent_2") * 2
+    assert_batches_identical(by_constructor, by_module)
+
+
+def test_padded_box_actions_are_clipped_to_each_agents_own_bounds():
+    from gymnasium import spaces
+
+    class BoxAgents(Uneven):
+        def __init__(self):
+            super().__init__()
+            self._spaces = {"small": (spaces.Box(-1, 1, (2,), np.float32), spaces.Box(0, 1, (1,), np.float32)),
+                            "big": (spaces.Box(-1, 1, (3,), np.float32), spaces.Box(-1, 1, (2,), np.float32))}
+
+        def step(self, actions):
+            result = super().step({agent: 0 for agent in actions})
+            self.received = {agent: np.asarray(action).tolist() for agent, action in actions.items()}
+            return result
+
+    padded = PadAgentSpaces(BoxAgents())
+    assert padded.action_space("small") == spaces.Box(-1, 1, (2,), np.float32)
+    assert padded.observation_spaces == {"small": padded.observation_space("small"), "big": padded.observation_space("big")}
+    padded.reset(seed=0)
+    padded.step({"small": np.array([-0.9, 0.5], np.float32), "big": np.array([-0.9, 0.5], np.float32)})
+    assert padded.env.received["small"] == [0.0] and padded.env.received["big"] == pytest.approx([-0.9, 0.5])
+
+
+def test_check_and_advise_point_a_multi_agent_env_to_the_collector():
+    from parallel_rollouts.conformance.target import as_env
+
+    with pytest.raises(ConfigurationError, match="multi-agent env Relay; `check` and `advise` examine single"):
+        as_env(Relay())

@@ -1,7 +1,9 @@
 """The package's shape: a small root, floors that import only downward, and no import circles.
 
-Every import of the package counts, at module level or inside a function; only imports under
-``if TYPE_CHECKING:`` are exempt (they never run). The floors, bottom up, are the ones drawn in
+Every import of the package counts, at module level, inside a function or under
+``if TYPE_CHECKING:`` (a type named from a floor above ties the floors together as much as a call
+does), in the Python modules and in the Cython sources (their Python-level ``import`` and
+``from ... import`` lines). The floors, bottom up, are the ones drawn in
 ``docs/architecture.md``; a module may import its own floor and the floors below it, never a
 floor above.
 """
@@ -9,6 +11,7 @@ floor above.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import parallel_rollouts
@@ -44,18 +47,23 @@ def module_name(path: Path, package_dir: Path = PACKAGE_DIR) -> str:
     return ".".join(parts)
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    exempt = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            exempt.update(id(child) for child in ast.walk(node))
-    return exempt
+#: A Python-level import line of a Cython source (``cimport`` lines import C declarations only).
+PYX_IMPORT = re.compile(r"^\s*(from\s+[\w.]+\s+import\s+(?:\([^)]*\)|[^\n]+)|import\s+[\w., ]+)$", re.MULTILINE)
+
+
+def _tree_of(path: Path) -> ast.AST:
+    """The module's syntax tree; for a ``.pyx`` file, a tree of its Python-level import lines."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix != ".pyx":
+        return ast.parse(text)
+    lines = [match.group(1) for match in PYX_IMPORT.finditer(text) if " cimport " not in match.group(1)]
+    return ast.parse("\n".join(lines))
 
 
 def imports_of(path: Path, package_dir: Path = PACKAGE_DIR) -> set[str]:
     """The package modules ``path`` imports (absolute names), wherever the import statement is."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    exempt = _type_checking_nodes(tree)
+    tree = _tree_of(path)
+    exempt: set[int] = set()
     here = module_name(path, package_dir)
     package_parts = here.split(".") if path.name == "__init__.py" else here.split(".")[:-1]
     found = set()
@@ -88,7 +96,9 @@ def floor_of(module: str) -> int:
 
 
 def package_modules() -> dict[str, Path]:
-    return {module_name(path): path for path in sorted(PACKAGE_DIR.rglob("*.py"))}
+    """Every module of the package, the Cython sources (``core/_core.pyx``, ...) included."""
+    paths = sorted(PACKAGE_DIR.rglob("*.py")) + sorted(PACKAGE_DIR.rglob("*.pyx"))
+    return {module_name(path): path for path in paths}
 
 
 def test_the_root_holds_only_the_public_face():
@@ -100,6 +110,19 @@ def test_the_root_holds_only_the_public_face():
 def test_every_folder_of_the_package_has_a_floor():
     folders = {path.name for path in PACKAGE_DIR.iterdir() if (path / "__init__.py").exists()}
     assert folders <= set(FLOOR_OF), f"folders without a floor: {sorted(folders - set(FLOOR_OF))}"
+
+
+def test_the_check_reads_the_cython_sources_and_type_only_imports(tmp_path):
+    # The compiled core's Python-level imports are seen (it reads the conversion rule from checks/).
+    modules = package_modules()
+    assert "parallel_rollouts.core._core" in modules
+    assert "parallel_rollouts.checks.conversion" in imports_of(modules["parallel_rollouts.core._core"])
+    # An import under TYPE_CHECKING counts.
+    folder = tmp_path / PACKAGE / "data"
+    folder.mkdir(parents=True)
+    source = folder / "typed.py"
+    source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..runners.base import RolloutResult\n")
+    assert "parallel_rollouts.runners.base" in imports_of(source, tmp_path / PACKAGE)
 
 
 def test_no_import_runs_up_the_floors():

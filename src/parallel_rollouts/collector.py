@@ -326,9 +326,9 @@ class ParallelRolloutCollector:
 
     @property
     def column_agents(self) -> tuple:
-        """With multi-agent envs, the agent behind each column of the batch (``None`` for a single
-        env's column); empty when no env is multi-agent. A PettingZoo env with agents
-        ``possible_agents`` spans one column per agent, in that order."""
+        """With multi-agent envs, the agent behind each column of the batch; empty when the envs
+        are single or vector envs. A PettingZoo env with agents ``possible_agents`` spans one
+        column per agent, in that order."""
         return self._layout.column_agents
 
     @property

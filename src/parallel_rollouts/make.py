@@ -6,7 +6,8 @@ spec rather than the id. ``gymnasium.make`` builds an env from a spec without a
 registry look-up, so ids that only this process registered (a package imported
 here, an ``gymnasium.register`` call in a script) also work in the async
 backend's spawned workers and in Ray actors. Factories are ``functools.partial``
-objects of a top-level function: they pickle with plain ``pickle``.
+objects of a top-level function: they pickle with plain ``pickle`` (a PettingZoo
+constructor is often a local function: the workers take it with ``cloudpickle``).
 
 A PettingZoo parallel env is named by its module (``mpe2.simple_spread_v3``), its
 ``parallel_env`` constructor, or a ``ParallelEnv`` subclass; each factory calls the
@@ -119,7 +120,7 @@ def _parallel_env_constructor(env_id: Any) -> Callable[..., Any] | None:
                 "PettingZoo env module (e.g. `mpe2.simple_spread_v3`) or a registered Gymnasium env id."
             )
         return constructor
-    if getattr(env_id, "__name__", None) == "parallel_env" and callable(env_id):
+    if callable(env_id) and _is_parallel_env_function(env_id):
         return env_id
     if isinstance(env_id, type):
         try:
@@ -128,6 +129,15 @@ def _parallel_env_constructor(env_id: Any) -> Callable[..., Any] | None:
             return None
         return env_id if issubclass(env_id, ParallelEnv) else None
     return None
+
+
+def _is_parallel_env_function(function: Any) -> bool:
+    """A module's ``parallel_env``: a function of that name, or the wrapper PettingZoo's
+    ``parallel_wrapper_fn`` builds for it (which every PettingZoo env module exposes as
+    ``parallel_env``)."""
+    if getattr(function, "__name__", None) == "parallel_env":
+        return True
+    return getattr(function, "__qualname__", "") == "parallel_wrapper_fn.<locals>.par_fn"
 
 
 def _construct_env(constructor: Callable[..., Any], env_kwargs: dict, wrappers: tuple) -> Any:

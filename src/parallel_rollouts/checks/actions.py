@@ -92,6 +92,7 @@ class ActionBatchChecker:
         source: str,
         float_box_bounds: str = "enforce",
         column_agents: Sequence = (),
+        first_env: int = 0,
     ) -> None:
         if float_box_bounds not in _FLOAT_BOX_BOUNDS:
             raise ValueError(f"`float_box_bounds` must be one of {_FLOAT_BOX_BOUNDS!r}; got {float_box_bounds!r}.")
@@ -99,8 +100,10 @@ class ActionBatchChecker:
         self._num_envs = num_envs
         self._core = core
         self._source = source
-        # The agent behind each row, for multi-agent envs (messages name it beside the env).
+        # The agent behind each row, for multi-agent envs (messages name it beside the env), and
+        # the batch column of row 0 (a slice's rows are named by their columns in the batch).
         self._column_agents = tuple(column_agents)
+        self._first_env = first_env
         # What each leaf's check needs, worked out once rather than per step.
         self._leaf_checks: list = []
         for leaf_index, leaf in enumerate(layout.leaves):
@@ -169,11 +172,12 @@ class ActionBatchChecker:
         return checked
 
     def _env_name(self, env: int) -> str:
-        return _named_env(env, self._column_agents)
+        return _named_env(env, self._column_agents, self._first_env)
 
 
-def _named_env(env: int, column_agents: tuple) -> str:
-    agent = column_agents[env] if env < len(column_agents) else None
+def _named_env(row: int, column_agents: tuple, first_env: int) -> str:
+    agent = column_agents[row] if row < len(column_agents) else None
+    env = first_env + row
     return f"env {env}" if agent is None else f"env {env} (agent {agent!r})"
 
 

@@ -157,6 +157,12 @@ def build_env(factory: Callable[[], Any]) -> tuple[Any, bool]:
 def as_env(env: Any) -> tuple[Any, bool]:
     """What a factory returned, and whether it is a vector env; ``ConfigurationError`` if it is not an env."""
     vector = is_vector_env(env)
+    if hasattr(env, "possible_agents"):
+        raise ConfigurationError(
+            f"the env factory returned the multi-agent env {type(env).__name__}; `check` and `advise` examine single "
+            "and vector envs. Collect a multi-agent env with make_collector or ParallelRolloutCollector (one column "
+            "per agent, docs/multi-agent.md); PettingZoo's own `parallel_api_test` checks its API."
+        )
     if not vector and not (hasattr(env, "reset") and hasattr(env, "step") and hasattr(env, "action_space")):
         raise not_an_env("the env factory", env, vector_envs=True)
     return env, vector

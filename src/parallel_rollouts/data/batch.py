@@ -69,7 +69,9 @@ class RolloutBatch:
     valid:
         ``[T, N]`` bool: false on the reset steps of a Gymnasium vector env with
         next-step autoreset (the step after an episode's end, whose action the
-        env ignored; see ``docs/batch-contract.md``), and on every row lost with
+        env ignored; see ``docs/batch-contract.md``), on the rows of a multi-agent
+        env's agents that are not live (not arrived yet, or done while others go
+        on; see ``docs/multi-agent.md``), and on every row lost with
         a replaced worker (from the row it was lost at: ``async`` keeps the rows
         its slice wrote before; ``ray`` loses the whole rollout of the slice).
         True everywhere else. Mask the loss with it.

@@ -36,17 +36,31 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import fields
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from .policy_inputs import policy_rows_of
 from .storage import RolloutStorage
 
-if TYPE_CHECKING:
-    from ..processes.batch_segments import BatchSegments
+__all__ = ["BatchMemory", "SegmentSource"]
 
-__all__ = ["BatchMemory"]
+
+class SegmentSource(Protocol):
+    """Shared segments a batch can be written into (``processes.batch_segments.BatchSegments``
+    implements it; this floor names only what it calls)."""
+
+    def __call__(self) -> RolloutStorage | None:
+        """A new segment's storage, or ``None`` when no more may be created."""
+
+    def name_of(self, storage: RolloutStorage) -> str | None:
+        """The name of the segment behind ``storage``."""
+
+    def discard(self, storage: RolloutStorage) -> None:
+        """Unlink and unmap the segment behind ``storage``."""
+
+    def release_all(self) -> None:
+        """Unlink and unmap every segment."""
 
 #: How many dropped batches are kept for recycling by default. Two cover a training loop
 #: holding the previous batch while the next one is collected; ``max_policy_lag=1`` asks for
@@ -128,7 +142,7 @@ class BatchMemory:
         allocate: Callable[[], RolloutStorage],
         reuse_buffers: bool,
         working: RolloutStorage | None = None,
-        segments: BatchSegments | None = None,
+        segments: SegmentSource | None = None,
         pool_size: int = POOL_SIZE,
     ) -> None:
         self._allocate = allocate

@@ -35,9 +35,10 @@ class RolloutStorage:
     values: np.ndarray
     log_probs: np.ndarray
     infos: dict[str, np.ndarray]
-    #: ``[horizon, num_envs]`` bool, true on the reset steps of vector envs with
-    #: next-step autoreset (see :mod:`~parallel_rollouts.groups.vector_source`). Allocated zeroed and
-    #: written only by those groups, whose columns it covers in full every step.
+    #: ``[horizon, num_envs]`` bool, true on the rows that are no transition: the reset steps of
+    #: vector envs with next-step autoreset (see :mod:`~parallel_rollouts.groups.vector_source`) and
+    #: the rows of a multi-agent env's agents that are not live (:mod:`~parallel_rollouts.groups.agents`).
+    #: Allocated zeroed and written only by those groups, whose columns it covers in full every step.
     reset_steps: np.ndarray
     #: ``[1, num_envs]`` float64: seconds each env spent in ``step`` / in ``reset``
     #: during this rollout (one row, so that a column slice is a view like every

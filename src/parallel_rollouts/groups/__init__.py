@@ -2,7 +2,15 @@
 
 from .agents import AgentEnvGroup
 from .base import RolloutGroup
-from .building import ColumnSpaces, build_groups, check_distinct_envs, make_all, resolve_layout, spaces_per_env
+from .building import (
+    ColumnSpaces,
+    build_groups,
+    check_distinct_envs,
+    check_replacement_columns,
+    make_all,
+    resolve_layout,
+    spaces_per_env,
+)
 from .chain import GroupChain
 from .single_envs import EnvGroup
 from .vector_source import VectorEnvGroup
@@ -16,6 +24,7 @@ __all__ = [
     "VectorEnvGroup",
     "build_groups",
     "check_distinct_envs",
+    "check_replacement_columns",
     "make_all",
     "resolve_layout",
     "spaces_per_env",

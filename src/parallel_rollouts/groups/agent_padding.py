@@ -8,10 +8,11 @@ rules SuperSuit users know (``pad_observations_v0``, ``pad_action_space_v0``):
   every dimension up to the largest shape among the agents; the common space's bounds
   are the agents' bounds where an agent has values and 0 in the padding, its dtype the
   common one.
-* **Discrete actions**: the common space is the largest ``Discrete(n)``; an action an
-  agent's own space does not hold is sent as that space's ``start`` (action 0).
-* **Box actions**: the common space is the largest shape; each agent receives the
-  leading entries its own shape holds.
+* **Discrete actions**: the common space is ``Discrete(m)`` from 0, ``m`` the largest
+  ``start + n`` among the agents; an action an agent's own space does not hold is sent as
+  that space's first action (``start``, action 0 for the usual ``start=0``).
+* **Box actions**: the common space is the largest shape, with the widest bounds; each agent
+  receives the leading entries its own shape holds, clipped to its own bounds.
 
 Other spaces (Dict, Tuple, MultiDiscrete, ...) cannot be padded and are refused, naming
 the agent. The wrapper keeps PettingZoo's parallel API, so PettingZoo's own API test
@@ -53,6 +54,16 @@ class PadAgentSpaces:
     @property
     def agents(self) -> list:
         return self.env.agents
+
+    @property
+    def observation_spaces(self) -> dict:
+        """Every agent's (padded) observation space, as PettingZoo's ``observation_spaces`` dict."""
+        return dict.fromkeys(self.possible_agents, self._observation_space)
+
+    @property
+    def action_spaces(self) -> dict:
+        """Every agent's (common) action space, as PettingZoo's ``action_spaces`` dict."""
+        return dict.fromkeys(self.possible_agents, self._action_space)
 
     @property
     def unwrapped(self) -> Any:
@@ -119,8 +130,9 @@ class PadAgentSpaces:
                 value = int(own.start)
             return np.int64(value)
         if isinstance(own, spaces.Box):
-            array = np.asarray(action)
-            return array[tuple(slice(0, size) for size in own.shape)].astype(own.dtype, copy=True)
+            array = np.asarray(action)[tuple(slice(0, size) for size in own.shape)]
+            # The common bounds are the widest of all agents': each agent gets its own.
+            return np.clip(array, own.low, own.high).astype(own.dtype, copy=True)
         return action
 
 

@@ -209,6 +209,14 @@ class AgentEnvGroup:
     def _start_episode(self, row: list[np.ndarray], observations: dict, describe) -> None:
         """After a reset: the agents in ``env.agents`` are live, their observations in ``row`` (others zero)."""
         live = self._agents_now("reset")
+        if not live:
+            raise self._failure(
+                "reset",
+                ValueError(
+                    "`reset` left env.agents empty; a PettingZoo env's reset makes at least one agent live (an episode "
+                    "with none would end before its first step)."
+                ),
+            )
         for leaf in row:
             leaf[...] = 0
         for column in live:
@@ -223,7 +231,7 @@ class AgentEnvGroup:
         describe = lambda column: f"an observation from its first `reset` (observations row t=0; {self.describe_column(column)})"  # noqa: E731
         row = [leaf[0] for leaf in self._current_observations]
         self._start_episode(row, observations, describe)
-        self._check(row, describe)
+        self._check_columns(row, self._live_columns, describe)
 
     # -- one rollout -----------------------------------------------------------------------
 
@@ -321,7 +329,8 @@ class AgentEnvGroup:
                 f"(observations row t={t + 1}; {self.describe_column(column)})"
             )
             self._start_episode(next_row, reset_observations, describe)
-        self._check(next_row, describe)
+            after = self._live_columns
+        self._check_columns(next_row, after, describe)
 
     def _book(self, t: int, column: int) -> None:
         completed, k = self._completed, self._completed_count
@@ -482,6 +491,17 @@ class AgentEnvGroup:
     def _check(self, row: list[np.ndarray], describe, columns: np.ndarray | None = None) -> None:
         self._checker.check(row, columns, describe)
 
+    def _check_columns(self, row: list[np.ndarray], columns: list[int], describe) -> None:
+        """Check the observations the env returned in ``row``: those of ``columns`` (the live agents).
+
+        The other columns hold a done agent's last observation (checked when it arrived) or the zero
+        of an agent not arrived yet, which is no value of the env's and may lie outside its space.
+        """
+        if len(columns) == self.num_envs:
+            self._checker.check(row, None, describe)
+        elif columns:
+            self._checker.check([leaf[columns] for leaf in row], np.asarray(columns), describe)
+
     # -- errors ----------------------------------------------------------------------------
 
     def _failure(self, phase: str, error: BaseException) -> WorkerError:
@@ -500,7 +520,9 @@ class AgentEnvGroup:
 
     def _column_failure(self, column: int, phase: str, error: BaseException) -> WorkerError:
         """A value the env returned for one agent is refused: the error names the env column and the agent."""
-        reason = type(error)(f"{self.describe_column(column)}: {error.args[0] if error.args else error}")
+        # A KeyError's message would be shown quoted: it travels as the LookupError it is.
+        kind = LookupError if isinstance(error, KeyError) else type(error)
+        reason = kind(f"{self.describe_column(column)}: {error.args[0] if error.args else error}")
         return WorkerError.from_failures([describe_failure(self.env_offset + column, phase, reason)])
 
     def _revived(self, t: int, column: int) -> WorkerError:

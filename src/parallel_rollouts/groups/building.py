@@ -27,7 +27,15 @@ from .base import RolloutGroup
 from .single_envs import EnvGroup, close_each, describe_failure
 from .vector_source import VectorEnvGroup, check_vector_env, is_vector_env
 
-__all__ = ["ColumnSpaces", "build_groups", "check_distinct_envs", "make_all", "resolve_layout", "spaces_per_env"]
+__all__ = [
+    "ColumnSpaces",
+    "build_groups",
+    "check_distinct_envs",
+    "check_replacement_columns",
+    "make_all",
+    "resolve_layout",
+    "spaces_per_env",
+]
 
 
 class ColumnSpaces(NamedTuple):
@@ -117,6 +125,27 @@ def spaces_per_env(made: Sequence[Any]) -> list[ColumnSpaces]:
         else:
             columns.append(ColumnSpaces(env.observation_space, env.action_space))
     return columns
+
+
+def check_replacement_columns(columns: Sequence[ColumnSpaces], start: int, stop: int, layout: RolloutLayout, who: str) -> None:
+    """Refuse a replacement whose envs span other columns than those it replaces (``start .. stop - 1``).
+
+    ``who`` names the worker or actor. The count, each column's spaces and, for multi-agent envs,
+    each column's agent must be what the first envs of those factories made.
+    """
+    if len(columns) != stop - start:
+        raise WorkerError(
+            f"the replacement of {who} made {len(columns)} envs where its factories made {stop - start} before; "
+            "env factories must make the same envs every time."
+        )
+    for offset, column in enumerate(columns):
+        check_env_spaces(start + offset, column.observation, column.action, layout.observation_space, layout.action_space)
+        expected = layout.column_agents[start + offset] if layout.column_agents else None
+        if column.agent != expected:
+            raise WorkerError(
+                f"the replacement of {who} has agent {column.agent!r} at env {start + offset} where the first envs had "
+                f"{expected!r}; env factories must make the same envs (the same agents) every time."
+            )
 
 
 def resolve_layout(spec: RolloutSpec, columns: Sequence[ColumnSpaces]) -> RolloutLayout:

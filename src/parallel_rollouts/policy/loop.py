@@ -166,5 +166,5 @@ def build_loop(layout: RolloutLayout, policy: Callable[[Any], Any] | None, start
     seeded copy of the action space) and a writer that checks its output for those envs."""
     if policy is None:
         policy = RandomActionSampler(layout.action_layout, layout.root_seed, range(start, stop))
-    writer = PolicyOutputWriter(layout.action_layout, stop - start, layout.core, layout.column_agents[start:stop])
+    writer = PolicyOutputWriter(layout.action_layout, stop - start, layout.core, layout.column_agents[start:stop], start)
     return RolloutLoop(layout.observation_layout, writer, policy, start, layout.store_states)

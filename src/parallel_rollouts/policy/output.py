@@ -45,11 +45,15 @@ class PolicyOutputWriter:
     storage (and the envs, which have not been stepped) as they were.
     """
 
-    def __init__(self, action_layout: SpaceLayout, num_envs: int, core: ModuleType, column_agents: tuple = ()) -> None:
+    def __init__(
+        self, action_layout: SpaceLayout, num_envs: int, core: ModuleType, column_agents: tuple = (), first_env: int = 0
+    ) -> None:
         self._layout = action_layout
         self._core = core
         self._num_envs = num_envs
-        self._actions = ActionBatchChecker(action_layout, num_envs, core, "the policy's", column_agents=column_agents)
+        self._actions = ActionBatchChecker(
+            action_layout, num_envs, core, "the policy's", column_agents=column_agents, first_env=first_env
+        )
         self.has_values: bool | None = None
         self.has_log_probs: bool | None = None
         self._actions_alone = False

@@ -8,8 +8,9 @@ checks every state the policy returns, and records what the batch holds of it
 (:class:`~parallel_rollouts.data.recurrent_record.RecurrentRecord`).
 
 An episode starts at row ``t`` of an env when its episode ended at row ``t - 1``
-(``terminations | truncations``), when row ``t - 1`` was a reset step of a next-step vector
-env (``reset_steps``), at the very first row, and at the first row after the env's worker was
+(``terminations | truncations``), when row ``t - 1`` was not valid (``reset_steps``: a reset
+step of a next-step vector env, or a row where a multi-agent env's agent was not live), at the
+very first row, and at the first row after the env's worker was
 replaced. Everything this needs is in the storage when the policy is called, whichever
 backend steps the envs, so every backend resets the same rows.
 """

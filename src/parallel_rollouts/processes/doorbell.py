@@ -3,7 +3,8 @@
 A per-step rollout asks every worker to step once per row. Over a pipe, each request and
 each reply is a system call on each side and a wake-up of a sleeping process: about
 200 us per vector step on a 2-core machine, more than a cheap env's whole step. With the
-doorbell, a step request is a counter bumped in a small shared segment, and the reply
+doorbell, a step request is a counter bumped in the pool's shared segment (the doorbell lines
+sit after the rollout storage, one per worker, with a small reply area each), and the reply
 another; each side spins for a short budget and then sleeps in the kernel on the counter
 (a futex on Linux, see ``_doorbell.pyx``), so a step whose peer is awake costs no system
 call at all.

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import CollectorClosedError, StepTimeoutError, WorkerDiedError, WorkerError
 from ..checks.failures import losses_beyond_restarts, merged_failure, timed_out
-from ..data.spaces import check_env_spaces
+from ..groups import check_replacement_columns
 from ..config.layout import RolloutLayout
 from ..config.spec import RolloutSpec
 from ..config.worker_options import WorkerOptions
@@ -418,16 +418,7 @@ class WorkerPool:
                 logger.debug("a replaced worker was not reaped yet", exc_info=True)
         reply = startup_reply(worker, "spaces")
         raise_startup_errors([reply])
-        if len(reply) != worker.stop - worker.start:
-            raise WorkerError(
-                f"the replacement of {worker.describe()} made {len(reply)} envs where its factories made "
-                f"{worker.stop - worker.start} before; env factories must make the same envs every time."
-            )
-        for offset, (observation, action, _agent) in enumerate(reply):
-            check_env_spaces(
-                worker.start + offset, observation, action,
-                self.layout.observation_space, self.layout.action_space,
-            )
+        check_replacement_columns(reply, worker.start, worker.stop, self.layout, worker.describe())
         attach = replace(order, column_offset=worker.start, incarnation=worker.incarnation, slot=worker.index)
         if policy is not None:
             attach = replace(attach, policy=policy)

@@ -1,7 +1,12 @@
-"""The async backend's worker program: one EnvGroup on a view of shared memory.
+"""The async backend's worker program: its groups of envs on a view of shared memory.
 
-A worker steps its envs one row at a time on request (the per-step stepper), or, as a
-rollout worker, runs whole rollouts of its slice with its own copy of the policy.
+A worker hosts the groups its factories' envs need (single envs, vector envs or multi-agent
+envs; the VectorEnv adapter's own group instead when it asks) and steps them one row at a time
+on request (the per-step stepper), or, as a rollout worker, runs whole rollouts of its slice with
+its own copy of the policy. Per-step requests arrive through the step doorbell when the compiled
+extension is there (:mod:`~parallel_rollouts.processes.doorbell`: a step is a counter in the
+shared segment, the other requests are read from the pipe when the doorbell says so), else over
+the pipe as below.
 
 Protocol, over one duplex ``multiprocessing`` connection per worker (portable:
 the same code runs on Windows). Every request gets exactly one reply, so the
@@ -9,8 +14,8 @@ two sides never disagree about what the next message is.
 
 Start-up (pickled messages):
 
-1. the worker makes its envs and sends ``("spaces", [(observation_space, action_space), ...])``
-   or ``("error", exception)``;
+1. the worker makes its envs and sends ``("spaces", [ColumnSpaces, ...])`` (each column's
+   observation and action space, and its agent for a multi-agent env) or ``("error", exception)``;
 2. the main process checks every env's spaces, creates the shared segment and
    sends ``("attach", AttachOrder)``; the worker attaches, builds its group,
    resets its envs (and, as a rollout worker, builds its copy of the policy from the

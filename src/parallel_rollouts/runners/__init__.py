@@ -8,6 +8,8 @@
   own copy of the policy (``async`` with ``policy_placement="workers"``);
 - :mod:`.ray`: Ray actors run whole rollouts of their slices (``ray``).
 
-The last two run the same code for one slice (:mod:`.slice_rollout`). Every runner gets
+The last two run the same code for one slice (:mod:`~parallel_rollouts.policy.slice_rollout`)
+and share one request/reply launch (:class:`~.base.RemoteRolloutRunner`); :mod:`.background`
+runs a per-step runner's next batch on a thread under ``max_policy_lag=1``. Every runner gets
 its storage from :class:`~parallel_rollouts.data.batch_memory.BatchMemory`.
 """

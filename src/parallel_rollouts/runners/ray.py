@@ -39,7 +39,7 @@ import numpy as np
 
 from ..data.batch_memory import BatchMemory
 from ..data.recurrent_record import RecurrentRecord
-from ..groups import GroupChain, build_groups, make_all, resolve_layout, spaces_per_env
+from ..groups import GroupChain, build_groups, check_replacement_columns, make_all, resolve_layout, spaces_per_env
 from ..checks.failures import losses_beyond_restarts, merged_failure, timed_out, worker_died
 from ..groups.single_envs import close_each, describe_failure
 from ..errors import ConfigurationError, StepTimeoutError, WorkerDiedError, WorkerError
@@ -142,10 +142,12 @@ class SliceActor:
         """The spaces of every column of the slice (a vector or multi-agent env spans several)."""
         return spaces_per_env(self._make_envs())
 
-    def start(self, layout: RolloutLayout, policy: PolicySnapshot | None, column_offset: int) -> list:
-        """Build the slice's groups from its first column and reset its envs; return the warnings raised meanwhile."""
+    def start(self, layout: RolloutLayout, policy: PolicySnapshot | None, columns: tuple[int, int], who: str) -> list:
+        """Build the slice's groups over batch columns ``columns`` (``(start, stop)``) and reset its envs;
+        return the warnings raised meanwhile. A replacement whose envs span other columns is refused."""
         envs = self._make_envs()
-        self._env_offset = column_offset
+        check_replacement_columns(spaces_per_env(envs), columns[0], columns[1], layout, who)
+        column_offset = self._env_offset = columns[0]
         groups = build_groups(envs, column_offset, [(0, len(envs))], layout, self._incarnation)
         columns = groups[-1][1]
         # The actor returns storage of its own columns only.
@@ -313,7 +315,7 @@ class RayRunner(RemoteRolloutRunner):
             )
 
     def _start(self, index: int, policy_reference):
-        return self._actors[index].start.remote(self.layout, policy_reference, self._columns[index][0])
+        return self._actors[index].start.remote(self.layout, policy_reference, self._columns[index], self._describe(index))
 
     def _describe(self, index: int) -> str:
         start, stop = self._columns[index]
