@@ -342,14 +342,108 @@ def test_an_aec_env_and_a_mix_of_kinds_are_refused_with_what_to_do():
 
 
 @pytest.mark.parametrize("backend", ["sync", "async"])
-def test_the_gymnasium_and_sb3_front_doors_point_multi_agent_envs_to_the_collector(backend):
-    from parallel_rollouts import ParallelVectorEnv
+def test_the_sb3_front_door_points_multi_agent_envs_to_the_others(backend):
     from parallel_rollouts.sb3 import ParallelVecEnv
 
-    with pytest.raises((SpaceError, WorkerError), match="Multi-agent .* are collected by ParallelRolloutCollector"):
-        ParallelVectorEnv([make_relay, make_relay], backend=backend)
-    with pytest.raises((SpaceError, WorkerError), match="Multi-agent .* are collected by ParallelRolloutCollector"):
+    with pytest.raises((SpaceError, WorkerError), match="Multi-agent .* are taken by ParallelRolloutCollector"):
         ParallelVecEnv([make_relay, make_relay], backend=backend, seed=0)
+
+
+def run_vector_env(backend, steps=40, autoreset_mode="NextStep", seed=3, **options):
+    """Step a ParallelVectorEnv of two Relays with a fixed action stream; every return, in order."""
+    from parallel_rollouts import ParallelVectorEnv
+
+    envs = ParallelVectorEnv([make_relay, make_relay], backend=backend, autoreset_mode=autoreset_mode, **options)
+    try:
+        assert envs.num_envs == 8 and envs.column_agents == ("a0", "a1", "a2", "late") * 2
+        record = [envs.reset(seed=seed)]
+        rng = np.random.default_rng(0)
+        for _ in range(steps):
+            record.append(envs.step(rng.integers(0, 3, size=8)))
+        return record
+    finally:
+        envs.close()
+
+
+def test_parallel_vector_env_steps_agents_as_sub_envs_the_same_on_sync_and_async(no_leaks):
+    for mode in ("NextStep", "SameStep"):
+        expected, got = run_vector_env("sync", autoreset_mode=mode), run_vector_env("async", autoreset_mode=mode)
+        for first, second in zip(expected, got):
+            for a, b in zip(first[:-1], second[:-1]):
+                np.testing.assert_array_equal(a, b)
+            assert_same_infos(first[-1], second[-1])
+
+
+def assert_same_infos(first, second):
+    """Gymnasium's merged infos equal, nested dicts and object arrays included."""
+    if isinstance(first, dict):
+        assert isinstance(second, dict) and first.keys() == second.keys()
+        for key in first:
+            assert_same_infos(first[key], second[key])
+    elif isinstance(first, np.ndarray) and first.dtype == object:
+        assert first.shape == second.shape
+        for a, b in zip(first, second):
+            assert_same_infos(a, b)
+    else:
+        np.testing.assert_array_equal(first, second)
+
+
+def test_parallel_vector_env_matches_a_plain_loop_over_the_envs():
+    record = run_vector_env("sync", steps=40)
+    rng = np.random.default_rng(0)
+    envs = [Relay(), Relay()]
+    observations = [env.reset(seed=3 + 4 * index)[0] for index, env in enumerate(envs)]
+    ended = [False, False]
+    (first_observations, first_infos) = record[0]
+    for index in range(2):
+        for k, agent in enumerate(envs[index].possible_agents):
+            expected = observations[index].get(agent, np.zeros(3, np.float32))
+            np.testing.assert_array_equal(first_observations[4 * index + k], expected)
+    assert first_infos["agent_live"].tolist() == [True, True, True, False] * 2
+    for observations_got, rewards_got, terminations_got, truncations_got, infos_got in record[1:]:
+        actions = rng.integers(0, 3, size=8)
+        for index, env in enumerate(envs):
+            columns = slice(4 * index, 4 * index + 4)
+            if ended[index]:  # NEXT_STEP: this step resets the env and ignores its actions
+                observations, _ = env.reset()
+                ended[index] = False
+                live = set()
+                rewards, terminations, truncations = {}, {}, {}
+            else:
+                live = set(env.agents)
+                observations, rewards, terminations, truncations, _ = env.step(
+                    {agent: actions[4 * index + k] for k, agent in enumerate(env.possible_agents) if agent in live}
+                )
+                ended[index] = not env.agents
+            shown = live | set(env.agents)
+            for k, agent in enumerate(env.possible_agents):
+                column = 4 * index + k
+                expected = observations[agent] if agent in shown and agent in observations else np.zeros(3, np.float32)
+                np.testing.assert_array_equal(observations_got[column], expected)
+                assert rewards_got[column] == rewards.get(agent, 0.0) if agent in live else rewards_got[column] == 0.0
+                assert terminations_got[column] == (agent in live and terminations[agent])
+                assert truncations_got[column] == (agent in live and truncations[agent])
+                assert infos_got["agent_live"][column] == (agent in live or (not live and agent in env.agents))
+            assert rewards_got[columns][[k for k, a in enumerate(env.possible_agents) if a not in live]].sum() == 0
+
+
+def test_parallel_vector_env_refuses_a_reset_of_part_of_an_env_and_ready_first_stepping():
+    from parallel_rollouts import ConfigurationError, ParallelVectorEnv
+
+    envs = ParallelVectorEnv([make_relay, make_relay], backend="sync")
+    try:
+        envs.reset(seed=0)
+        mask = np.zeros(8, dtype=bool)
+        mask[4:6] = True
+        with pytest.raises(ValueError, match=r"selects some but not all of envs 4..7, the agents \[.a0., .a1., .a2., .late.\]"):
+            envs.reset(options={"reset_mask": mask})
+        mask[4:8] = True
+        observations, infos = envs.reset(options={"reset_mask": mask})
+        assert infos["agent_live"][4:8].tolist() == [True, True, True, False]
+    finally:
+        envs.close()
+    with pytest.raises(ConfigurationError, match="`batch_size` .* a multi-agent env steps all its agents at once"):
+        ParallelVectorEnv([make_relay, make_relay], backend="sync", batch_size=1)
 
 
 class CountedRelay:

@@ -27,13 +27,14 @@ from gymnasium.vector.utils import batch_space
 from .checks.actions import ActionBatchChecker
 from .checks.factories import not_an_env
 from .groups.single_envs import close_each
-from .groups import make_all
+from .groups import make_all, resolve_layout, spaces_per_env
+from .groups.agents import is_parallel_env
 from .groups.gymnasium_envs import GymnasiumGroup, build_gymnasium_group
 from .core.selector import load_core
 from .errors import ConfigurationError, ResetNeededError, VectorEnvClosedError
 from .runners.lifecycle import Lifecycle, RunnerState
 from .processes.forwarded_warnings import raise_again
-from .data.spaces import check_env_spaces
+from .config.layout import RolloutLayout
 from .config.spec import RolloutSpec
 from .config.worker_options import WorkerOptions
 from .data.typed_actions import TypedActionWriter
@@ -154,19 +155,28 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         elif serve_order is not None:
             raise ConfigurationError("`serve_order` replays ready-first stepping; give `batch_size` too.")
         core_name, core_module = load_core(core)
-        self.num_envs = len(env_fns)
-        # Envs not reset since they were made: stepping them first is refused here, before
-        # their own order check (gymnasium's OrderEnforcing) would break the vector env.
-        self._never_reset = np.ones(self.num_envs, dtype=bool)
         # Actions are stored with the dtype they were given, as SyncVectorEnv hands them on.
         spec = RolloutSpec(
             tuple(env_fns), root_seed=0, horizon=1, core_name=core_name, typed_actions=True,
             group_builder=partial(build_gymnasium_group, autoreset_mode=self.autoreset_mode),
         )
         if backend == "sync":
-            self._start_sync(spec)
+            layout = self._start_sync(spec)
         else:
-            self._start_async(spec, options)
+            layout = self._start_async(spec, options)
+        # One sub-env per single env, one per agent of a multi-agent env.
+        self.num_envs = layout.num_envs
+        self.column_agents = layout.column_agents
+        self._column_envs = np.asarray(layout.column_envs, dtype=np.int64)
+        if self.column_agents and self._ready_first is not None:
+            self.close()
+            raise ConfigurationError(
+                "`batch_size` (ready-first stepping) steps single envs one by one; a multi-agent env steps all its "
+                "agents at once. Drop `batch_size` for multi-agent envs."
+            )
+        # Envs not reset since they were made: stepping them first is refused here, before
+        # their own order check (gymnasium's OrderEnforcing) would break the vector env.
+        self._never_reset = np.ones(self.num_envs, dtype=bool)
         self._action_checker = ActionBatchChecker(
             self._action_layout, self.num_envs, core_module, "the", float_box_bounds="pass"
         )
@@ -189,16 +199,13 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
 
     # -- start-up --------------------------------------------------------------------------
 
-    def _start_sync(self, spec: RolloutSpec) -> None:
+    def _start_sync(self, spec: RolloutSpec) -> RolloutLayout:
         envs = make_all(spec.env_fns, 0)
         try:
             for index, env in enumerate(envs):
-                if not isinstance(env, Env):
+                if not isinstance(env, Env) and not is_parallel_env(env):
                     raise not_an_env(f"env_fns[{index}]", env, vector_envs=False)
-                check_env_spaces(
-                    index, env.observation_space, env.action_space, envs[0].observation_space, envs[0].action_space
-                )
-            layout = spec.resolve(envs[0].observation_space, envs[0].action_space, num_envs=len(envs))
+            layout = resolve_layout(spec, spaces_per_env(envs))
             self._group = spec.group_builder(envs, 0, layout)
         except BaseException:
             close_each(envs)
@@ -207,8 +214,9 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         self._action_layout = layout.action_layout
         self._storage = layout.allocate_storage()
         self._group.begin(self._storage)
+        return layout
 
-    def _start_async(self, spec: RolloutSpec, options: WorkerOptions) -> None:
+    def _start_async(self, spec: RolloutSpec, options: WorkerOptions) -> RolloutLayout:
         from .processes import worker_main as protocol
         from .processes.pool import WorkerPool
         from .processes.startup import unguarded_main_error
@@ -225,6 +233,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         self._action_layout = self._backend.layout.action_layout
         self._storage = self._backend.shared.storage
         self._request(protocol.BEGIN)
+        return self._backend.layout
 
     # -- talking to the envs ---------------------------------------------------------------
 
@@ -308,9 +317,22 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
                 )
             if not reset_mask.any():
                 raise ValueError("`options['reset_mask']` must select at least one env.")
+            if self._column_envs.size:
+                self._check_whole_envs(reset_mask)
         parts = self._handle(("reset", seeds, options, reset_mask))
         self._never_reset[slice(None) if reset_mask is None else reset_mask] = False
         return self._observations(), parts
+
+    def _check_whole_envs(self, reset_mask: np.ndarray) -> None:
+        """A multi-agent env resets all its agents at once: refuse a mask that selects only some."""
+        for env in np.unique(self._column_envs[reset_mask]).tolist():
+            columns = np.flatnonzero(self._column_envs == env)
+            if not reset_mask[columns].all():
+                raise ValueError(
+                    f"`options['reset_mask']` selects some but not all of envs {columns[0]}..{columns[-1]}, the agents "
+                    f"{[self.column_agents[c] for c in columns]!r} of one multi-agent env; it resets all its agents at "
+                    "once, so select all of them or none."
+                )
 
     def _seeds_per_env(self, seed: Any) -> list[int | None]:
         """``reset``'s ``seed`` as one int or ``None`` per env, or :class:`ConfigurationError`."""

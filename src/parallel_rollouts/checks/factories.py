@@ -28,8 +28,8 @@ def not_an_env(factory: str, returned: Any, *, vector_envs: bool) -> SpaceError:
     if not vector_envs and hasattr(returned, "possible_agents"):
         return SpaceError(
             f"{factory} returned the multi-agent env {type(returned).__name__}, not {expected}. Multi-agent "
-            "(PettingZoo parallel) envs are collected by ParallelRolloutCollector and make_collector, one batch "
-            "column per agent (see docs/multi-agent.md)."
+            "(PettingZoo parallel) envs are taken by ParallelRolloutCollector, make_collector and ParallelVectorEnv, "
+            "one column per agent (see docs/multi-agent.md)."
         )
     return SpaceError(
         f"{factory} returned {type(returned).__name__}, not {expected}; an env factory must return one "

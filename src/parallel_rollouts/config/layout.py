@@ -55,6 +55,8 @@ class RolloutLayout:
     #: With multi-agent envs, each column's agent name (None for a column of a single env);
     #: empty when no env is multi-agent. Messages name the agent behind a column with it.
     column_agents: tuple = ()
+    #: With multi-agent envs, the env (numbered from 0) each column belongs to; empty otherwise.
+    column_envs: tuple = ()
 
     # Derived once from the fields above, never pickled.
     observation_layout: SpaceLayout = field(init=False, repr=False, compare=False)

@@ -54,12 +54,17 @@ class RolloutSpec:
         return len(self.env_fns)
 
     def resolve(
-        self, observation_space: Space, action_space: Space, num_envs: int, column_agents: tuple = ()
+        self,
+        observation_space: Space,
+        action_space: Space,
+        num_envs: int,
+        column_agents: tuple = (),
+        column_envs: tuple = (),
     ) -> RolloutLayout:
         """The layout of this collector's rollouts, given env 0's spaces, the env count and the columns' agents."""
         # Every setting the layout shares with the spec is carried over as it is.
         shared = {f.name: getattr(self, f.name) for f in fields(RolloutLayout) if f.init and hasattr(self, f.name)}
         return RolloutLayout(
             observation_space=observation_space, action_space=action_space, num_envs=num_envs,
-            column_agents=column_agents, **shared,
+            column_agents=column_agents, column_envs=column_envs, **shared,
         )

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
 from gymnasium import Env, Space
 
 from ..checks.factories import not_an_env
@@ -44,6 +45,8 @@ class ColumnSpaces(NamedTuple):
     observation: Space
     action: Space
     agent: Any = None
+    #: Whether this is the first column of the env (or vector env) it belongs to.
+    first: bool = True
 
 
 def _make_one(env_fn: Callable[[], Any], index: int) -> Any:
@@ -121,7 +124,9 @@ def spaces_per_env(made: Sequence[Any]) -> list[ColumnSpaces]:
             columns.extend([ColumnSpaces(env.single_observation_space, env.single_action_space)] * int(env.num_envs))
         elif is_parallel_env(env):
             agents, observation_space, action_space = agent_spaces(env, f"the multi-agent env {type(env).__name__}")
-            columns.extend(ColumnSpaces(observation_space, action_space, agent) for agent in agents)
+            columns.extend(
+                ColumnSpaces(observation_space, action_space, agent, k == 0) for k, agent in enumerate(agents)
+            )
         else:
             columns.append(ColumnSpaces(env.observation_space, env.action_space))
     return columns
@@ -154,9 +159,12 @@ def resolve_layout(spec: RolloutSpec, columns: Sequence[ColumnSpaces]) -> Rollou
     for index, column in enumerate(columns):
         check_env_spaces(index, column.observation, column.action, first.observation, first.action)
     agents = tuple(column.agent for column in columns)
+    multi_agent = any(agent is not None for agent in agents)
+    # Which multi-agent env each column belongs to (the envs numbered from 0).
+    envs = tuple(int(count) - 1 for count in np.cumsum([column.first for column in columns]))
     return spec.resolve(
         first.observation, first.action, num_envs=len(columns),
-        column_agents=agents if any(agent is not None for agent in agents) else (),
+        column_agents=agents if multi_agent else (), column_envs=envs if multi_agent else (),
     )
 
 

@@ -38,6 +38,9 @@ from .single_envs import close_each, describe_failure
 
 __all__ = ["AgentGymnasiumGroup"]
 
+#: Attributes every Gymnasium env has and a PettingZoo env may lack, with Gymnasium's defaults.
+_OPTIONAL = {"metadata": {}, "render_mode": None}
+
 
 class AgentGymnasiumGroup:
     """PettingZoo parallel envs behind the Gymnasium vector-env group's interface, one column per agent."""
@@ -252,7 +255,8 @@ class AgentGymnasiumGroup:
         """One result per column: each env's answer, repeated for each of its agents."""
         results = []
         for index, env in enumerate(self.envs):
-            attribute = getattr(env, name)
+            # Every Gymnasium env has these two; a PettingZoo env may lack them (their defaults then).
+            attribute = getattr(env, name, _OPTIONAL[name]) if name in _OPTIONAL else getattr(env, name)
             result = attribute(*args, **kwargs) if callable(attribute) else attribute
             results.extend([result] * len(self._agents[index]))
         return results

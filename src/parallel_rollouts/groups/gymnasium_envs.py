@@ -34,6 +34,7 @@ from ..errors import ObservationError, SpaceError, WorkerError
 from ..config.layout import RolloutLayout
 from ..data.storage import RolloutStorage
 from ..data.typed_actions import TypedActionReader
+from .agents import is_parallel_env
 from .single_envs import close_each, describe_failure
 
 __all__ = ["GymnasiumGroup", "build_gymnasium_group"]
@@ -46,8 +47,14 @@ def build_gymnasium_group(
     env_offset: int,
     layout: RolloutLayout,
     autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
-) -> GymnasiumGroup:
-    """What an async worker calls to host the group (picklable with ``functools.partial``)."""
+):
+    """What an async worker calls to host the group (picklable with ``functools.partial``):
+    a :class:`GymnasiumGroup` of single envs, or an
+    :class:`~parallel_rollouts.groups.gymnasium_agents.AgentGymnasiumGroup` of multi-agent envs."""
+    if envs and is_parallel_env(envs[0]):
+        from .gymnasium_agents import AgentGymnasiumGroup
+
+        return AgentGymnasiumGroup(envs, env_offset, layout, autoreset_mode)
     return GymnasiumGroup(envs, env_offset, layout, autoreset_mode)
 
 

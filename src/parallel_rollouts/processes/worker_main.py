@@ -321,7 +321,9 @@ class HostedSlice:
         build the rollout worker's copy of the policy if the order ships one."""
         layout, env_offset = order.layout, order.column_offset
         if order.group_builder is not None:
-            groups = [(0, len(envs), order.group_builder(envs, env_offset, layout))]
+            hosted_group = order.group_builder(envs, env_offset, layout)
+            # Its columns: one per env, or one per agent of a multi-agent env.
+            groups = [(0, hosted_group.num_envs, hosted_group)]
         else:
             groups = build_groups(envs, env_offset, [(0, len(envs))], layout, order.incarnation)
         column_range = (env_offset, env_offset + groups[-1][1])
