@@ -341,12 +341,59 @@ def test_an_aec_env_and_a_mix_of_kinds_are_refused_with_what_to_do():
         make_collector(os, num_envs=1)
 
 
-@pytest.mark.parametrize("backend", ["sync", "async"])
-def test_the_sb3_front_door_points_multi_agent_envs_to_the_others(backend):
+def run_vec_env(backend, steps=40):
+    """Step an SB3 ParallelVecEnv of two Relays with a fixed action stream; every return, in order."""
     from parallel_rollouts.sb3 import ParallelVecEnv
 
-    with pytest.raises((SpaceError, WorkerError), match="Multi-agent .* are taken by ParallelRolloutCollector"):
-        ParallelVecEnv([make_relay, make_relay], backend=backend, seed=0)
+    vec_env = ParallelVecEnv([make_relay, make_relay], backend=backend, seed=7)
+    try:
+        assert vec_env.num_envs == 8 and vec_env.column_agents == ("a0", "a1", "a2", "late") * 2
+        record = [(vec_env.reset(), list(vec_env.reset_infos))]
+        rng = np.random.default_rng(0)
+        for _ in range(steps):
+            record.append(vec_env.step(rng.integers(0, 3, size=8)))
+        return record, vec_env.episode_seeds()
+    finally:
+        vec_env.close()
+
+
+def test_the_sb3_adapter_takes_multi_agent_envs_with_sb3s_conventions(no_leaks):
+    (expected, seeds), (got, _) = run_vec_env("sync"), run_vec_env("async")
+    for first, second in zip(expected, got):
+        for a, b in zip(first[:-1], second[:-1]):
+            np.testing.assert_array_equal(a, b)
+        for info_a, info_b in zip(first[-1], second[-1]):
+            assert info_a.keys() == info_b.keys()
+    saw_agent_end, saw_env_end = False, False
+    for observations, rewards, dones, infos in expected[1:]:
+        for column in np.flatnonzero(dones):
+            # Every ended agent reports its terminal observation, as SB3 expects of a done env.
+            assert "terminal_observation" in infos[column]
+            env = column // 4
+            if not dones[4 * env : 4 * env + 4].all() and not any(infos[c].get("env_reset") for c in range(4 * env, 4 * env + 4)):
+                saw_agent_end = True
+                assert not observations[column].any()  # the agent's sub-env shows zero while its env goes on
+        saw_env_end |= any(info.get("env_reset") for info in infos)
+    assert saw_agent_end and saw_env_end
+    # Each agent's sub-env lists the episodes of its env, seeded from its env's stream.
+    assert seeds[0] == seeds[1] == seeds[3] and seeds[4] == seeds[7] and seeds[0] != seeds[4] and len(seeds[0]) > 1
+
+
+def test_sb3_ppo_trains_on_a_multi_agent_env_through_the_adapter():
+    pytest.importorskip("mpe2")
+    from mpe2 import simple_spread_v3
+    from stable_baselines3 import PPO
+
+    from parallel_rollouts.sb3 import ParallelVecEnv
+
+    factory = partial(simple_spread_v3.parallel_env, max_cycles=10, continuous_actions=False)
+    vec_env = ParallelVecEnv([factory] * 2, backend="sync", seed=0)
+    try:
+        model = PPO("MlpPolicy", vec_env, n_steps=16, batch_size=32, n_epochs=1, seed=0, device="cpu")
+        model.learn(total_timesteps=96)
+        assert vec_env.num_envs == 6 and model.num_timesteps == 96
+    finally:
+        vec_env.close()
 
 
 def run_vector_env(backend, steps=40, autoreset_mode="NextStep", seed=3, **options):

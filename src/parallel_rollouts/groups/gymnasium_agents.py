@@ -12,9 +12,11 @@ does for single envs. Per env and step:
   reset, is present), so a learner can mask the rows that are not transitions;
 * the env's episode ends when no agent is live; the autoreset mode then applies to the whole env,
   as to one sub-env: ``NEXT_STEP`` resets it at its next step (actions ignored, the first
-  observations returned), ``SAME_STEP`` resets it within the step (each agent that ended there
-  reports ``final_obs`` and ``final_info``), ``DISABLED`` waits for ``reset(options={"reset_mask": ...})``
-  covering all its columns.
+  observations returned), ``SAME_STEP`` resets it within the step (its columns' infos then carry
+  ``env_reset``), ``DISABLED`` waits for ``reset(options={"reset_mask": ...})`` covering all its
+  columns. In ``SAME_STEP`` mode every agent that ends reports ``final_obs`` and ``final_info`` at
+  that step, and its column shows what follows (the next episode's first observation, or zero while
+  the env goes on without it), as a sub-env that resets within the step does.
 
 A reset seeds each env with the seed of its first column (``reset(seed=s)`` gives column ``c`` the
 seed ``s + c``, so env ``e`` the seed of its first column), and autoresets pass no seed, as
@@ -136,18 +138,26 @@ class AgentGymnasiumGroup:
             truncations[start + k] = bool(step_truncations[agent])
         self._live[index] = after = self._columns_of(index, env.agents)
         done = not after
-        shown = sorted(set(live) | set(after))
-        if done and mode is AutoresetMode.SAME_STEP:
-            # The env resets within the step: each agent that ended reports its terminal observation.
+        ended = [k for k in live if terminations[start + k] or truncations[start + k]]
+        if mode is AutoresetMode.SAME_STEP:
+            # Each agent that ended reports its terminal observation, as a sub-env that resets within
+            # the step does; its column then shows what follows: the env's next episode if the env
+            # reset, else the zero row of an agent that is not live.
             events = [
                 (self.env_offset + start + k, {"final_obs": observations[agents[k]], "final_info": step_infos.get(agents[k], {})})
-                for k in live
+                for k in ended
             ]
-            reset_observations, reset_infos = env.reset()
-            return events + self._started(index, reset_observations, reset_infos, leaves)
-        self._ended[index] = done
-        self._write(index, [k for k in shown if agents[k] in observations], observations, leaves)
-        return [
+            if done:
+                reset_observations, reset_infos = env.reset()
+                started = self._started(index, reset_observations, reset_infos, leaves)
+                return events + [(column, {**info, "env_reset": True}) for column, info in started]
+            shown = [k for k in after if agents[k] in observations]
+        else:
+            self._ended[index] = done
+            shown = [k for k in sorted(set(live) | set(after)) if agents[k] in observations]
+            events = []
+        self._write(index, shown, observations, leaves)
+        return events + [
             (self.env_offset + start + k, {**step_infos.get(agents[k], {}), "agent_live": k in live})
             for k in range(len(agents))
         ]

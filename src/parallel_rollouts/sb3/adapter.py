@@ -135,10 +135,18 @@ class ParallelVecEnv(VecEnv):
             # Episode seeds: streams left behind by seed() as (root, episodes per env), then the current one.
             self._past_streams: list[tuple[int, np.ndarray]] = []
             self._root_seed = root_seed
+            # Episodes begun per factory (a multi-agent env's agents share its episodes).
             self._episodes = np.zeros(len(env_fns), dtype=np.int64)
+            # The factory each sub-env comes from: itself, or, with multi-agent envs, the env of
+            # its agent (``column_agents`` names the agents).
+            self.column_agents = vector_env.column_agents
+            self._factory_of = (
+                np.asarray(vector_env._column_envs, dtype=np.int64) if self.column_agents
+                else np.arange(len(env_fns), dtype=np.int64)
+            )
             self._next_root: int | None = None
             self._actions: Any = None
-            super().__init__(len(env_fns), vector_env.single_observation_space, vector_env.single_action_space)
+            super().__init__(vector_env.num_envs, vector_env.single_observation_space, vector_env.single_action_space)
             # As DummyVecEnv: the envs' metadata (render_fps for VecVideoRecorder, among others).
             self.metadata = self.get_attr("metadata", 0)[0]
         except BaseException:
@@ -163,17 +171,20 @@ class ParallelVecEnv(VecEnv):
         if seed is None:
             seed = int(np.random.randint(0, np.iinfo(np.uint32).max, dtype=np.uint32))
         self._next_root = validate_seed(seed)
-        return [episode_seed(self._next_root, index, 0) for index in range(self.num_envs)]
+        return [episode_seed(self._next_root, int(factory), 0) for factory in self._factory_of]
 
     def episode_seeds(self) -> list[list[int]]:
-        """Per env, the reset seed of every episode it has begun, in order (the current one last)."""
+        """Per env, the reset seed of every episode it has begun, in order (the current one last).
+
+        With multi-agent envs, every agent's sub-env lists the episodes of its env.
+        """
         streams = self._past_streams + [(self._root_seed, self._episodes)]
         recorded: list[list[int]] = []
-        for index in range(self.num_envs):
+        for factory in self._factory_of.tolist():
             seeds: list[int] = []
             for root, counts in streams:
-                stream = EpisodeSeeds(root, index)
-                seeds.extend(stream.seed_of(k) for k in range(int(counts[index])))
+                stream = EpisodeSeeds(root, factory)
+                seeds.extend(stream.seed_of(k) for k in range(int(counts[factory])))
             recorded.append(seeds)
         return recorded
 
@@ -195,7 +206,7 @@ class ParallelVecEnv(VecEnv):
             parts.extend(group_parts)
         if restart is not None:
             self._past_streams.append((self._root_seed, self._episodes))
-            self._root_seed, self._episodes = restart, np.zeros(self.num_envs, dtype=np.int64)
+            self._root_seed, self._episodes = restart, np.zeros_like(self._episodes)
             self._next_root = None
         self._episodes += 1
         self.reset_infos = [{} for _ in range(self.num_envs)]
@@ -269,7 +280,13 @@ class ParallelVecEnv(VecEnv):
             if index in terminal_observations:
                 info["terminal_observation"] = terminal_observations[index]
             infos.append(info)
-        self._episodes[ended] += 1
+        if self.column_agents:
+            # An agent's episode may end while its env goes on: the env's own episode ended where
+            # it reset within the step.
+            reset_envs = [index for part in parts for index, info in part or () if info.get("env_reset")]
+            self._episodes[np.unique(self._factory_of[reset_envs])] += 1
+        else:
+            self._episodes[ended] += 1
         return self._as_sb3_observations(observations), rewards.astype(np.float32), dones, infos
 
     def _terminal_observation(self, index: int, observation: Any) -> Any:
@@ -319,7 +336,10 @@ class ParallelVecEnv(VecEnv):
     def _per_env(self, kind: str, name: Any, args: tuple, kwargs: dict, indices: VecEnvIndices) -> list[Any]:
         vector_env = self._require_open()
         asked = self._checked_indices(indices)
-        answers = vector_env.call("answer_sb3_request", kind, name, args, kwargs, sorted(set(asked)))
+        # Each env answers for the factories asked (with multi-agent envs, each agent's sub-env
+        # asks its env, whose answer every agent of it repeats).
+        factories = sorted(set(self._factory_of[asked].tolist()))
+        answers = vector_env.call("answer_sb3_request", kind, name, args, kwargs, factories)
         values = {}
         for env_index, (outcome, value) in enumerate(answers):
             if outcome == NOT_ASKED:

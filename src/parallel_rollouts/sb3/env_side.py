@@ -29,7 +29,7 @@ import gymnasium as gym
 from ..checks.factories import not_an_env
 from ..config.seeding import EpisodeSeeds
 
-__all__ = ["RESTART_STREAM", "SeededEpisodeEnv", "make_seeded_episode_env"]
+__all__ = ["RESTART_STREAM", "SeededEpisodeAgents", "SeededEpisodeEnv", "make_seeded_episode_env"]
 
 # The reset option that restarts an env's seed stream at a new root seed.
 RESTART_STREAM = "parallel_rollouts.restart_seed_stream"
@@ -38,12 +38,109 @@ RESTART_STREAM = "parallel_rollouts.restart_seed_stream"
 NOT_ASKED, RETURNED, RAISED = 0, 1, 2
 
 
-def make_seeded_episode_env(env_fn: Callable[[], gym.Env], env_index: int, root_seed: int) -> SeededEpisodeEnv:
-    """Call the user's factory and wrap what it returns (the factory each process calls)."""
+def make_seeded_episode_env(env_fn: Callable[[], gym.Env], env_index: int, root_seed: int) -> Any:
+    """Call the user's factory and wrap what it returns (the factory each process calls): a
+    :class:`SeededEpisodeEnv` around a single env, a :class:`SeededEpisodeAgents` around a
+    PettingZoo parallel env."""
     env = env_fn()
+    if hasattr(env, "possible_agents") and not isinstance(env, gym.Env):
+        return SeededEpisodeAgents(env, env_index, root_seed)
     if not isinstance(env, gym.Env):
         raise not_an_env(f"env_fns[{env_index}]", env, vector_envs=False)
     return SeededEpisodeEnv(env, env_index, root_seed)
+
+
+class _SeedStream:
+    """The episode seeds of env ``env_index`` under a root seed, in order; restarted by an option."""
+
+    def __init__(self, env_index: int, root_seed: int) -> None:
+        self.seeded_env_index = env_index
+        self._seed_stream = EpisodeSeeds(root_seed, env_index)
+        self._next_episode = 0
+
+    def next_seed(self, seed: int | None, options: dict | None) -> tuple[int, dict | None]:
+        """The seed of the reset about to happen (``seed`` itself when given) and the options left."""
+        if options and RESTART_STREAM in options:
+            options = dict(options)
+            self._seed_stream = EpisodeSeeds(int(options.pop(RESTART_STREAM)), self.seeded_env_index)
+            self._next_episode = 0
+        if seed is None:
+            seed = self._seed_stream.seed_of(self._next_episode)
+            self._next_episode += 1
+        return seed, options
+
+
+class SeededEpisodeAgents:
+    """A PettingZoo parallel env whose every reset takes the next seed of its stream.
+
+    Its agents are sub-envs of the :class:`~parallel_rollouts.sb3.ParallelVecEnv`; they share the
+    env's stream (episode ``k`` of env ``i`` is reset with ``episode_seed(r, i, k)``, ``i`` the
+    factory's index). Per-env requests name factories: each answers on the env it wraps.
+    """
+
+    def __init__(self, env: Any, env_index: int, root_seed: int) -> None:
+        self.env = env
+        self.possible_agents = list(env.possible_agents)
+        self._stream = _SeedStream(env_index, root_seed)
+
+    @property
+    def seeded_env_index(self) -> int:
+        return self._stream.seeded_env_index
+
+    @property
+    def agents(self) -> list:
+        return self.env.agents
+
+    @property
+    def unwrapped(self) -> Any:
+        return getattr(self.env, "unwrapped", self.env)
+
+    @property
+    def metadata(self) -> dict:
+        return getattr(self.env, "metadata", {})
+
+    @property
+    def render_mode(self) -> Any:
+        return getattr(self.env, "render_mode", None)
+
+    def observation_space(self, agent: Any) -> Any:
+        return self.env.observation_space(agent)
+
+    def action_space(self, agent: Any) -> Any:
+        return self.env.action_space(agent)
+
+    def reset(self, seed: int | None = None, options: dict | None = None):
+        seed, options = self._stream.next_seed(seed, options)
+        return self.env.reset(seed=seed, options=options or None)
+
+    def step(self, actions: dict):
+        return self.env.step(actions)
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+    def answer_sb3_request(self, kind: str, name: Any, args: tuple, kwargs: dict, indices: Sequence[int]) -> tuple:
+        """As :meth:`SeededEpisodeEnv.answer_sb3_request`, ``indices`` naming factories; on the env itself."""
+        if self.seeded_env_index not in indices:
+            return NOT_ASKED, None
+        env = self.env
+        try:
+            if kind == "env_method":
+                value = getattr(env, name)(*args, **kwargs)
+            elif kind == "get_attr":
+                value = getattr(env, name)
+            elif kind == "set_attr":
+                value = setattr(env, name, args[0])
+            elif kind == "env_is_wrapped":
+                value = False  # PettingZoo envs are not Gymnasium wrappers
+            else:
+                raise ValueError(f"unknown request {kind!r}")
+        except Exception as error:
+            return RAISED, error
+        return RETURNED, value
 
 
 class SeededEpisodeEnv(gym.Wrapper):
@@ -52,17 +149,10 @@ class SeededEpisodeEnv(gym.Wrapper):
     def __init__(self, env: gym.Env, env_index: int, root_seed: int) -> None:
         super().__init__(env)
         self.seeded_env_index = env_index
-        self._seed_stream = EpisodeSeeds(root_seed, env_index)
-        self._next_episode = 0
+        self._stream = _SeedStream(env_index, root_seed)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        if options and RESTART_STREAM in options:
-            options = dict(options)
-            self._seed_stream = EpisodeSeeds(int(options.pop(RESTART_STREAM)), self.seeded_env_index)
-            self._next_episode = 0
-        if seed is None:
-            seed = self._seed_stream.seed_of(self._next_episode)
-            self._next_episode += 1
+        seed, options = self._stream.next_seed(seed, options)
         if not options:  # as DummyVecEnv: `options` only when there are some, for envs whose reset takes none
             return self.env.reset(seed=seed)
         return self.env.reset(seed=seed, options=options)
