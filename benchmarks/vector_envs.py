@@ -36,10 +36,11 @@ times one unit of each, in a fixed order, and ratios are taken within a round):
     = 100 steps. The loop a user writes by hand (a Python loop over the envs' dicts, arrays
     allocated once, a reset when no agent is live), two such loops in two processes over 4 envs
     each (the two-core ceiling, run in the same round), the collector (``sync``, ``async`` at its
-    defaults, rollout workers) and SuperSuit's ``pettingzoo_env_to_vec_env_v1`` +
-    ``concat_vec_envs_v1`` as a Stable-Baselines3 VecEnv (``num_cpus=2``: its subprocess
-    workers; and ``num_cpus=0``: in this process), stepped by the same policy. Needs the
-    ``multiagent`` extra and SuperSuit.
+    defaults, rollout workers), SuperSuit's ``pettingzoo_env_to_vec_env_v1`` +
+    ``concat_vec_envs_v1`` as a Stable-Baselines3 VecEnv (its documented SB3 route; ``num_cpus=2``:
+    its subprocess workers, ``num_cpus=0``: in this process) and this library's SB3 VecEnv
+    ``ParallelVecEnv`` (async, sync), each stepped by the same policy. Needs the ``multiagent``
+    extra and SuperSuit.
 
 Every collector and loop uses the same cheap batched policy, so the numbers
 compare the stepping machinery, not the policy.
@@ -235,6 +236,22 @@ def supersuit_vec_env(name: str, num_envs: int, steps: int, num_cpus: int) -> Co
     return Contender(name, run, steps * vec_env.num_envs, vec_env.close)
 
 
+def sb3_adapter_vec_env(name: str, num_envs: int, steps: int, backend: str) -> Contender:
+    """This library's SB3 VecEnv over the same envs, stepped as :func:`supersuit_vec_env` steps SuperSuit's."""
+    from parallel_rollouts.sb3 import ParallelVecEnv
+
+    vec_env = ParallelVecEnv([spread_env] * num_envs, backend=backend, seed=0)
+    state = {"observations": vec_env.reset()}
+
+    def run() -> None:
+        observations = state["observations"]
+        for _ in range(steps):
+            observations, _rewards, _dones, _infos = vec_env.step(spread_policy(observations))
+        state["observations"] = observations
+
+    return Contender(name, run, steps * vec_env.num_envs, vec_env.close)
+
+
 def multi_agent_collector(name: str, num_envs: int, steps: int, **options) -> Contender:
     from mpe2 import simple_spread_v3
 
@@ -309,6 +326,8 @@ def build_groups(selected: set[str]) -> dict[str, Callable[[], list[Contender]]]
         multi_agent_collector("collector rollout workers", 8, MULTI_AGENT_STEPS, backend="async", policy_placement="workers"),
         supersuit_vec_env("SuperSuit + SB3 VecEnv, num_cpus=2", 8, MULTI_AGENT_STEPS, num_cpus=2),
         supersuit_vec_env("SuperSuit + SB3 VecEnv, num_cpus=0", 8, MULTI_AGENT_STEPS, num_cpus=0),
+        sb3_adapter_vec_env("ParallelVecEnv async", 8, MULTI_AGENT_STEPS, "async"),
+        sb3_adapter_vec_env("ParallelVecEnv sync", 8, MULTI_AGENT_STEPS, "sync"),
     ]
     try:
         import envpool  # noqa: F401  (optional contender)
@@ -372,6 +391,7 @@ TARGETS = (
     ("multi_agent_spread_8", "collector async / two hand loops (2 processes)", 0.8),
     ("multi_agent_spread_8", "collector sync / hand loop", 1.0),
     ("multi_agent_spread_8", "collector async / SuperSuit + SB3 VecEnv, num_cpus=2", 1.0),
+    ("multi_agent_spread_8", "ParallelVecEnv async / SuperSuit + SB3 VecEnv, num_cpus=2", 1.0),
 )
 
 

@@ -364,6 +364,7 @@ def test_ray_actors_record_their_slices_state_and_the_merge_gives_the_sync_batch
     runner merges them, equal the state fields of the same collects on ``sync``."""
     from parallel_rollouts.config.spec import RolloutSpec
     from parallel_rollouts.data.recurrent_record import RecurrentRecord
+    from parallel_rollouts.groups import resolve_layout
     from parallel_rollouts.policy.shipping import PolicyShipper
     from parallel_rollouts.processes.slicing import pickle_env_fns
     from parallel_rollouts.runners.ray import SliceActor
@@ -374,11 +375,10 @@ def test_ray_actors_record_their_slices_state_and_the_merge_gives_the_sync_batch
     shipper = PolicyShipper(policy, "the test's actors")
     pickled = pickle_env_fns(fns, "the test's actors")
     actors = [SliceActor(pickled[start:stop], start, 0) for start, stop in ((0, 2), (2, 4))]
-    observation_space, action_space = actors[0].spaces()[0]
-    layout = spec.resolve(observation_space, action_space, num_envs=NUM_ENVS)
+    layout = resolve_layout(spec, actors[0].spaces() + actors[1].spaces())
     snapshot = shipper.snapshot()
-    for actor in actors:
-        actor.start(layout, snapshot)
+    for columns, actor in zip(((0, 2), (2, 4)), actors):
+        actor.start(layout, snapshot, columns, f"the test's actor for envs {columns}")
     reference = collect(GRUPolicy(), "sync", store_states=True)
     try:
         for batch in reference:
