@@ -367,13 +367,22 @@ def test_the_sb3_adapter_takes_multi_agent_envs_with_sb3s_conventions(no_leaks):
     saw_agent_end, saw_env_end = False, False
     for observations, rewards, dones, infos in expected[1:]:
         for column in np.flatnonzero(dones):
-            # Every ended agent reports its terminal observation, as SB3 expects of a done env.
+            # Every done sub-env reports its terminal observation, as SB3 expects of a done env.
             assert "terminal_observation" in infos[column]
-            env = column // 4
-            if not dones[4 * env : 4 * env + 4].all() and not any(infos[c].get("env_reset") for c in range(4 * env, 4 * env + 4)):
-                saw_agent_end = True
-                assert not observations[column].any()  # the agent's sub-env shows zero while its env goes on
-        saw_env_end |= any(info.get("env_reset") for info in infos)
+        for env in range(2):
+            columns = range(4 * env, 4 * env + 4)
+            env_done = any(infos[c].get("env_done") for c in columns)
+            if env_done:
+                # The env's episode ended: every agent's sub-env is done with it (black-death rows
+                # included), so no SB3 episode runs across two of the env's.
+                saw_env_end = True
+                assert dones[4 * env : 4 * env + 4].all()
+            else:
+                for c in columns:
+                    if dones[c]:
+                        saw_agent_end = True
+                        assert not observations[c].any()  # zeros while its env goes on without it
+                        assert infos[c]["agent_live"] is True
     assert saw_agent_end and saw_env_end
     # Each agent's sub-env lists the episodes of its env, seeded from its env's stream.
     assert seeds[0] == seeds[1] == seeds[3] and seeds[4] == seeds[7] and seeds[0] != seeds[4] and len(seeds[0]) > 1
@@ -446,7 +455,9 @@ def test_parallel_vector_env_matches_a_plain_loop_over_the_envs():
         for k, agent in enumerate(envs[index].possible_agents):
             expected = observations[index].get(agent, np.zeros(3, np.float32))
             np.testing.assert_array_equal(first_observations[4 * index + k], expected)
-    assert first_infos["agent_live"].tolist() == [True, True, True, False] * 2
+    # A reset is no transition: nobody acted; agent_present says who acts next.
+    assert not first_infos["agent_live"].any()
+    assert first_infos["agent_present"].tolist() == [True, True, True, False] * 2
     for observations_got, rewards_got, terminations_got, truncations_got, infos_got in record[1:]:
         actions = rng.integers(0, 3, size=8)
         for index, env in enumerate(envs):
@@ -470,7 +481,8 @@ def test_parallel_vector_env_matches_a_plain_loop_over_the_envs():
                 assert rewards_got[column] == rewards.get(agent, 0.0) if agent in live else rewards_got[column] == 0.0
                 assert terminations_got[column] == (agent in live and terminations[agent])
                 assert truncations_got[column] == (agent in live and truncations[agent])
-                assert infos_got["agent_live"][column] == (agent in live or (not live and agent in env.agents))
+                assert infos_got["agent_live"][column] == (agent in live)  # false on the reset step
+                assert infos_got["env_done"][column] == (bool(live) and not env.agents)
             assert rewards_got[columns][[k for k, a in enumerate(env.possible_agents) if a not in live]].sum() == 0
 
 
@@ -486,7 +498,7 @@ def test_parallel_vector_env_refuses_a_reset_of_part_of_an_env_and_ready_first_s
             envs.reset(options={"reset_mask": mask})
         mask[4:8] = True
         observations, infos = envs.reset(options={"reset_mask": mask})
-        assert infos["agent_live"][4:8].tolist() == [True, True, True, False]
+        assert infos["agent_present"][4:8].tolist() == [True, True, True, False]
     finally:
         envs.close()
     with pytest.raises(ConfigurationError, match="`batch_size` .* a multi-agent env steps all its agents at once"):
@@ -592,3 +604,58 @@ def test_check_and_advise_point_a_multi_agent_env_to_the_collector():
 
     with pytest.raises(ConfigurationError, match="multi-agent env Relay; `check` and `advise` examine single"):
         as_env(Relay())
+
+
+def test_parallel_vector_env_disabled_mode_resets_an_env_from_its_env_done_flags():
+    from parallel_rollouts import ParallelVectorEnv
+
+    envs = ParallelVectorEnv([make_relay, make_relay], backend="sync", autoreset_mode="Disabled")
+    try:
+        envs.reset(seed=1)
+        assert envs.np_random_seed == (1,) * 4 + (5,) * 4  # each env's seed: its first sub-env's
+        resets, reset_columns = 0, np.zeros(8, dtype=bool)
+        rng = np.random.default_rng(0)
+        for _ in range(40):
+            _, _, _, _, infos = envs.step(rng.integers(0, 3, size=8))
+            done = infos["env_done"]
+            if done.any():
+                envs.reset(options={"reset_mask": done})
+                resets += 1
+                reset_columns |= done
+        assert resets >= 2
+        # Envs reset without a seed report -1, the others their first seed.
+        assert [seed == -1 for seed in envs.np_random_seed] == reset_columns.tolist()
+    finally:
+        envs.close()
+
+
+def test_parallel_vector_env_reports_an_agent_leaving_without_its_end():
+    from parallel_rollouts import ParallelVectorEnv
+
+    envs = ParallelVectorEnv([make_relay, partial(BadAgents, "left without end")], backend="sync")
+    envs.reset(seed=0)
+    try:
+        with pytest.raises(WorkerError, match="agent 'a1' \\(env 5\\) left env.agents at this step without"):
+            for _ in range(3):
+                envs.step(np.zeros(8, dtype=np.int64))
+    finally:
+        envs.close()
+
+
+class NoMetadataRelay(Relay):
+    metadata = property(lambda self: (_ for _ in ()).throw(AttributeError("metadata")))
+
+
+def test_the_sb3_adapter_refuses_aec_envs_and_takes_envs_without_metadata():
+    pytest.importorskip("mpe2")
+    from mpe2 import simple_spread_v3
+
+    from parallel_rollouts.sb3 import ParallelVecEnv
+
+    with pytest.raises((SpaceError, WorkerError), match="AEC env .* `parallel_env` constructor instead"):
+        ParallelVecEnv([simple_spread_v3.env], backend="sync", seed=0)
+    vec_env = ParallelVecEnv([NoMetadataRelay], backend="sync", seed=0)
+    try:
+        assert vec_env.metadata == {} and vec_env.get_attr("render_mode") == [None] * 4
+    finally:
+        vec_env.close()

@@ -51,6 +51,15 @@ def test_ray_matches_sync_with_a_policy_and_with_random_actions(num_workers):
             assert second.lost_env_indices.size == 0
 
 
+def test_ray_matches_sync_on_nested_spaces_with_random_actions():
+    from tests.test_backend_identity import space_env_fns
+
+    expected = collect("sync", space_env_fns("dict_nested", 4), None, horizon=9, seed=321)
+    got = collect("ray", space_env_fns("dict_nested", 4), None, horizon=9, seed=321, num_workers=2)
+    for first, second in zip(expected, got):
+        assert_batches_identical(first, second)
+
+
 def test_vector_env_factories_span_their_sub_envs_on_ray_as_on_sync():
     import gymnasium
 

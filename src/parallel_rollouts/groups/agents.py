@@ -46,7 +46,18 @@ from ..errors import ObservationError, SpaceError, WorkerError
 from .base import refused_step
 from .single_envs import describe_failure, unstorable_observation
 
-__all__ = ["AgentEnvGroup", "agent_spaces", "check_parallel_env", "is_parallel_env"]
+__all__ = ["AgentEnvGroup", "agent_env_attribute", "agent_spaces", "check_parallel_env", "is_parallel_env"]
+
+#: Attributes every Gymnasium env has and a PettingZoo env may lack, with Gymnasium's defaults.
+GYMNASIUM_DEFAULTS = {"metadata": {}, "render_mode": None}
+
+
+def agent_env_attribute(env: Any, name: str) -> Any:
+    """Attribute ``name`` of a multi-agent env; for the two every Gymnasium env has (``metadata``,
+    ``render_mode``), Gymnasium's default when the env lacks it."""
+    if name in GYMNASIUM_DEFAULTS:
+        return getattr(env, name, GYMNASIUM_DEFAULTS[name])
+    return getattr(env, name)
 
 #: Recorded as the seed of an episode begun by an unseeded reset (``episode_seeds="first"``).
 UNKNOWN_SEED = -1

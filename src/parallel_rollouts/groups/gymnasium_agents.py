@@ -8,12 +8,13 @@ does for single envs. Per env and step:
 * the live agents (``env.agents`` before the step) act; the others' actions are not sent;
 * a live agent's column gets what the step returned for it (its terminal observation at the
   step it is done); a column whose agent is not live gets a zero observation, reward 0 and no end;
-* every column's info carries ``agent_live``: whether its agent acted at this step (or, after a
-  reset, is present), so a learner can mask the rows that are not transitions;
+* every column's info carries ``agent_live`` (its agent acted at this step: the row is a
+  transition; false on every reset, a ``NEXT_STEP`` reset step included) and ``env_done`` (the
+  env's episode ended at this step: no agent is live after it); after a reset ``agent_present``
+  says which agents act next;
 * the env's episode ends when no agent is live; the autoreset mode then applies to the whole env,
   as to one sub-env: ``NEXT_STEP`` resets it at its next step (actions ignored, the first
-  observations returned), ``SAME_STEP`` resets it within the step (its columns' infos then carry
-  ``env_reset``), ``DISABLED`` waits for ``reset(options={"reset_mask": ...})`` covering all its
+  observations returned), ``SAME_STEP`` resets it within the step, ``DISABLED`` waits for ``reset(options={"reset_mask": ...})`` covering all its
   columns. In ``SAME_STEP`` mode every agent that ends reports ``final_obs`` and ``final_info`` at
   that step, and its column shows what follows (the next episode's first observation, or zero while
   the env goes on without it), as a sub-env that resets within the step does.
@@ -35,13 +36,10 @@ from ..config.layout import RolloutLayout
 from ..data.storage import RolloutStorage
 from ..data.typed_actions import TypedActionReader
 from ..errors import ObservationError, SpaceError, WorkerError
-from .agents import agent_spaces, check_parallel_env
+from .agents import agent_env_attribute, agent_spaces, check_parallel_env
 from .single_envs import close_each, describe_failure
 
 __all__ = ["AgentGymnasiumGroup"]
-
-#: Attributes every Gymnasium env has and a PettingZoo env may lack, with Gymnasium's defaults.
-_OPTIONAL = {"metadata": {}, "render_mode": None}
 
 
 class AgentGymnasiumGroup:
@@ -67,6 +65,8 @@ class AgentGymnasiumGroup:
         # episode ended at the previous step (it is then reset by the next, in NEXT_STEP mode).
         self._live: list[list[int]] = [[] for _ in self.envs]
         self._ended = [False] * len(self.envs)
+        # Each env's last reset seed (-1: none given), for ``np_random_seed``.
+        self._seeds = [-1] * len(self.envs)
         self._storage: RolloutStorage | None = None
         self._actions: TypedActionReader | None = None
 
@@ -117,12 +117,13 @@ class AgentGymnasiumGroup:
                 first = self.env_offset + start
                 raise RuntimeError(
                     f"the multi-agent env at envs {first}..{first + len(agents) - 1} ended its episode at the previous "
-                    "step and autoreset_mode is DISABLED; reset it (`reset(options={'reset_mask': mask})` with all its "
-                    "envs in the mask) before `step`."
+                    "step (infos['env_done']) and autoreset_mode is DISABLED; reset it "
+                    "(`reset(options={'reset_mask': mask})` with all its envs in the mask) before `step`."
                 )
-            observations, infos = env.reset()
+            # NEXT_STEP: this step resets the env; no agent acted, so no row of it is a transition.
+            observations, infos = self._reset_env(index, None, None)
             self._ended[index] = False
-            return self._started(index, observations, infos, leaves)
+            return self._started(index, observations, infos, leaves, acted=())
         live = self._live[index]
         result = env.step({agents[k]: actions[start + k] for k in live})
         if not (isinstance(result, tuple) and len(result) == 5 and all(isinstance(part, dict) for part in result)):
@@ -136,9 +137,17 @@ class AgentGymnasiumGroup:
             rewards[start + k] = float(step_rewards[agent])
             terminations[start + k] = bool(step_terminations[agent])
             truncations[start + k] = bool(step_truncations[agent])
-        self._live[index] = after = self._columns_of(index, env.agents)
-        done = not after
+        after = self._columns_of(index, env.agents)
         ended = [k for k in live if terminations[start + k] or truncations[start + k]]
+        for k in live:
+            if k not in after and k not in ended:
+                raise ValueError(
+                    f"agent {agents[k]!r} (env {self.env_offset + start + k}) left env.agents at this step without "
+                    "being terminated or truncated; an agent's episode must end at the step it leaves."
+                )
+        self._live[index] = after
+        done = not after
+        events = []
         if mode is AutoresetMode.SAME_STEP:
             # Each agent that ended reports its terminal observation, as a sub-env that resets within
             # the step does; its column then shows what follows: the env's next episode if the env
@@ -148,29 +157,47 @@ class AgentGymnasiumGroup:
                 for k in ended
             ]
             if done:
-                reset_observations, reset_infos = env.reset()
-                started = self._started(index, reset_observations, reset_infos, leaves)
-                return events + [(column, {**info, "env_reset": True}) for column, info in started]
+                reset_observations, reset_infos = self._reset_env(index, None, None)
+                return events + self._started(index, reset_observations, reset_infos, leaves, acted=live, env_done=True)
             shown = [k for k in after if agents[k] in observations]
         else:
             self._ended[index] = done
             shown = [k for k in sorted(set(live) | set(after)) if agents[k] in observations]
-            events = []
         self._write(index, shown, observations, leaves)
         return events + [
-            (self.env_offset + start + k, {**step_infos.get(agents[k], {}), "agent_live": k in live})
+            (self.env_offset + start + k, {**step_infos.get(agents[k], {}), "agent_live": k in live, "env_done": done})
             for k in range(len(agents))
         ]
 
-    def _started(self, index: int, observations: dict, infos: dict, leaves: list) -> list:
-        """After env ``index`` reset: its agents present get their observations; the events of its columns."""
+    def _reset_env(self, index: int, seed: int | None, options: dict | None) -> tuple[dict, dict]:
+        """Reset env ``index``; remember its seed (``np_random_seed``: -1 when none was given)."""
+        result = self.envs[index].reset(seed=seed, options=options)
+        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], dict)):
+            raise TypeError(
+                f"`reset` returned {type(result).__name__}; a PettingZoo ParallelEnv returns (observations, infos), "
+                "two dicts keyed by agent."
+            )
+        self._seeds[index] = -1 if seed is None else int(seed)
+        return result[0], result[1] if isinstance(result[1], dict) else {}
+
+    def _started(
+        self, index: int, observations: dict, infos: dict, leaves: list, acted=(), env_done: bool = False
+    ) -> list:
+        """After env ``index`` reset: its agents present get their observations; the events of its columns.
+
+        ``acted``: the agents that acted in the step that ended with this reset (``SAME_STEP``), whose
+        rows are transitions (``agent_live``); none after a reset step or a ``reset()``.
+        """
         agents, start = self._agents[index], self._starts[index]
         self._live[index] = present = self._columns_of(index, self.envs[index].agents)
         for leaf in leaves:
             leaf[start : start + len(agents)] = 0
         self._write(index, present, observations, leaves)
         return [
-            (self.env_offset + start + k, {**infos.get(agents[k], {}), "agent_live": k in present})
+            (
+                self.env_offset + start + k,
+                {**infos.get(agents[k], {}), "agent_live": k in acted, "env_done": env_done, "agent_present": k in present},
+            )
             for k in range(len(agents))
         ]
 
@@ -248,7 +275,7 @@ class AgentGymnasiumGroup:
                     "multi-agent env; an env resets all its agents at once, so select all of them or none."
                 )
             try:
-                observations, infos = env.reset(seed=seeds[start], options=options)
+                observations, infos = self._reset_env(index, seeds[start], options)
             except Exception as error:
                 failures.append((describe_failure(self.env_offset + start, "reset", error), error))
                 continue
@@ -265,8 +292,11 @@ class AgentGymnasiumGroup:
         """One result per column: each env's answer, repeated for each of its agents."""
         results = []
         for index, env in enumerate(self.envs):
-            # Every Gymnasium env has these two; a PettingZoo env may lack them (their defaults then).
-            attribute = getattr(env, name, _OPTIONAL[name]) if name in _OPTIONAL else getattr(env, name)
+            if name == "np_random_seed":
+                # The seed of the env's last reset (-1: unseeded), as a Gymnasium env reports it.
+                results.extend([self._seeds[index]] * len(self._agents[index]))
+                continue
+            attribute = agent_env_attribute(env, name)
             result = attribute(*args, **kwargs) if callable(attribute) else attribute
             results.extend([result] * len(self._agents[index]))
         return results

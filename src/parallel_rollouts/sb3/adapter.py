@@ -196,7 +196,14 @@ class ParallelVecEnv(VecEnv):
         restart = self._next_root
         parts: list = []
         observations = None
-        for options, mask in self._options_groups():
+        groups = self._options_groups()
+        if self.column_agents:
+            # A multi-agent env resets all its agents at once: check every group first, so that a
+            # refused one leaves every env as it was.
+            for _, mask in groups:
+                if mask is not None:
+                    vector_env._check_whole_envs(mask)
+        for options, mask in groups:
             options = dict(options) if options else {}
             if restart is not None:
                 options[RESTART_STREAM] = restart
@@ -251,6 +258,9 @@ class ParallelVecEnv(VecEnv):
         actions = batch_per_env_actions(self._action_layout, actions, self.num_envs)
         actions = whole_float_actions(self._action_layout, actions)
         observations, rewards, terminations, truncations, parts = vector_env._step_unmerged(actions)
+        if self.column_agents:
+            dones, infos = self._agent_dones_and_infos(terminations, truncations, parts)
+            return self._as_sb3_observations(observations), rewards.astype(np.float32), dones, infos
         dones = terminations | truncations
         time_limits = (truncations & ~terminations).tolist()
         if not any(parts):  # no env reported anything (nor ended): the common step
@@ -280,14 +290,52 @@ class ParallelVecEnv(VecEnv):
             if index in terminal_observations:
                 info["terminal_observation"] = terminal_observations[index]
             infos.append(info)
-        if self.column_agents:
-            # An agent's episode may end while its env goes on: the env's own episode ended where
-            # it reset within the step.
-            reset_envs = [index for part in parts for index, info in part or () if info.get("env_reset")]
-            self._episodes[np.unique(self._factory_of[reset_envs])] += 1
-        else:
-            self._episodes[ended] += 1
+        self._episodes[ended] += 1
         return self._as_sb3_observations(observations), rewards.astype(np.float32), dones, infos
+
+    def _agent_dones_and_infos(self, terminations: np.ndarray, truncations: np.ndarray, parts: list) -> tuple:
+        """SB3's ``dones`` and ``infos`` for the agents of multi-agent envs (one sub-env each).
+
+        An agent that ends reports ``terminal_observation`` at its step, as a done env does; while
+        its env goes on its sub-env shows zeros (``agent_live`` false). When the env's episode
+        ends (it resets within the step), every sub-env of it whose agent did not act (done
+        earlier, or never arrived) is done too, with a zero terminal observation and no reward:
+        SuperSuit's ``black_death`` rows, so no episode of SB3's runs across two of the env's.
+        """
+        finals: dict[int, dict] = {}
+        step_infos: dict[int, dict] = {}
+        for part in parts:
+            for index, info in part or ():
+                # An ended agent's first event is its end (``final_obs``, ``final_info``), then its step's.
+                if index not in finals and index not in step_infos and set(info) == {"final_obs", "final_info"}:
+                    finals[index] = info
+                else:
+                    step_infos[index] = info
+        dones = terminations | truncations
+        env_done = np.array([bool(step_infos.get(index, {}).get("env_done")) for index in range(self.num_envs)])
+        acted = np.array([bool(step_infos.get(index, {}).get("agent_live")) for index in range(self.num_envs)])
+        black_death = env_done & ~dones & ~acted
+        infos = []
+        for index in range(self.num_envs):
+            info, terminal = self._copy_info(step_infos.get(index, {})), None
+            if index in finals:
+                terminal = self._terminal_observation(index, finals[index]["final_obs"])
+                self.reset_infos[index] = info if env_done[index] else {}
+                info = {**self._copy_info(finals[index]["final_info"]), "agent_live": True}
+            elif black_death[index]:
+                terminal = self._terminal_observation(index, self._zero_observation())
+                self.reset_infos[index] = info
+                info = {"agent_live": False, "env_done": True}
+            info["TimeLimit.truncated"] = bool(truncations[index] and not terminations[index])
+            if terminal is not None:
+                info["terminal_observation"] = terminal
+            infos.append(info)
+        self._episodes[np.unique(self._factory_of[env_done])] += 1
+        return dones | black_death, infos
+
+    def _zero_observation(self) -> Any:
+        layout = self._observation_layout
+        return layout.unflatten([np.zeros(leaf.shape, leaf.dtype) for leaf in layout.leaves])
 
     def _terminal_observation(self, index: int, observation: Any) -> Any:
         """The ended episode's last observation, stored as the space's dtypes under the conversion rule."""

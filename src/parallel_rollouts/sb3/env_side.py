@@ -27,6 +27,7 @@ from typing import Any
 import gymnasium as gym
 
 from ..checks.factories import not_an_env
+from ..groups.agents import agent_env_attribute, check_parallel_env
 from ..config.seeding import EpisodeSeeds
 
 __all__ = ["RESTART_STREAM", "SeededEpisodeAgents", "SeededEpisodeEnv", "make_seeded_episode_env"]
@@ -44,6 +45,8 @@ def make_seeded_episode_env(env_fn: Callable[[], gym.Env], env_index: int, root_
     PettingZoo parallel env."""
     env = env_fn()
     if hasattr(env, "possible_agents") and not isinstance(env, gym.Env):
+        # An AEC env is refused here, before the wrapper hides what tells it apart.
+        check_parallel_env(env, f"env_fns[{env_index}]")
         return SeededEpisodeAgents(env, env_index, root_seed)
     if not isinstance(env, gym.Env):
         raise not_an_env(f"env_fns[{env_index}]", env, vector_envs=False)
@@ -97,11 +100,11 @@ class SeededEpisodeAgents:
 
     @property
     def metadata(self) -> dict:
-        return getattr(self.env, "metadata", {})
+        return agent_env_attribute(self.env, "metadata")
 
     @property
     def render_mode(self) -> Any:
-        return getattr(self.env, "render_mode", None)
+        return agent_env_attribute(self.env, "render_mode")
 
     def observation_space(self, agent: Any) -> Any:
         return self.env.observation_space(agent)
@@ -131,7 +134,7 @@ class SeededEpisodeAgents:
             if kind == "env_method":
                 value = getattr(env, name)(*args, **kwargs)
             elif kind == "get_attr":
-                value = getattr(env, name)
+                value = agent_env_attribute(env, name)
             elif kind == "set_attr":
                 value = setattr(env, name, args[0])
             elif kind == "env_is_wrapped":
