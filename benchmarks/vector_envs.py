@@ -225,6 +225,11 @@ def supersuit_vec_env(name: str, num_envs: int, steps: int, num_cpus: int) -> Co
     vec_env = supersuit.concat_vec_envs_v1(
         supersuit.pettingzoo_env_to_vec_env_v1(spread_env()), num_envs, num_cpus=num_cpus, base_class="stable_baselines3"
     )
+    return sb3_vec_env_contender(name, vec_env, steps)
+
+
+def sb3_vec_env_contender(name: str, vec_env, steps: int) -> Contender:
+    """Step an SB3 VecEnv with :func:`spread_policy`, as SB3's collection loop does."""
     state = {"observations": vec_env.reset()}
 
     def run() -> None:
@@ -240,16 +245,7 @@ def sb3_adapter_vec_env(name: str, num_envs: int, steps: int, backend: str) -> C
     """This library's SB3 VecEnv over the same envs, stepped as :func:`supersuit_vec_env` steps SuperSuit's."""
     from parallel_rollouts.sb3 import ParallelVecEnv
 
-    vec_env = ParallelVecEnv([spread_env] * num_envs, backend=backend, seed=0)
-    state = {"observations": vec_env.reset()}
-
-    def run() -> None:
-        observations = state["observations"]
-        for _ in range(steps):
-            observations, _rewards, _dones, _infos = vec_env.step(spread_policy(observations))
-        state["observations"] = observations
-
-    return Contender(name, run, steps * vec_env.num_envs, vec_env.close)
+    return sb3_vec_env_contender(name, ParallelVecEnv([spread_env] * num_envs, backend=backend, seed=0), steps)
 
 
 def multi_agent_collector(name: str, num_envs: int, steps: int, **options) -> Contender:

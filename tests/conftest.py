@@ -22,3 +22,14 @@ def no_leaks():
     yield
     snapshot.assert_nothing_leaked()
 
+
+@pytest.fixture
+def one_torch_thread():
+    """PyTorch on one thread for the test (its default pool makes small batched calls slower and
+    competes with the workers for the cores); the previous count is restored after."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -32,11 +32,8 @@ BACKENDS = {
 
 
 @pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_torch_thread(one_torch_thread):
+    """Every test here runs PyTorch on one thread (the fixture in tests/conftest.py)."""
 
 
 def collect(policy, mode: str, collects: int = 3, **kwargs) -> list:

@@ -28,8 +28,11 @@ import numpy as np
 import torch
 from torch import nn
 
+# The acting policy (actions sampled with a generator of its own, values and log-probabilities
+# recorded) and the critic's values are the overlap example's: they read any (logits, values) agent.
+from examples.overlap_ppo.train import ActingPolicy, values_of
 from examples.vr_edge.advantages import compute_gae
-from parallel_rollouts import PolicyOutput, make_collector
+from parallel_rollouts import make_collector
 
 
 @dataclass
@@ -73,26 +76,6 @@ class Agent(nn.Module):
 
     def forward(self, observations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.actor(observations), self.critic(observations).squeeze(-1)
-
-
-class ActingPolicy:
-    """What the collector calls on every agent's row: actions sampled with a generator of its own."""
-
-    def __init__(self, agent: Agent, seed: int) -> None:
-        self.agent = agent
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def __call__(self, observations: np.ndarray) -> PolicyOutput:
-        with torch.no_grad():
-            logits, values = self.agent(torch.tensor(observations))
-            actions = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=self.generator).squeeze(1)
-            log_probs = torch.log_softmax(logits, dim=-1).gather(1, actions[:, None]).squeeze(1)
-        return PolicyOutput(actions, values=values, log_probs=log_probs)
-
-
-def values_of(agent: Agent, observations: np.ndarray) -> np.ndarray:
-    with torch.no_grad():
-        return agent(torch.from_numpy(np.ascontiguousarray(observations)))[1].double().numpy()
 
 
 def ppo_update(agent: Agent, optimizer: torch.optim.Optimizer, batch, args: Args, generator: torch.Generator) -> None:

@@ -18,11 +18,8 @@ pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_torch_thread(one_torch_thread):
+    """Every test here runs PyTorch on one thread (the fixture in tests/conftest.py)."""
 
 
 def test_a_short_run_trains_on_every_agent_and_evaluates_against_random(tmp_path):

@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from examples.overlap_ppo import compare, train
 
@@ -15,11 +14,8 @@ pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_torch_thread(one_torch_thread):
+    """Every test here runs PyTorch on one thread (the fixture in tests/conftest.py)."""
 
 
 def test_a_short_run_with_the_lag_records_one_update_of_lag_and_learns_from_real_episodes():

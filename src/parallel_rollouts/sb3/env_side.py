@@ -126,24 +126,13 @@ class SeededEpisodeAgents:
         self.env.close()
 
     def answer_sb3_request(self, kind: str, name: Any, args: tuple, kwargs: dict, indices: Sequence[int]) -> tuple:
-        """As :meth:`SeededEpisodeEnv.answer_sb3_request`, ``indices`` naming factories; on the env itself."""
-        if self.seeded_env_index not in indices:
-            return NOT_ASKED, None
+        """As :meth:`SeededEpisodeEnv.answer_sb3_request`, ``indices`` naming factories; on the env itself
+        (a PettingZoo env is no Gymnasium wrapper: ``env_is_wrapped`` is false)."""
         env = self.env
-        try:
-            if kind == "env_method":
-                value = getattr(env, name)(*args, **kwargs)
-            elif kind == "get_attr":
-                value = agent_env_attribute(env, name)
-            elif kind == "set_attr":
-                value = setattr(env, name, args[0])
-            elif kind == "env_is_wrapped":
-                value = False  # PettingZoo envs are not Gymnasium wrappers
-            else:
-                raise ValueError(f"unknown request {kind!r}")
-        except Exception as error:
-            return RAISED, error
-        return RETURNED, value
+        return _answer(
+            self.seeded_env_index in indices, kind, name, args, kwargs,
+            read=lambda name: agent_env_attribute(env, name), env=env, is_wrapped=lambda wrapper_class: False,
+        )
 
 
 class SeededEpisodeEnv(gym.Wrapper):
@@ -162,23 +151,34 @@ class SeededEpisodeEnv(gym.Wrapper):
 
     def answer_sb3_request(self, kind: str, name: Any, args: tuple, kwargs: dict, indices: Sequence[int]) -> tuple:
         """``(NOT_ASKED, None)``, ``(RETURNED, value)`` or ``(RAISED, exception)`` for one per-env request."""
-        if self.seeded_env_index not in indices:
-            return NOT_ASKED, None
         env = self.env
-        try:
-            if kind == "env_method":
-                value = env.get_wrapper_attr(name)(*args, **kwargs)
-            elif kind == "get_attr":
-                value = env.get_wrapper_attr(name)
-            elif kind == "set_attr":
-                value = setattr(env, name, args[0])
-            elif kind == "env_is_wrapped":
-                value = _is_wrapped(env, name)
-            else:
-                raise ValueError(f"unknown request {kind!r}")
-        except Exception as error:
-            return RAISED, error
-        return RETURNED, value
+        return _answer(
+            self.seeded_env_index in indices, kind, name, args, kwargs,
+            read=env.get_wrapper_attr, env=env, is_wrapped=lambda wrapper_class: _is_wrapped(env, wrapper_class),
+        )
+
+
+def _answer(asked: bool, kind: str, name: Any, args: tuple, kwargs: dict, *, read, env, is_wrapped) -> tuple:
+    """One per-env request on ``env`` (``read(name)`` reads an attribute): the outcome tag and value.
+
+    An exception is returned, not raised, so that the caller raises it as the env's own.
+    """
+    if not asked:
+        return NOT_ASKED, None
+    try:
+        if kind == "env_method":
+            value = read(name)(*args, **kwargs)
+        elif kind == "get_attr":
+            value = read(name)
+        elif kind == "set_attr":
+            value = setattr(env, name, args[0])
+        elif kind == "env_is_wrapped":
+            value = is_wrapped(name)
+        else:
+            raise ValueError(f"unknown request {kind!r}")
+    except Exception as error:
+        return RAISED, error
+    return RETURNED, value
 
 
 def _is_wrapped(env: gym.Env, wrapper_class: type) -> bool:
