@@ -15,12 +15,36 @@ change the build:
 The extensions are always generated from their ``.pyx`` sources (shipped in the
 sdist, not in the wheel); the generated C lives under ``build/``, one copy per
 kind of build.
+
+A rebuild does not recompile what has not changed: each compiled extension is
+kept under ``build/extension-cache/``, named by a fingerprint of everything that
+goes into it (its sources, this file, the Cython, NumPy and Python versions, the
+compiler settings), and reused when the fingerprint matches. Installing the
+package again with other extras therefore costs seconds, not a compile. pip
+shows a spinner while a build runs; ``pip install -v .`` shows these steps.
+
+The version is ``parallel_rollouts.__version__`` (written once, in
+``src/parallel_rollouts/__init__.py``) with the commit it was built from as a
+local label, ``0.2.0.dev0+g1a2b3c4`` (``.dirty`` when the tree had uncommitted
+changes), so that ``parallel-rollouts --version`` tells two builds apart. A
+build from an sdist keeps the version the sdist was made with.
 """
 
+import hashlib
 import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXTENSION_CACHE = os.path.join("build", "extension-cache")
+# Fingerprints kept in the cache; the oldest beyond this are removed.
+CACHE_ENTRIES_KEPT = 8
 
 
 def _flag(name: str) -> bool:
@@ -48,37 +72,128 @@ NO_COMPILER_HINT = (
 )
 
 
+def _say(message: str) -> None:
+    # On stderr, which `pip install -v` shows; without -v pip shows a spinner instead.
+    print(f"parallel-rollouts build: {message}", file=sys.stderr, flush=True)
+
+
+def _package_version() -> str:
+    source = open(os.path.join(HERE, "src", "parallel_rollouts", "__init__.py"), encoding="utf-8").read()
+    return re.search(r"""^__version__ = ["']([^"']+)["']""", source, re.MULTILINE).group(1)
+
+
+def _git(*arguments: str) -> str | None:
+    try:
+        completed = subprocess.run(
+            ["git", *arguments], cwd=HERE, capture_output=True, text=True, timeout=30, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return completed.stdout.strip()
+
+
+def build_version() -> str:
+    """The package version with the commit it is built from as a local label (PEP 440)."""
+    base = _package_version()
+    if os.path.exists(os.path.join(HERE, ".git")):
+        commit = _git("rev-parse", "--short=7", "HEAD")
+        if commit:
+            # Changes under src/ or to the build files make a different build of the same commit.
+            dirty = _git("status", "--porcelain", "--untracked-files=no", "--", "src", "setup.py", "pyproject.toml")
+            return f"{base}+g{commit}" + (".dirty" if dirty else "")
+    pkg_info = os.path.join(HERE, "PKG-INFO")
+    if os.path.exists(pkg_info):  # an unpacked sdist: the version it was made with
+        match = re.search(r"^Version: (\S+)$", open(pkg_info, encoding="utf-8").read(), re.MULTILINE)
+        if match and match.group(1).split("+")[0] == base:
+            return match.group(1)
+    return base
+
+
 class BuildExtWithHint(build_ext):
-    """``build_ext`` that generates the C when it runs, and whose failure says what to do.
+    """``build_ext`` that generates the C when it runs, reuses an unchanged build, and whose
+    failure says what to do.
 
     Generating the C here rather than when ``setup.py`` is read keeps ``sdist`` and
-    metadata builds free of Cython and NumPy work.
+    metadata builds free of Cython and NumPy work. pip builds in a fresh isolated environment
+    each time, whose Cython headers are newer than any earlier output, so the timestamp checks of
+    Cython and setuptools always rebuild; the fingerprint cache looks at contents instead.
     """
+
+    def _fingerprint(self, ext) -> str:
+        import Cython
+        import numpy
+
+        digest = hashlib.sha256()
+        for part in (
+            ext.name, Cython.__version__, numpy.__version__, sys.version, sys.platform,
+            repr(sorted(COMPILER_DIRECTIVES.items())), repr(DEBUG_BUILD), repr(ext.define_macros),
+            *(repr(sysconfig.get_config_var(name)) for name in ("CC", "CFLAGS", "LDSHARED", "EXT_SUFFIX")),
+            os.environ.get("CC", ""), os.environ.get("CFLAGS", ""),
+        ):
+            digest.update(part.encode() + b"\0")
+        for path in [__file__, *self._original_sources[ext.name], *ext.depends]:
+            with open(path, "rb") as source:
+                digest.update(source.read())
+        return digest.hexdigest()[:20]
+
+    def _cached_path(self, ext) -> str:
+        return os.path.join(EXTENSION_CACHE, self._fingerprints[ext.name], os.path.basename(self.get_ext_fullpath(ext.name)))
 
     def run(self):
         # Imported here so that a build without the extension needs neither of them.
         import numpy
         from Cython.Build import cythonize
 
+        self._original_sources = {ext.name: list(ext.sources) for ext in self.extensions}
+        self._fingerprints = {ext.name: self._fingerprint(ext) for ext in self.extensions}
+        to_compile = [ext for ext in self.extensions if self.force or not os.path.exists(self._cached_path(ext))]
+        for ext in self.extensions:
+            if ext not in to_compile:
+                _say(f"{ext.name}: unchanged since an earlier build, reusing {self._cached_path(ext)}")
+        for ext in to_compile:
+            _say(f"{ext.name}: generating C with Cython and compiling it (about a minute on 2 cores)")
         generated = cythonize(
-            self.extensions,
+            to_compile,
             compiler_directives=COMPILER_DIRECTIVES,
             compile_time_env={"DEBUG_BUILD": DEBUG_BUILD},
             # The generated C depends on DEBUG_BUILD, which Cython's timestamp check cannot
             # see: each kind of build keeps its own generated C.
             build_dir=os.path.join("build", "cython-debug" if DEBUG_BUILD else "cython-release"),
-        )
+        ) if to_compile else []
         # Keep the extension objects setuptools has already prepared; take only the C sources.
-        for extension, cythonized in zip(self.extensions, generated):
+        for extension, cythonized in zip(to_compile, generated):
             extension.sources = cythonized.sources
             extension.include_dirs.append(numpy.get_include())
         super().run()
+        self._prune_cache()
 
     def build_extension(self, ext):
+        target = self.get_ext_fullpath(ext.name)
+        cached = self._cached_path(ext)
+        if not self.force and os.path.exists(cached):
+            os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+            shutil.copy2(cached, target)
+            return
         try:
             super().build_extension(ext)
         except Exception as error:  # distutils raises several unrelated types here
             raise RuntimeError(f"{NO_COMPILER_HINT}\nThe compiler said: {error}") from error
+        os.makedirs(os.path.dirname(cached), exist_ok=True)
+        shutil.copy2(target, cached + ".partial")
+        os.replace(cached + ".partial", cached)  # never a half-written file under the real name
+        _say(f"{ext.name}: compiled; kept as {cached} for the next build")
+
+    def _prune_cache(self) -> None:
+        if not os.path.isdir(EXTENSION_CACHE):
+            return
+        entries = sorted(
+            (os.path.join(EXTENSION_CACHE, name) for name in os.listdir(EXTENSION_CACHE)),
+            key=os.path.getmtime, reverse=True,
+        )
+        in_use = {os.path.join(EXTENSION_CACHE, fingerprint) for fingerprint in self._fingerprints.values()}
+        for entry in entries[CACHE_ENTRIES_KEPT:]:
+            if entry not in in_use:
+                shutil.rmtree(entry, ignore_errors=True)
 
 
 EXTENSIONS = [
@@ -97,4 +212,8 @@ EXTENSIONS = [
     ),
 ]
 
-setup(ext_modules=[] if NO_EXTENSION else EXTENSIONS, cmdclass={"build_ext": BuildExtWithHint})
+setup(
+    version=build_version(),
+    ext_modules=[] if NO_EXTENSION else EXTENSIONS,
+    cmdclass={"build_ext": BuildExtWithHint},
+)

@@ -1,8 +1,9 @@
 """One version string, written once: ``parallel_rollouts.__version__``; the build, the command line
-and the changelog all show that one."""
+and the changelog all show that one, the build with the commit it was made from as a local label."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 import shutil
 import subprocess
@@ -15,12 +16,16 @@ import parallel_rollouts
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def _installed_version() -> str:
+    return importlib.metadata.version("parallel-rollouts")
+
+
 def test_the_version_is_written_once_in_the_package_root_and_the_build_reads_it_from_there():
     pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert "version" not in pyproject["project"]
     assert "version" in pyproject["project"]["dynamic"]
-    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "parallel_rollouts.__version__"}
-    assert re.fullmatch(r"\d+\.\d+\.\d+", parallel_rollouts.__version__)
+    # A release (1.2.3) or the work towards one (1.2.3.dev0), in PEP 440's public form.
+    assert re.fullmatch(r"\d+\.\d+\.\d+(\.dev\d+)?", parallel_rollouts.__version__)
     written = [
         path.relative_to(REPO_ROOT).as_posix()
         for path in (REPO_ROOT / "src").rglob("*.py")
@@ -29,26 +34,73 @@ def test_the_version_is_written_once_in_the_package_root_and_the_build_reads_it_
     assert written == ["src/parallel_rollouts/__init__.py"]
 
 
-def test_python_m_parallel_rollouts_version_prints_the_package_version():
+def test_the_installed_build_is_the_source_version_with_its_commit():
+    # Installed from a clone: the commit's short hash as the local label, `.dirty` after an install
+    # from a tree with uncommitted changes under src/ or to the build files.
+    assert re.fullmatch(re.escape(parallel_rollouts.__version__) + r"\+g[0-9a-f]{7}(\.dirty)?", _installed_version())
+
+
+def _setup_py_version(project: Path) -> str:
+    completed = subprocess.run(
+        [sys.executable, "setup.py", "--version"], cwd=project, capture_output=True, text=True, timeout=120, check=True
+    )
+    return completed.stdout.strip().splitlines()[-1]
+
+
+def test_the_build_labels_the_version_with_its_commit_marks_a_changed_tree_and_keeps_an_sdists_version(tmp_path):
+    project = tmp_path / "project"
+    (project / "src" / "parallel_rollouts").mkdir(parents=True)
+    shutil.copy2(REPO_ROOT / "setup.py", project / "setup.py")
+    init = project / "src" / "parallel_rollouts" / "__init__.py"
+    shutil.copy2(REPO_ROOT / "src" / "parallel_rollouts" / "__init__.py", init)
+    base = parallel_rollouts.__version__
+    assert _setup_py_version(project) == base  # no repository, no sdist: the source version alone
+
+    git = ["git", "-c", "user.email=ci@example.invalid", "-c", "user.name=ci"]
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=project, check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], cwd=project, check=True)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short=7", "HEAD"], cwd=project, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert _setup_py_version(project) == f"{base}+g{commit}"
+    init.write_text(init.read_text(encoding="utf-8") + "\n# changed\n", encoding="utf-8")
+    assert _setup_py_version(project) == f"{base}+g{commit}.dirty"
+
+    unpacked = tmp_path / "unpacked"  # an unpacked sdist keeps the version it was made with
+    shutil.copytree(project, unpacked, ignore=shutil.ignore_patterns(".git"))
+    (unpacked / "PKG-INFO").write_text(f"Metadata-Version: 2.4\nName: parallel-rollouts\nVersion: {base}+gabc1234\n")
+    assert _setup_py_version(unpacked) == f"{base}+gabc1234"
+
+
+def test_python_m_parallel_rollouts_version_prints_the_installed_build():
     completed = subprocess.run(
         [sys.executable, "-m", "parallel_rollouts", "--version"], capture_output=True, text=True, timeout=120
     )
     assert completed.returncode == 0, completed.stderr
-    assert completed.stdout.strip() == f"parallel-rollouts {parallel_rollouts.__version__}"
+    assert completed.stdout.strip() == f"parallel-rollouts {_installed_version()}"
 
 
-def test_the_console_script_prints_the_package_version():
+def test_the_console_script_prints_the_installed_build():
     script = shutil.which("parallel-rollouts", path=str(Path(sys.executable).parent))
     assert script is not None, "the parallel-rollouts console script is not installed next to this Python"
     completed = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stderr
-    assert completed.stdout.strip() == f"parallel-rollouts {parallel_rollouts.__version__}"
+    assert completed.stdout.strip() == f"parallel-rollouts {_installed_version()}"
 
 
-def test_the_changelog_lists_the_current_version_as_its_latest_release():
+def test_the_changelog_names_the_current_version():
+    # A development version is the changelog's "Unreleased" section, named with that version, and
+    # comes after the latest release listed; a release is the latest release listed.
     changelog = (REPO_ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     headings = re.findall(r"^## (.+)$", changelog, re.MULTILINE)
-    assert headings[0] == "Unreleased"
-    released = [heading for heading in headings[1:] if re.match(r"\d+\.\d+\.\d+ ", heading)]
+    released = [heading.split()[0] for heading in headings[1:] if re.match(r"\d+\.\d+\.\d+ ", heading)]
     assert released, f"no released version among the changelog's headings: {headings}"
-    assert released[0].split()[0] == parallel_rollouts.__version__
+    version = parallel_rollouts.__version__
+    if ".dev" in version:
+        assert headings[0] == f"Unreleased ({version})"
+        numbers = tuple(int(part) for part in version.split(".dev")[0].split("."))
+        assert numbers > tuple(int(part) for part in released[0].split("."))
+    else:
+        assert headings[0] == "Unreleased"
+        assert released[0] == version

@@ -41,7 +41,10 @@ from .policy.recurrent import RecurrentPolicy
 from .runners.base import RunnerState
 from .vector_env import ParallelVectorEnv
 
-__version__ = "0.1.0"
+# The version of this source, written here only. A build adds the commit it was made from as a local
+# label (setup.py): `parallel-rollouts --version` and importlib.metadata show that, e.g.
+# 0.2.0.dev0+g1a2b3c4, so that a bug report names the build.
+__version__ = "0.2.0.dev0"
 
 #: Documented import paths of modules that moved, and where they live now. Importing an old
 #: path gives the module at its new one (the same object), so code written against the
