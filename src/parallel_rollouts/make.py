@@ -55,8 +55,18 @@ def make_collector(
         agent (``num_envs * len(possible_agents)`` columns; see ``docs/multi-agent.md``).
     num_envs:
         How many envs to run.
-    policy, backend, horizon, seed:
-        As for :class:`ParallelRolloutCollector`.
+    policy:
+        ``policy(observations) -> actions`` (or a :class:`~parallel_rollouts.PolicyOutput`,
+        or a :class:`~parallel_rollouts.RecurrentPolicy`), as for
+        :class:`ParallelRolloutCollector`; ``None`` samples the action space.
+    backend:
+        ``"serial"``, ``"sync"``, ``"async"`` or ``"ray"``, as for
+        :class:`ParallelRolloutCollector`.
+    horizon:
+        Steps per env in each ``collect()``.
+    seed:
+        Root seed of every env's episode seeds and action sampler; ``None`` draws one,
+        as for :class:`ParallelRolloutCollector`.
     env_kwargs:
         Keyword arguments of ``gymnasium.make`` for every env: its own
         (``max_episode_steps``, ``render_mode``, ``disable_env_checker``, ...) and the

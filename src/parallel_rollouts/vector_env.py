@@ -67,12 +67,32 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         If true (default, as in Gymnasium), ``reset`` and ``step`` return new
         observation arrays; if false, views of the env's buffers that the next
         call overwrites (shared memory for ``"async"``).
-    num_workers, context, step_timeout, main_process_envs:
-        As for :class:`~parallel_rollouts.ParallelRolloutCollector` with
-        ``backend="async"``: by default this process steps its own share of the envs
-        while one worker per other usable core steps the rest.
+    num_workers:
+        ``"async"``: worker processes, each owning a contiguous slice of the envs, as
+        for :class:`~parallel_rollouts.ParallelRolloutCollector`. By default this
+        process steps its own share of the envs while one worker per other usable
+        core steps the rest.
+    context:
+        ``"async"``: the multiprocessing start method (default ``"spawn"``), as for
+        :class:`~parallel_rollouts.ParallelRolloutCollector`.
+    step_timeout:
+        ``"async"``: seconds to wait for one step before raising
+        :class:`~parallel_rollouts.StepTimeoutError` (``None`` waits as a plain call
+        into the env would), as for :class:`~parallel_rollouts.ParallelRolloutCollector`.
     core:
         ``"auto"``, ``"compiled"`` or ``"python"``.
+    main_process_envs:
+        ``"async"``: how many envs (the first ones) this process steps itself while the
+        workers step the rest, as for :class:`~parallel_rollouts.ParallelRolloutCollector`.
+    batch_size:
+        Ready-first stepping (``send`` / ``recv``, with EnvPool's names): how many envs
+        each ``recv()`` returns, the first to finish their step; from 1 to the number of
+        envs. ``main_process_envs`` is then refused (with ``"async"`` every env steps in
+        a worker, in the background of ``recv()``). ``None`` (default): no ready-first
+        stepping (``step`` works either way; see ``docs/vector-envs.md``).
+    serve_order:
+        With ``batch_size``: the env indices each ``recv()`` returns, in order, as
+        :attr:`served` recorded them in an earlier run, to replay that run exactly.
 
     Notes
     -----

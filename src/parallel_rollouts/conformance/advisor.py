@@ -83,8 +83,16 @@ def advise(
     thorough:
         Quick (about a minute: 5 rounds of about 1.5 s per option) by default; ``True``
         runs 7 rounds of about 4 s and more options (pipelined, other worker counts).
-    rounds, trial_seconds:
-        Override the mode's number of rounds and seconds per option per round.
+    rounds:
+        Overrides the mode's number of rounds (5 quick, 7 thorough).
+    trial_seconds:
+        Overrides the mode's seconds per option per round (1.5 quick, 4 thorough).
+    seed:
+        The root seed of every collector timed.
+    env_kwargs:
+        For an env id, as for :func:`~parallel_rollouts.make_collector`.
+    wrappers:
+        For an env id, as for :func:`~parallel_rollouts.make_collector`.
     default_num_envs:
         Used when ``num_envs`` is omitted for single envs (the command line passes 8).
 

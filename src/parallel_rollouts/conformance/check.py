@@ -52,15 +52,21 @@ def check_env(
         ``"ale_py:ALE/Pong-v5"``), an ``EnvSpec``, or ``"module:factory"``.
     seed:
         The reset seed of every run (episode ``k`` of a run is reset with ``seed + k``).
-    max_steps, episodes:
-        Each run stops after ``episodes`` episodes have ended or ``max_steps`` steps.
+    max_steps:
+        Each run stops after ``max_steps`` steps, or sooner once ``episodes`` episodes
+        have ended.
+    episodes:
+        Each run stops after ``episodes`` episodes have ended, or sooner after
+        ``max_steps`` steps.
     timeout:
         Seconds each check may run the env in this process (building it, its runs,
         closing it). Enforced with ``SIGALRM``, so only when ``check_env`` is called
         in the main thread on a POSIX system; elsewhere the checks run unbounded.
     spawn_timeout:
         Seconds the freshly spawned process may take to build the env and run it.
-    env_kwargs, wrappers:
+    env_kwargs:
+        For an env id, as for :func:`~parallel_rollouts.make_collector`.
+    wrappers:
         For an env id, as for :func:`~parallel_rollouts.make_collector`.
 
     Returns

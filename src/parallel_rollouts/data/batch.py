@@ -35,28 +35,42 @@ class RolloutBatch:
         ``[T, N, ...]`` in the action space's dtype.
     rewards:
         ``[T, N]`` float64.
-    terminations, truncations:
+    terminations:
         ``[T, N]`` bool: the episode ended at ``[t, env]`` by reaching a terminal
-        state / by a time limit or other truncation. ``dones`` is their union.
-    values, log_probs:
-        ``[T, N]`` float32 when the policy returned them
+        state. ``dones`` is the union with ``truncations``.
+    truncations:
+        ``[T, N]`` bool: the episode ended at ``[t, env]`` by a time limit or other
+        truncation.
+    values:
+        ``[T, N]`` float32 value estimates when the policy returned them
         (:class:`~parallel_rollouts.PolicyOutput`), otherwise ``None``.
-    final_observations, final_observation_mask:
-        Where ``final_observation_mask[t, env]`` is true (exactly where an
-        episode ended), ``final_observations[t, env]`` is the terminal
-        observation returned by that step; elsewhere it is zero. Bootstrap a
+    log_probs:
+        ``[T, N]`` float32 log-probabilities of the actions when the policy returned
+        them (:class:`~parallel_rollouts.PolicyOutput`), otherwise ``None``.
+    final_observations:
+        ``[T, N, ...]``: where ``final_observation_mask[t, env]`` is true, the
+        terminal observation returned by that step; elsewhere zero. Bootstrap a
         truncated episode from it.
+    final_observation_mask:
+        ``[T, N]`` bool: true exactly where an episode ended.
     bootstrap_observations:
         ``[N, ...]``: the observation after the last step, the one the next
         ``collect()`` starts from.
     step_episode_seeds:
         ``[T, N]`` int64: the reset seed of the episode the step at ``[t, env]``
         belongs to.
-    episode_returns, episode_lengths, episode_env_indices, episode_end_steps, episode_seeds:
+    episode_returns:
         One entry per episode that ended in this rollout, ordered by end step
-        then env index: its undiscounted return and length (counted from its
-        reset, which may lie in an earlier rollout), its env, the ``t`` it ended
-        at, and its reset seed.
+        then env index (as are the four arrays below): its undiscounted return,
+        counted from its reset, which may lie in an earlier rollout.
+    episode_lengths:
+        Each ended episode's length, counted from its reset.
+    episode_env_indices:
+        Each ended episode's env.
+    episode_end_steps:
+        The ``t`` each ended episode ended at.
+    episode_seeds:
+        Each ended episode's reset seed.
     infos:
         ``{key: [T, N] float64}`` for each requested ``info_keys`` entry, taken
         from the info dict of the step at ``[t, env]``.
@@ -75,12 +89,15 @@ class RolloutBatch:
         a replaced worker (from the row it was lost at: ``async`` keeps the rows
         its slice wrote before; ``ray`` loses the whole rollout of the slice).
         True everywhere else. Mask the loss with it.
-    env_step_seconds, env_reset_seconds:
-        ``[N]`` float64: seconds each env spent in its ``step`` calls / in its
-        ``reset`` calls (autoresets) during this rollout, measured where the env
-        runs. A sub-env of a Gymnasium vector env is credited an equal share of
-        each batched call. The slowest env (the straggler every step waits for)
-        is ``argmax(env_step_seconds + env_reset_seconds)``.
+    env_step_seconds:
+        ``[N]`` float64: seconds each env spent in its ``step`` calls during this
+        rollout, measured where the env runs. A sub-env of a Gymnasium vector env
+        is credited an equal share of each batched call. The slowest env (the
+        straggler every step waits for) is
+        ``argmax(env_step_seconds + env_reset_seconds)``.
+    env_reset_seconds:
+        ``[N]`` float64: seconds each env spent in its ``reset`` calls
+        (autoresets) during this rollout, measured as ``env_step_seconds``.
     env_wait_seconds:
         ``[N]`` float64: for ``backend="async"``, the seconds this process spent
         waiting for the reply of the worker hosting each env during this rollout
@@ -94,18 +111,24 @@ class RolloutBatch:
         ``max_policy_lag=0`` batch ``k`` (from 0) holds ``k``; with ``max_policy_lag=1``
         it holds ``k - 1`` (``0`` for the first batch): the policy as it was when batch
         ``k - 1`` was handed out, before the caller learned from it.
-    initial_state, episode_starts, final_states, bootstrap_states, states:
-        With a recurrent policy (``None`` otherwise), NumPy copies of its state, each
-        leaf in the nesting ``initial_state()`` returns. ``initial_state``: ``[N, ...]``,
-        the state the policy was given at row 0 (already reset where row 0 starts an
-        episode). ``episode_starts``: ``[T, N]`` bool, true where the state was reset
-        to the initial state before the policy saw the row. ``final_states``:
-        ``[T, N, ...]``, where ``final_observation_mask`` is true the next state the
+    initial_state:
+        With a recurrent policy (``None`` otherwise; the same for the four below),
+        NumPy copies of its state, each leaf in the nesting ``initial_state()``
+        returns (see ``docs/recurrent.md``): ``[N, ...]``, the state the policy was
+        given at row 0 (already reset where row 0 starts an episode).
+    episode_starts:
+        ``[T, N]`` bool: true where the state was reset to the initial state before
+        the policy saw the row.
+    final_states:
+        ``[T, N, ...]``: where ``final_observation_mask`` is true, the next state the
         policy returned at that row (the state to evaluate ``final_observations``
-        with); zero elsewhere. ``bootstrap_states``: ``[N, ...]``, the state for
-        ``bootstrap_observations`` (reset where that row starts an episode; the next
-        batch's ``initial_state``). ``states`` (``store_states=True``, else ``None``):
-        ``[T, N, ...]``, the state given at every row. See ``docs/recurrent.md``.
+        with); zero elsewhere.
+    bootstrap_states:
+        ``[N, ...]``: the state for ``bootstrap_observations`` (reset where that row
+        starts an episode; the next batch's ``initial_state``).
+    states:
+        ``[T, N, ...]``: the state given at every row, with ``store_states=True``;
+        ``None`` otherwise.
     """
 
     observations: Any

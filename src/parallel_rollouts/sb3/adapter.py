@@ -66,14 +66,27 @@ class ParallelVecEnv(VecEnv):
     seed:
         Root seed of the episode seeds; ``None`` draws one (see :attr:`root_seed`).
         ``seed(s)`` later starts a new stream at root ``s`` from the next ``reset()``.
-    num_workers, context, step_timeout, core, main_process_envs:
-        As for :class:`~parallel_rollouts.ParallelVectorEnv`.
+    num_workers:
+        As for :class:`~parallel_rollouts.ParallelVectorEnv`: ``"async"``'s worker
+        processes.
+    context:
+        As for :class:`~parallel_rollouts.ParallelVectorEnv`: ``"async"``'s
+        multiprocessing start method (default ``"spawn"``).
+    step_timeout:
+        As for :class:`~parallel_rollouts.ParallelVectorEnv`: ``"async"``'s seconds to
+        wait for one step before raising :class:`~parallel_rollouts.StepTimeoutError`.
+    core:
+        ``"auto"``, ``"compiled"`` or ``"python"``, as for
+        :class:`~parallel_rollouts.ParallelVectorEnv`.
     start_method:
         ``SubprocVecEnv``'s name for ``context`` (a multiprocessing start method:
         ``"spawn"``, ``"forkserver"``, ``"fork"``), so that
         ``make_vec_env(..., vec_env_cls=ParallelVecEnv, vec_env_kwargs=dict(start_method="spawn"))``
         works as it does for ``SubprocVecEnv``. ``None`` (and the default) starts
         the workers with ``"spawn"``. Give ``start_method`` or ``context``, not both.
+    main_process_envs:
+        As for :class:`~parallel_rollouts.ParallelVectorEnv`: how many envs (the first
+        ones) this process steps itself while ``"async"``'s workers step the rest.
 
     Notes
     -----
