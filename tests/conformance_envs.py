@@ -238,6 +238,29 @@ class SwallowingHangEnv(WalkEnv):
         return super().reset(seed=seed, options=options)
 
 
+class ResetRaisingEnv(WalkEnv):
+    """Builds, then raises in every ``reset`` (as an env whose server is down)."""
+
+    def reset(self, *, seed=None, options=None):
+        raise ValueError("no server at localhost:9000")
+
+
+class SpawnedResetRaisingEnv(WalkEnv):
+    """Resets in the process that was started, raises in ``reset`` in a process it starts."""
+
+    def reset(self, *, seed=None, options=None):
+        import multiprocessing
+
+        if multiprocessing.parent_process() is not None:
+            raise RuntimeError("the simulator licence is in the parent process only")
+        return super().reset(seed=seed, options=options)
+
+
+def reset_raising_vector() -> gym.vector.VectorEnv:
+    """A vector env of two ``ResetRaisingEnv``: the autoreset check resets it first."""
+    return gym.vector.SyncVectorEnv([ResetRaisingEnv, ResetRaisingEnv])
+
+
 class RaisingCloseEnv(WalkEnv):
     def close(self):
         raise RuntimeError("the simulator is already gone")

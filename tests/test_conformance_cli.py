@@ -61,6 +61,15 @@ BROKEN_MODULE = textwrap.dedent(
         return HangInReset(gymnasium.make("CartPole-v1"))
 
 
+    class ResetRaises(gymnasium.Wrapper):
+        def reset(self, **kwargs):
+            raise ValueError("no server at localhost:9000")
+
+
+    def make_reset_raising():
+        return ResetRaises(gymnasium.make("CartPole-v1"))
+
+
     def make_here_only():
         # Builds in the process that was started, never in a worker process it starts.
         import multiprocessing
@@ -169,7 +178,7 @@ def test_strict_fails_on_a_warning(workdir):
     result = _run("check", "tests.conformance_envs:WalkEnv", "--max-steps", "10", "--strict", cwd=REPO_ROOT)
     assert "OK: 10 checks, 0 failed, 1 warned" in result.stdout, result.stdout + result.stderr
     assert result.returncode == 1
-    assert "--strict: 1 check(s) warned ('same seed, same trajectory')" in result.stderr
+    assert "--strict: 1 check warned ('same seed, same trajectory')" in result.stderr  # "1 check", not "1 check(s)"
 
 
 @pytest.mark.timeout(300)
@@ -184,6 +193,46 @@ def test_ctrl_c_stops_check_with_status_130(workdir):
         stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stdout + stderr
     assert stderr.strip().endswith("parallel-rollouts: interrupted") and "Traceback" not in stderr
+
+
+def test_an_env_whose_reset_raises_is_told_once_with_the_reset_to_run_by_hand(workdir):
+    result = _run("check", "my_envs:make_reset_raising", "--max-steps", "50", cwd=workdir)
+    assert result.returncode == 1, result.stdout + result.stderr
+    flat = " ".join(result.stdout.split())
+    assert "observations in space FAIL the env's reset(seed=0) raised ValueError('no server at localhost:9000'), " \
+           "in my_envs.ResetRaises.reset, line " in flat, result.stdout
+    # The command stays on one line, to copy.
+    assert '`python -c "import my_envs; my_envs.make_reset_raising().reset(seed=0)"`' in result.stdout
+    assert flat.count("ValueError") == 1 and flat.count("fix:") == 1, result.stdout
+    assert "registers" not in flat and "import ale_py" not in flat
+    assert flat.count("not run: it resets the env, and the env's reset raised in 'observations in space'") == 5
+    assert "FAILED: 10 checks, 1 failed, 5 warned" in result.stdout
+    assert "parallel-rollouts: check: no global random state (not run)" in result.stderr.splitlines()
+
+
+def test_a_factory_that_raises_is_counted_as_one_check(workdir):
+    result = _run("check", "builtins:exit", cwd=workdir)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.rstrip().endswith("FAILED: 1 check, 1 failed, 0 warned"), result.stdout
+
+
+@pytest.mark.parametrize("command", ["check", "advise"])
+def test_help_shows_every_options_default(command):
+    from parallel_rollouts.conformance.cli import _parser
+
+    subparsers = next(action for action in _parser()._actions if action.dest == "command")
+    options = [action for action in subparsers.choices[command]._actions
+               if action.option_strings and action.dest != "help"]
+    assert len(options) == {"check": 15, "advise": 8}[command]
+    for option in options:
+        assert "(default: " in (option.help or ""), option.option_strings
+    text = _run(command, "--help", cwd=REPO_ROOT).stdout
+    assert "(default: 128)" in text and "(default: 8;" in text and "(default: 5, 7 with" in " ".join(text.split())
+    if command == "check":
+        flat = " ".join(text.split())
+        assert "--spawn-timeout SECONDS seconds the freshly spawned process may take to build and run the env " \
+               "(default: 120)" in flat, text
+        assert "--timeout SECONDS seconds each check may run the env in this process (default: 60)" in flat
 
 
 def test_env_kwargs_are_passed_to_gymnasium_make(workdir):
@@ -270,19 +319,24 @@ def test_a_spawned_process_importing_a_script_that_calls_check_env_refuses_the_c
 
 
 def test_progress_goes_to_stderr_one_line_per_check_option_and_round_and_quiet_drops_it(workdir):
-    check = _run("check", "CartPole-v1", "--max-steps", "50", cwd=workdir)
+    check = _run("check", "CartPole-v1", "--max-steps", "50", "--json", "out.json", cwd=workdir)
     assert check.returncode == 0, check.stderr
     lines = check.stderr.splitlines()
     assert lines[0] == "parallel-rollouts: check: factory builds an env"
-    assert "parallel-rollouts: check: rebuilds in a spawned process" in lines
+    # Every check's line, in the report's order, the last ones included.
+    names = [result["name"] for result in json.loads((workdir / "out.json").read_text())["check"]["checks"]]
+    assert names[-2:] == ["no global random state", "closes cleanly"]
+    assert [line for line in lines if line.startswith("parallel-rollouts: check: ")][1:] == \
+        [f"parallel-rollouts: check: {name}" for name in names]
     assert "parallel-rollouts: check:" not in check.stdout
     advise = _run("advise", "my_envs:make_good", "--num-envs", "2", "--horizon", "8", "--rounds", "2",
                   "--trial-seconds", "0.05", cwd=workdir)
     assert advise.returncode == 0, advise.stderr
     lines = advise.stderr.splitlines()
     assert "parallel-rollouts: advise: starting option 1 of 3: sync" in lines
-    assert any(re.fullmatch(r"parallel-rollouts: advise: starting option 3 of 3: async, rollout workers, \d+ worker\(s\)",
-                            line) for line in lines), lines
+    assert any(re.fullmatch(r"parallel-rollouts: advise: starting option 3 of 3: async, rollout workers, "
+                            r"(1 worker|([02-9]|\d\d+) workers)", line) for line in lines), lines
+    assert "parallel-rollouts: advise: 3 options, then 2 rounds of about 0.05 s each per option (about 0 s)" in lines
     assert [line for line in lines if " round " in line][-1].startswith("parallel-rollouts: advise: round 2 of 2 timed")
     quiet = _run("check", "CartPole-v1", "--max-steps", "50", "--quiet", cwd=workdir)
     assert quiet.returncode == 0 and quiet.stderr == ""

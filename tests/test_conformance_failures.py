@@ -13,7 +13,10 @@ import pytest
 
 from parallel_rollouts import ConfigurationError, check_env
 from parallel_rollouts.conformance import CheckStatus
-from parallel_rollouts.conformance.determinism import SAME_SEED
+from parallel_rollouts.conformance.aliasing import NO_ALIASING
+from parallel_rollouts.conformance.autoreset import AUTORESET
+from parallel_rollouts.conformance.determinism import SAME_SEED, SAME_SEED_SPAWNED
+from parallel_rollouts.conformance.global_random import NO_GLOBAL_RANDOM
 from parallel_rollouts.conformance.pickling import REBUILDS
 from parallel_rollouts.conformance.spaces_check import SPACES_HONOURED
 from tests import conformance_envs as envs
@@ -43,6 +46,74 @@ def test_an_env_raising_a_base_exception_fails_the_checks_it_raised_in(factory, 
     assert report.result(CLOSES).status is CheckStatus.PASS  # the checks after it still ran
 
 
+def test_a_fix_said_for_one_check_is_not_printed_again_for_the_next():
+    # Every run steps the env, so each check that runs it fails with the same error and fix.
+    report = check_env(envs.ExitInStepEnv, max_steps=30)
+    text = str(report)
+    assert len(report.failures) > 1 and len({result.fix for result in report.failures}) == 1
+    assert text.count("must not call sys.exit") == 1, text
+    assert "fix: as for 'observations in space' above" in text
+    assert all("must not call sys.exit" in result.fix for result in report.failures)  # the data keeps each
+
+
+# The checks after the env's reset raised that reset the env, and so were not run.
+AFTER_A_RESET = (REBUILDS, SAME_SEED, SAME_SEED_SPAWNED, NO_ALIASING, NO_GLOBAL_RANDOM)
+
+
+def test_an_env_whose_reset_raises_fails_once_naming_its_reset_and_the_checks_after_it_are_not_run():
+    report = check_env(envs.ResetRaisingEnv, max_steps=30)
+    result = report.result(SPACES_HONOURED)
+    assert [failure.name for failure in report.failures] == [SPACES_HONOURED], report
+    assert result.reason == (
+        "the env's reset(seed=0) raised ValueError('no server at localhost:9000'), in "
+        f"tests.conformance_envs.ResetRaisingEnv.reset, line {envs.ResetRaisingEnv.reset.__code__.co_firstlineno + 1}"
+    )
+    assert "the env was built, but its reset(seed=0) raised" in result.fix
+    assert ('run `python -c "import tests.conformance_envs; tests.conformance_envs.ResetRaisingEnv().reset(seed=0)"` '
+            "to see the whole traceback") in result.fix
+    assert "registers" not in result.fix and "import ale_py" not in str(report)
+    for name in AFTER_A_RESET:
+        assert report.result(name).status is CheckStatus.WARN, report
+        assert report.result(name).reason == (
+            "not run: it resets the env, and the env's reset raised in 'observations in space' (see above)"
+        )
+    assert report.result(CLOSES).status is CheckStatus.PASS  # needs no reset: still run
+    text = str(report)
+    assert text.count("ValueError") == 1 and text.count("fix:") == 1, text
+
+
+def test_the_reset_to_make_by_hand_is_a_command_line_when_one_can_be_written():
+    from parallel_rollouts.conformance.check import _reset_by_hand
+    from parallel_rollouts.conformance.target import resolve_target
+    from parallel_rollouts.conformance.trajectory import ResetCall
+
+    by_id = _reset_by_hand(resolve_target("CartPole-v1", {"max_episode_steps": 7}), ResetCall(3))
+    assert by_id == 'run `python -c "import gymnasium; gymnasium.make(\'CartPole-v1\', max_episode_steps=7).reset(seed=3)"`'
+    assert _reset_by_hand(resolve_target(lambda: envs.WalkEnv()), ResetCall(0)) == \
+        "build an env with the factory and call `env.reset(seed=0)` by hand"
+
+
+def test_a_vector_env_whose_reset_raises_fails_the_autoreset_check_and_no_other():
+    report = check_env(envs.reset_raising_vector, max_steps=30)
+    assert [failure.name for failure in report.failures] == [AUTORESET], report
+    assert report.result(AUTORESET).reason.startswith("the env's reset(seed=0) raised ValueError(")
+    assert "tests.conformance_envs.reset_raising_vector().reset(seed=0)" in report.result(AUTORESET).fix
+    for name in (SPACES_HONOURED, *AFTER_A_RESET):
+        assert report.result(name).reason.startswith("not run: it resets the env"), report
+
+
+def test_an_env_whose_reset_raises_in_a_spawned_process_only_is_told_so_without_the_registering_fix():
+    report = check_env(envs.SpawnedResetRaisingEnv, max_steps=30)
+    result = report.result(REBUILDS)
+    assert [failure.name for failure in report.failures] == [REBUILDS], report
+    assert result.reason.startswith(
+        "in a fresh spawned process: the env's reset(seed=0) raised RuntimeError('the simulator licence is in the "
+        "parent process only'), in tests.conformance_envs.SpawnedResetRaisingEnv.reset, line "
+    ), result.reason
+    assert "registers" not in result.fix and "to see the whole traceback" in result.fix
+    assert report.result(SAME_SEED).status is CheckStatus.PASS  # this process's resets work: the checks ran
+
+
 def test_a_factory_that_raises_is_a_failed_check_naming_the_fix():
     report = check_env(envs.unregistered_namespace, max_steps=30)
     assert [result.name for result in report.results] == [BUILDS]
@@ -51,6 +122,7 @@ def test_a_factory_that_raises_is_a_failed_check_naming_the_fix():
     assert "the factory raised NamespaceNotFound" in result.reason and "NoSuchNamespace" in result.reason
     assert "none was run" in result.reason
     assert "import ale_py" in result.fix
+    assert "FAILED: 1 check, 1 failed, 0 warned" in str(report)  # not "1 checks"
 
 
 @pytest.mark.timeout(120)  # pytest-timeout arms its own SIGALRM timer: check_env must keep it
@@ -61,7 +133,7 @@ def test_an_env_hanging_in_reset_fails_at_the_timeout_and_the_checks_after_it_ar
     assert result.status is CheckStatus.FAIL, report
     assert "did not finish within 1 s: stopped in tests.conformance_envs.HangInResetEnv.reset" in result.reason
     assert "--timeout" in result.fix
-    for name in (REBUILDS, SAME_SEED):
+    for name in (REBUILDS, SAME_SEED, SAME_SEED_SPAWNED, NO_ALIASING, NO_GLOBAL_RANDOM):
         assert report.result(name).status is CheckStatus.WARN
         assert report.result(name).reason.startswith("not run: the env did not finish 'observations in space'")
     assert signal.getsignal(signal.SIGALRM) is previous_handler

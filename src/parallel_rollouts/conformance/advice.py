@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from .report import counted
+
 __all__ = ["NEAR_TIE", "Advice", "Option", "OptionResult"]
 
 #: An option faster than the recommended one in some round, and at least this fraction of its
@@ -169,8 +171,8 @@ class Advice:
         step = self.env_step_seconds
         step_text = f"{step * 1e6:.1f} us" if step < 1e-3 else f"{step * 1e3:.2f} ms"
         lines = [
-            f"Backend advice for {self.target}: {self.num_envs} envs, horizon {self.horizon}, "
-            f"{self.usable_cores} usable core(s)",
+            f"Backend advice for {self.target}: {counted(self.num_envs, 'env')}, horizon {self.horizon}, "
+            f"{counted(self.usable_cores, 'usable core')}",
             f"  policy: {self.policy}",
             f"  one env step here: {step_text} (mean)",
             f"  measured: {self.rounds} interleaved round(s), about {self.trial_seconds:g} s per option per round; "

@@ -38,6 +38,8 @@ from ..errors import ConfigurationError
 from ..processes.slicing import usable_cores
 from .advice import Advice, Option, OptionResult
 from .main_guard import UnguardedCall, refuse_in_spawned_import, unguarded_call
+from .modes import QUICK, THOROUGH
+from .report import counted
 from .rounds import run_rounds
 from ..groups.vector_source import autoreset_mode_of
 from .guard import explain_failure
@@ -47,9 +49,6 @@ __all__ = ["advise"]
 
 #: A line per option started and per round timed (``INFO``); the command line shows them on stderr.
 logger = logging.getLogger("parallel_rollouts.conformance")
-
-_QUICK = {"rounds": 5, "trial_seconds": 1.5, "warmup_collects": 1}
-_THOROUGH = {"rounds": 7, "trial_seconds": 4.0, "warmup_collects": 2}
 
 
 def advise(
@@ -120,7 +119,7 @@ def advise(
     unguarded = unguarded_call(skip_frames=2)
     if unguarded is not None:
         raise ConfigurationError(f"{unguarded.explain('advise')} Nothing was measured: {UnguardedCall.fix()}.")
-    settings = dict(_THOROUGH if thorough else _QUICK)
+    settings = dict(THOROUGH if thorough else QUICK)
     if rounds is not None:
         settings["rounds"] = rounds
     if trial_seconds is not None:
@@ -360,8 +359,8 @@ def _run_trials(options: list[Option], policy: Any, horizon: int, seed: int, set
     trials = [_Trial(option) for option in options]
     unpicklable = _why_unpicklable(policy)
     logger.info(
-        "advise: %d options, then %d round(s) of about %g s each per option (about %.0f s)",
-        len(trials), settings["rounds"], settings["trial_seconds"],
+        "advise: %s, then %s of about %g s each per option (about %.0f s)",
+        counted(len(trials), "option"), counted(settings["rounds"], "round"), settings["trial_seconds"],
         len(trials) * settings["rounds"] * settings["trial_seconds"],
     )
     try:
@@ -370,7 +369,7 @@ def _run_trials(options: list[Option], policy: Any, horizon: int, seed: int, set
                 trial.error = f"the policy does not pickle, so it cannot run in worker processes ({unpicklable})"
                 trial.applicable = False
                 continue
-            workers = "" if trial.option.num_workers is None else f", {trial.option.num_workers} worker(s)"
+            workers = "" if trial.option.num_workers is None else f", {counted(trial.option.num_workers, 'worker')}"
             logger.info("advise: starting option %d of %d: %s%s", number, len(trials), trial.option.label, workers)
             _start(trial, policy, horizon, seed, settings["warmup_collects"])
         live = [trial for trial in trials if trial.error is None]

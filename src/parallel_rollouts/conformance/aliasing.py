@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from .report import CheckResult, CheckStatus
+from .report import CheckResult, CheckStatus, counted
 from .target import build_env
-from .trajectory import leaves_of, run_trajectory
+from .trajectory import leaves_of, reset_env, run_trajectory
 
 __all__ = ["NO_ALIASING", "check_no_aliasing"]
 
@@ -35,7 +35,7 @@ def check_no_aliasing(factory: Callable, vector: bool, seed: int, max_steps: int
     env, _ = build_env(factory)
     try:
         run_trajectory(env, seed, max_steps, episodes, vector, observe=observe)
-        env.reset(seed=seed + 10_000)  # one more reset after the last step
+        reset_env(env, seed + 10_000)  # one more reset after the last step
     finally:
         env.close()
     for kind, index, observation, snapshot in kept:
@@ -58,4 +58,4 @@ def check_no_aliasing(factory: Callable, vector: bool, seed: int, max_steps: int
                 "the same array each time and writes into it",
                 "return a new array from every step and reset (e.g. `return self._state.copy(), ...`)",
             )
-    return CheckResult(NO_ALIASING, CheckStatus.PASS, f"{len(kept)} returned observations unchanged by later calls")
+    return CheckResult(NO_ALIASING, CheckStatus.PASS, f"{counted(len(kept), 'returned observation')} unchanged by later calls")

@@ -16,7 +16,8 @@ from gymnasium.vector import AutoresetMode
 
 from ..errors import SpaceError
 from ..groups.vector_source import autoreset_mismatch, autoreset_mode_of, misdeclared_autoreset
-from .report import CheckResult, CheckStatus
+from .report import CheckResult, CheckStatus, counted
+from .trajectory import reset_env
 
 __all__ = ["AUTORESET", "check_autoreset_mode"]
 
@@ -30,7 +31,7 @@ def check_autoreset_mode(env: Any, seed: int, max_steps: int, episodes: int) -> 
     except SpaceError as error:
         return CheckResult(AUTORESET, CheckStatus.FAIL, str(error), "declare a gymnasium.vector.AutoresetMode")
     env.action_space.seed(seed)
-    env.reset(seed=seed)
+    reset_env(env, seed)
     ended_before = np.zeros(int(env.num_envs), dtype=bool)
     ends = 0
     steps_after = 0
@@ -46,7 +47,7 @@ def check_autoreset_mode(env: Any, seed: int, max_steps: int, episodes: int) -> 
                 f"set metadata['autoreset_mode'] = gymnasium.vector.AutoresetMode.{mismatch[0]} on the vector env",
             )
         if mode is AutoresetMode.DISABLED and ended.any():
-            env.reset(options={"reset_mask": ended})
+            reset_env(env, options={"reset_mask": ended})
         ends += int(ended.sum())
         ended_before = ended
         if ends >= episodes:
@@ -60,4 +61,4 @@ def check_autoreset_mode(env: Any, seed: int, max_steps: int, episodes: int) -> 
             f"declares {mode.name}; no episode ended within {max_steps} steps, so the autoreset was not observed",
             "raise max_steps (--max-steps) so that episodes end within the check",
         )
-    return CheckResult(AUTORESET, CheckStatus.PASS, f"declares {mode.name} and behaves so over {ends} episode end(s)")
+    return CheckResult(AUTORESET, CheckStatus.PASS, f"declares {mode.name} and behaves so over {counted(ends, 'episode end')}")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import random
+import shlex
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -15,7 +17,7 @@ from .children import running_children
 from .closing import CLOSES, check_closes
 from .determinism import SAME_SEED, SAME_SEED_SPAWNED, check_in_process, check_spawned
 from .global_random import NO_GLOBAL_RANDOM, check_no_global_random
-from .guard import CheckGuard, Guarded, logger
+from .guard import CheckGuard, Guarded
 from .interrupts import watch_user_interrupts
 from .main_guard import UnguardedCall, refuse_in_spawned_import, unguarded_call
 from .pickling import PICKLES, REBUILDS, check_factory_pickles, rebuild_in_spawned_process
@@ -23,8 +25,8 @@ from .report import CheckResult, CheckStatus, ConformanceReport, Timing
 from .spaces_check import (
     ACTION_SAMPLING, SPACES_HONOURED, STORABLE, check_action_sampling, check_spaces, check_storable,
 )
-from .target import EnvTarget, as_env, resolve_target, spaces_of
-from .trajectory import Trajectory
+from .target import EnvTarget, _call_in_module, as_env, resolve_target, spaces_of
+from .trajectory import ResetCall, Trajectory
 
 __all__ = ["BUILDS", "check_env"]
 
@@ -88,7 +90,9 @@ def check_env(
 
     Whatever the factory or the env raises fails the check it was raised in, with
     the error and where it was raised (``SystemExit``, ``KeyboardInterrupt`` and
-    other ``BaseException`` subclasses included), and the other checks still run; a
+    other ``BaseException`` subclasses included), and the other checks still run,
+    except that once the env's ``reset`` has raised, the checks after it that reset
+    the env are not run (warnings saying so; each would fail the same way); a
     check that runs past ``timeout`` fails, and the in-process checks after it are
     not run. When the factory itself fails, the report holds only that failure
     (check :data:`BUILDS`). A Ctrl-C (``SIGINT``) during the checks still raises
@@ -104,8 +108,9 @@ def check_env(
     KeyboardInterrupt
         When the user interrupted the checks.
 
-    Each check is logged as it starts on the ``"parallel_rollouts.conformance"``
-    logger at ``INFO`` (the command line shows these lines on stderr).
+    Each check is logged as it starts (or as not run) on the
+    ``"parallel_rollouts.conformance"`` logger at ``INFO`` (the command line shows
+    these lines on stderr).
 
     A script that calls ``check_env`` at its top level without
     ``if __name__ == "__main__":`` would be run again by the spawned process that
@@ -127,7 +132,7 @@ def check_env(
     numpy_state, python_state = np.random.get_state(), random.getstate()
     try:
         with watch_user_interrupts() as interrupts:
-            guard = CheckGuard(float(timeout), interrupts)
+            guard = CheckGuard(float(timeout), interrupts, partial(_reset_by_hand, target))
             return _run_checks(target, guard, children_before, seed, max_steps, episodes, spawn_timeout, unguarded)
     finally:
         np.random.set_state(numpy_state)
@@ -163,46 +168,83 @@ def _run_checks(
         results.append(_result(guard.run(PICKLES, check_factory_pickles, factory)))
         results.append(_result(guard.run(ACTION_SAMPLING, check_action_sampling, env, seed)))
         if vector:
-            results.append(_result(guard.run(AUTORESET, check_autoreset_mode, env, *limits)))
+            results.append(_result(guard.run(AUTORESET, check_autoreset_mode, env, *limits, resets=True)))
         spaces = spaces_of(env, vector)
     finally:
         closed = guard.run(CLOSES, env.close, cleanup=True)
     runs: list[Trajectory] = []
     if layout is not None:
         # The whole step budget, however many episodes end: it also times the env's calls.
-        honoured = guard.run(SPACES_HONOURED, check_spaces, factory, vector, layout, seed, max_steps, max_steps)
+        honoured = guard.run(
+            SPACES_HONOURED, check_spaces, factory, vector, layout, seed, max_steps, max_steps, resets=True
+        )
         if honoured.instead is None:
             runs.append(honoured.value[1])
         results.append(honoured.instead or honoured.value[0])
     # After the first runs here: an env that hung in this process is not also waited for in another.
     if unguarded is not None:
+        guard.progress(f"{REBUILDS} (not run)")
         rebuilt, spawned = CheckResult(
             REBUILDS, CheckStatus.FAIL, f"not run: {unguarded.explain('check_env')}", unguarded.fix()
         ), None
-    elif guard.timed_out_in is None:
-        logger.info("check: %s", REBUILDS)
-        rebuilt, spawned = rebuild_in_spawned_process(factory, spaces, vector, *limits, spawn_timeout)
+    elif guard.stopped() is None:
+        guard.progress(REBUILDS)
+        rebuilt, spawned = rebuild_in_spawned_process(
+            factory, spaces, vector, *limits, spawn_timeout, guard.reset_by_hand
+        )
     else:
         rebuilt, spawned = guard.not_run(REBUILDS), None
     results.append(rebuilt)
-    same_seed = guard.run(SAME_SEED, check_in_process, factory, vector, *limits)
+    same_seed = guard.run(SAME_SEED, check_in_process, factory, vector, *limits, resets=True)
     if same_seed.instead is not None:
-        results += [same_seed.instead, CheckResult(SAME_SEED_SPAWNED, CheckStatus.WARN,
-                                                   "not judged: the same-seed runs here did not end (see above)")]
+        results.append(same_seed.instead)
+        if guard.stopped() is not None:
+            results.append(guard.not_run(SAME_SEED_SPAWNED))
+        else:
+            guard.progress(SAME_SEED_SPAWNED)
+            results.append(CheckResult(SAME_SEED_SPAWNED, CheckStatus.WARN,
+                                       "not judged: the same-seed runs here did not end (see above)"))
     else:
         same_seed_result, seeded_runs = same_seed.value
         runs += seeded_runs
         results.append(same_seed_result)
+        guard.progress(SAME_SEED_SPAWNED)
         if same_seed_result.status is CheckStatus.FAIL:
             results.append(CheckResult(SAME_SEED_SPAWNED, CheckStatus.WARN,
                                        "not judged: not deterministic in this process (see above)"))
         else:
             results.append(check_spawned(seeded_runs[0], spawned))
-    results.append(_result(guard.run(NO_ALIASING, check_no_aliasing, factory, vector, *limits)))
-    results.append(_result(guard.run(NO_GLOBAL_RANDOM, check_no_global_random, factory, vector, *limits)))
+    results.append(_result(guard.run(NO_ALIASING, check_no_aliasing, factory, vector, *limits, resets=True)))
+    results.append(_result(
+        guard.run(NO_GLOBAL_RANDOM, check_no_global_random, factory, vector, *limits, resets=True)
+    ))
+    guard.progress(CLOSES)  # judged last: the env was closed above, its children are looked for now
     results.append(check_closes(closed, children_before))
     report.timing = _timing(runs)
     return report
+
+
+def _reset_by_hand(target: EnvTarget, call: ResetCall) -> str:
+    """How to make ``call`` by hand on an env built as the target builds it: a command line when one can be written."""
+    factory = target.factory
+    statement = None
+    if isinstance(factory, partial) and factory.func is _call_in_module:
+        module, name = factory.args
+        statement = f"import {module}; {module}.{name}().{call.describe()}"
+    elif target.env_id is not None and not target.wrappers:
+        kwargs = dict(target.env_kwargs or {})
+        if all(isinstance(key, str) and key.isidentifier() for key in kwargs):
+            arguments = "".join(f", {key}={value!r}" for key, value in kwargs.items())
+            statement = f"import gymnasium; gymnasium.make({target.env_id!r}{arguments}).{call.describe()}"
+    else:
+        module, name = getattr(factory, "__module__", None), getattr(factory, "__qualname__", "")
+        if module and module not in ("__main__", "builtins") and name.isidentifier():
+            statement = f"import {module}; {module}.{name}().{call.describe()}"
+    if statement is None:
+        return f"build an env with the factory and call `env.{call.describe()}` by hand"
+    # In double quotes when nothing in it means something there to a POSIX shell (reprs quote with ').
+    quoted = f'"{statement}"' if not set('"$`\\!') & set(statement) else shlex.quote(statement)
+    return f"run `python -c {quoted}`"
 
 
 def _result(guarded: Guarded) -> CheckResult:

@@ -24,10 +24,14 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import ConfigurationError
+from .modes import QUICK, THOROUGH
+from .report import counted
 
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: The envs ``advise`` times when ``--num-envs`` is not given (and the env is not a vector env).
+DEFAULT_NUM_ENVS = 8
 
 
 def _installed_version() -> str:
@@ -48,20 +52,26 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     target_help = "a registered env id (CartPole-v1, ale_py:ALE/Pong-v5) or module:factory"
 
-    check = commands.add_parser("check", help="run the conformance checks; exit 1 if one fails")
+    check = commands.add_parser("check", help="run the conformance checks; exit 1 if one fails",
+                                description="Run the conformance checks on TARGET; exit 1 if one fails.")
     check.add_argument("target", help=target_help)
-    check.add_argument("--seed", type=int, default=0, help="reset seed of every run (default 0)")
-    check.add_argument("--max-steps", type=int, default=1000, help="steps per run at most (default 1000)")
-    check.add_argument("--episodes", type=int, default=2, help="episodes that end per run (default 2)")
-    check.add_argument("--timeout", type=float, default=60.0,
-                       help="seconds each check may run the env in this process (default 60)")
-    check.add_argument("--spawn-timeout", type=float, default=120.0, help="seconds for the spawned process")
-    check.add_argument("--strict", action="store_true", help="exit 1 when a check warned, too")
-    check.add_argument("--advise", action="store_true", help="then run the backend advisor")
+    check.add_argument("--seed", type=int, default=0, help="reset seed of every run (default: %(default)s)")
+    check.add_argument("--max-steps", type=int, default=1000, help="steps per run at most (default: %(default)s)")
+    check.add_argument("--episodes", type=int, default=2, help="episodes that end per run (default: %(default)s)")
+    check.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                       help="seconds each check may run the env in this process (default: %(default)g)")
+    check.add_argument("--spawn-timeout", type=float, default=120.0, metavar="SECONDS",
+                       help="seconds the freshly spawned process may take to build and run the env "
+                            "(default: %(default)g)")
+    check.add_argument("--strict", action="store_true",
+                       help="exit 1 when a check warned, too (default: off)")
+    check.add_argument("--advise", action="store_true",
+                       help="then run the backend advisor, with the options below (default: off)")
     _add_common(check)
     _add_advice_options(check)
 
-    advise = commands.add_parser("advise", help="time sync, async and rollout workers; recommend one")
+    advise = commands.add_parser("advise", help="time sync, async and rollout workers; recommend one",
+                                 description="Time sync, async and rollout workers on TARGET; recommend one.")
     advise.add_argument("target", help=target_help)
     _add_common(advise)
     _add_advice_options(advise)
@@ -69,20 +79,29 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress lines on stderr (default: off)")
     parser.add_argument("--env-kwargs", type=json.loads, default=None, metavar="JSON",
-                        help='gymnasium.make keyword arguments for an env id, e.g. \'{"max_episode_steps": 200}\'')
-    parser.add_argument("--json", metavar="PATH", help="also write the result as JSON to PATH")
+                        help='gymnasium.make keyword arguments for an env id, e.g. \'{"max_episode_steps": 200}\' '
+                             "(default: none)")
+    parser.add_argument("--json", metavar="PATH", help="also write the result as JSON to PATH (default: not written)")
 
 
 def _add_advice_options(parser: argparse.ArgumentParser) -> None:
+    quick, thorough = QUICK, THOROUGH
     parser.add_argument("--num-envs", type=int, default=None,
-                        help="envs your training runs (default 8; a vector env's own count)")
-    parser.add_argument("--horizon", type=int, default=128, help="steps per collect() (default 128)")
+                        help=f"envs your training runs (default: {DEFAULT_NUM_ENVS}; a vector env's own count)")
+    parser.add_argument("--horizon", type=int, default=128, help="steps per collect() (default: %(default)s)")
     parser.add_argument("--thorough", action="store_true",
-                        help="7 rounds of ~4 s per option and more options, instead of the ~1 minute quick mode")
-    parser.add_argument("--rounds", type=int, default=None, help="override the number of rounds")
-    parser.add_argument("--trial-seconds", type=float, default=None, help="override the seconds per trial")
+                        help=f"{thorough['rounds']} rounds of ~{thorough['trial_seconds']:g} s per option and more "
+                             f"options (default: off, the ~1 minute quick mode: {quick['rounds']} rounds of "
+                             f"~{quick['trial_seconds']:g} s)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help=f"override the number of rounds (default: {quick['rounds']}, "
+                             f"{thorough['rounds']} with --thorough)")
+    parser.add_argument("--trial-seconds", type=float, default=None, metavar="SECONDS",
+                        help=f"override the seconds per option per round (default: {quick['trial_seconds']:g}, "
+                             f"{thorough['trial_seconds']:g} with --thorough)")
 
 
 def _advise(arguments: argparse.Namespace) -> tuple[dict, bool]:
@@ -97,7 +116,7 @@ def _advise(arguments: argparse.Namespace) -> tuple[dict, bool]:
         rounds=arguments.rounds,
         trial_seconds=arguments.trial_seconds,
         env_kwargs=arguments.env_kwargs,
-        default_num_envs=8,
+        default_num_envs=DEFAULT_NUM_ENVS,
     )
     print(advice, flush=True)
     return advice.to_dict(), advice.recommended is not None
@@ -147,7 +166,7 @@ def _main(arguments: argparse.Namespace) -> int:
             status = EXIT_OK if report.ok else EXIT_FAILED
             if arguments.strict and report.warnings:
                 names = ", ".join(repr(result.name) for result in report.warnings)
-                print(f"parallel-rollouts: --strict: {len(report.warnings)} check(s) warned ({names}), so the "
+                print(f"parallel-rollouts: --strict: {counted(len(report.warnings), 'check')} warned ({names}), so the "
                       "check fails; fix them, or run without --strict to accept warnings.", file=sys.stderr)
                 status = EXIT_FAILED
             if arguments.advise:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from .children import running_children
 from .guard import Guarded
-from .report import CheckResult, CheckStatus
+from .report import CheckResult, CheckStatus, counted
 
 __all__ = ["CLOSES", "check_closes"]
 
@@ -54,4 +54,4 @@ def _leftover_children(before: Mapping[int, str]) -> dict[int, str]:
 
 def _describe(leftover: Mapping[int, str]) -> str:
     processes = ", ".join(f"pid {pid} ({command[:60] or '?'})" for pid, command in sorted(leftover.items()))
-    return f"{len(leftover)} child process(es) still running after every env was closed: {processes}"
+    return f"{counted(len(leftover), 'child process', 'child processes')} still running after every env was closed: {processes}"

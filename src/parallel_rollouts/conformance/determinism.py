@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .pickling import SpawnedRun
-from .report import CheckResult, CheckStatus
+from .report import CheckResult, CheckStatus, counted
 from .target import build_env
 from .trajectory import Trajectory, first_difference, run_trajectory
 
@@ -30,7 +30,7 @@ def _where(index: int) -> str:
 
 
 def _coverage(trajectory: Trajectory) -> str:
-    return f"{trajectory.steps} steps, {trajectory.episodes_ended} episode end(s)"
+    return f"{counted(trajectory.steps, 'step')}, {counted(trajectory.episodes_ended, 'episode end')}"
 
 
 def check_in_process(
@@ -71,7 +71,7 @@ def check_in_process(
         return CheckResult(
             SAME_SEED,
             CheckStatus.WARN,
-            f"identical over {reference.steps} steps, but no episode ended, so resets after an episode were not "
+            f"identical over {counted(reference.steps, 'step')}, but no episode ended, so resets after an episode were not "
             "compared",
             "raise max_steps (--max-steps) so that episodes end within the check",
         ), runs

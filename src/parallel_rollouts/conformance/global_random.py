@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .report import CheckResult, CheckStatus
+from .report import CheckResult, CheckStatus, counted
 from .target import build_env
 from .trajectory import Trajectory, first_difference, run_trajectory
 
@@ -63,7 +63,7 @@ def check_no_global_random(factory: Callable, vector: bool, seed: int, max_steps
         return CheckResult(
             NO_GLOBAL_RANDOM,
             CheckStatus.PASS,
-            f"same trajectory under different np.random and random states ({reference.steps} steps)",
+            f"same trajectory under different np.random and random states ({counted(reference.steps, 'step')})",
         )
     # Which generator: disturb one at a time.
     used = [

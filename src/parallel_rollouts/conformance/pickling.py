@@ -15,10 +15,11 @@ from typing import Any
 import cloudpickle
 
 from ..data.spaces import _same_space
+from .guard import _ENV_FIX, explain_failure, reset_failure_fix, reset_failure_reason, specific_fix
 from .report import CheckResult, CheckStatus
 from .spawned import SpawnedFailure, run_spawned
 from .target import build_env, spaces_of
-from .trajectory import Trajectory, run_trajectory
+from .trajectory import ResetCall, Trajectory, raised_in_reset, run_trajectory
 
 __all__ = ["PICKLES", "REBUILDS", "SpawnedRun", "check_factory_pickles", "rebuild_in_spawned_process"]
 
@@ -50,12 +51,35 @@ def check_factory_pickles(factory: Callable) -> CheckResult:
     return CheckResult(PICKLES, CheckStatus.PASS, f"cloudpickle pickles it ({len(payload):,} bytes)")
 
 
-def _rebuild_and_run(factory: Callable, seed: int, max_steps: int, episodes: int) -> SpawnedRun:
-    """In the spawned process: build the env, run the reference trajectory, close it."""
+@dataclass(frozen=True)
+class _EnvRaised:
+    """In the spawned process the env was built, then raised: said there, as its traceback does not travel."""
+
+    reason: str
+    #: The fix for what was raised, if its type has one of its own (``SystemExit``...).
+    specific_fix: str | None
+    #: The reset call it was raised in, if it was.
+    reset: ResetCall | None
+
+    @classmethod
+    def of(cls, error: BaseException) -> _EnvRaised:
+        reset = raised_in_reset(error)
+        reason = reset_failure_reason(error, reset) if reset is not None else explain_failure(error, "the env")[0]
+        return cls(reason, specific_fix(error), reset)
+
+
+def _rebuild_and_run(factory: Callable, seed: int, max_steps: int, episodes: int) -> SpawnedRun | _EnvRaised:
+    """In the spawned process: build the env, run the reference trajectory, close it.
+
+    What the factory raises propagates (the parent reports that the env could not be rebuilt);
+    what the env raises once built comes back as an :class:`_EnvRaised`.
+    """
     env, vector = build_env(factory)
     try:
         observation_space, action_space = spaces_of(env, vector)
         trajectory = run_trajectory(env, seed, max_steps, episodes, vector)
+    except BaseException as error:  # whatever the env raised, the parent reports
+        return _EnvRaised.of(error)
     finally:
         env.close()
     trajectory.step_seconds, trajectory.reset_seconds = [], []  # only the digests travel back
@@ -63,14 +87,32 @@ def _rebuild_and_run(factory: Callable, seed: int, max_steps: int, episodes: int
 
 
 def rebuild_in_spawned_process(
-    factory: Callable, spaces: tuple[Any, Any], vector: bool, seed: int, max_steps: int, episodes: int, timeout: float
+    factory: Callable,
+    spaces: tuple[Any, Any],
+    vector: bool,
+    seed: int,
+    max_steps: int,
+    episodes: int,
+    timeout: float,
+    reset_by_hand: Callable[[ResetCall], str] | None = None,
 ) -> tuple[CheckResult, SpawnedRun | None]:
-    """Build the env in a fresh spawned process; compare its spaces with ``spaces`` (observation, action) from here."""
+    """Build the env in a fresh spawned process; compare its spaces with ``spaces`` (observation, action) from here.
+
+    ``reset_by_hand(call)`` says how to make a reset call by hand (for the fix when the env's reset
+    raised there).
+    """
     try:
         reply = run_spawned(_rebuild_and_run, (factory, seed, max_steps, episodes), timeout)
     except Exception as error:
         return CheckResult(REBUILDS, CheckStatus.FAIL, f"not run: the factory does not pickle ({error})",
                            "see the check above"), None
+    if isinstance(reply, _EnvRaised):
+        # Built there: what the factory needs was found. The env itself raised as it ran.
+        if reply.reset is not None:
+            fix = reset_failure_fix(reply.specific_fix, reply.reset, reset_by_hand)
+        else:
+            fix = reply.specific_fix or _ENV_FIX
+        return CheckResult(REBUILDS, CheckStatus.FAIL, f"in a fresh spawned process: {reply.reason}", fix), None
     if isinstance(reply, SpawnedFailure):
         last_line = reply.message.splitlines()[0] if reply.message else reply.kind
         fix = (

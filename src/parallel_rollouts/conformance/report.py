@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import enum
+import re
 import textwrap
 from dataclasses import dataclass, field
 
-__all__ = ["CheckResult", "CheckStatus", "ConformanceReport", "Timing"]
+__all__ = ["CheckResult", "CheckStatus", "ConformanceReport", "Timing", "counted"]
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``"1 check"``, ``"2 checks"``: the count and the noun, plural unless the count is 1."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
 class CheckStatus(str, enum.Enum):
@@ -40,9 +46,17 @@ class Timing:
 
     def describe(self) -> str:
         return (
-            f"step: mean {_duration(self.step_mean_s)}, p99 {_duration(self.step_p99_s)} over {self.steps} steps; "
-            f"reset: mean {_duration(self.reset_mean_s)}, p99 {_duration(self.reset_p99_s)} over {self.resets} resets"
+            f"step: mean {_duration(self.step_mean_s)}, p99 {_duration(self.step_p99_s)} over "
+            f"{counted(self.steps, 'step')}; reset: mean {_duration(self.reset_mean_s)}, "
+            f"p99 {_duration(self.reset_p99_s)} over {counted(self.resets, 'reset')}"
         )
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """``textwrap.wrap``, never breaking a `quoted` span or a long word (a command or a path stays whole, to copy)."""
+    kept = re.sub(r"`[^`]*`", lambda span: span.group().replace(" ", "\0").replace("-", "\1"), text)
+    lines = textwrap.wrap(kept, width, break_long_words=False)
+    return [line.replace("\0", " ").replace("\1", "-") for line in lines]
 
 
 def _duration(seconds: float) -> str:
@@ -88,19 +102,23 @@ class ConformanceReport:
         name_width = max([len(result.name) for result in self.results] + [5])
         lines = [f"Conformance of {self.target}", ""]
         indent = " " * (name_width + 10)
+        fixed_in: dict[str, str] = {}  # each fix printed, and the check it was printed under
         for result in self.results:
             head = f"  {result.name.ljust(name_width)}  {result.status.value.upper():<4}  "
-            body = textwrap.wrap(result.reason, width - len(head)) or [""]
+            body = _wrap(result.reason, width - len(head)) or [""]
             lines.append(head + body[0])
             lines.extend(indent + line for line in body[1:])
             if result.fix:
-                fix = textwrap.wrap("fix: " + result.fix, width - len(indent))
+                # A fix said once is not said again (an env that raises in every run fails several checks).
+                said = fixed_in.setdefault(result.fix, result.name)
+                text = result.fix if said == result.name else f"as for '{said}' above"
+                fix = _wrap("fix: " + text, width - len(indent))
                 lines.extend(indent + line for line in fix)
         if self.timing is not None:
             lines += ["", f"  timing  {self.timing.describe()}"]
         failed, warned = len(self.failures), len(self.warnings)
         verdict = "OK" if self.ok else "FAILED"
-        lines += ["", f"{verdict}: {len(self.results)} checks, {failed} failed, {warned} warned"]
+        lines += ["", f"{verdict}: {counted(len(self.results), 'check')}, {failed} failed, {warned} warned"]
         return "\n".join(lines)
 
     def __str__(self) -> str:

@@ -19,7 +19,7 @@ from gymnasium import spaces
 
 from ..errors import SpaceError
 from ..data.spaces import SpaceLayout
-from .report import CheckResult, CheckStatus
+from .report import CheckResult, CheckStatus, counted
 from .target import build_env, spaces_of
 from .trajectory import Trajectory, leaves_of, run_trajectory
 
@@ -38,7 +38,7 @@ def check_storable(env: Any, vector: bool) -> tuple[CheckResult, SpaceLayout | N
     except SpaceError as error:
         return CheckResult(STORABLE, CheckStatus.FAIL, str(error).rstrip("."),
                            "change the space or wrap the env as the message says"), None
-    return CheckResult(STORABLE, CheckStatus.PASS, f"observation: {len(layout.leaves)} fixed-shape leaf array(s); action: storable"), layout
+    return CheckResult(STORABLE, CheckStatus.PASS, f"observation: {counted(len(layout.leaves), 'fixed-shape leaf array')}; action: storable"), layout
 
 
 class _Offences:
@@ -116,7 +116,7 @@ def check_spaces(
         trajectory = run_trajectory(env, seed, max_steps, episodes, vector, observe=offences)
     finally:
         env.close()
-    counted = f"{offences.checked} observations"
+    seen = counted(offences.checked, "observation")
     if offences.fail:
         return CheckResult(
             SPACES_HONOURED,
@@ -129,11 +129,11 @@ def check_spaces(
         return CheckResult(
             SPACES_HONOURED,
             CheckStatus.WARN,
-            f"{'; '.join(offences.warn)} (of {counted}; the collector converts a dtype when no value changes and "
+            f"{'; '.join(offences.warn)} (of {seen}; the collector converts a dtype when no value changes and "
             "warns once per env about float bounds)",
             "declare the bounds and dtype the env really returns",
         ), trajectory
-    return CheckResult(SPACES_HONOURED, CheckStatus.PASS, f"{counted}: shape, dtype, bounds, no NaN"), trajectory
+    return CheckResult(SPACES_HONOURED, CheckStatus.PASS, f"{seen}: shape, dtype, bounds, no NaN"), trajectory
 
 
 def check_action_sampling(env: Any, seed: int, samples: int = 32) -> CheckResult:

@@ -21,7 +21,7 @@ from gymnasium.vector import AutoresetMode
 
 from ..groups.vector_source import autoreset_mode_of
 
-__all__ = ["Trajectory", "first_difference", "leaves_of", "run_trajectory"]
+__all__ = ["ResetCall", "Trajectory", "first_difference", "leaves_of", "raised_in_reset", "reset_env", "run_trajectory"]
 
 
 @dataclass
@@ -33,6 +33,37 @@ class Trajectory:
     episodes_ended: int = 0
     step_seconds: list[float] = field(default_factory=list)
     reset_seconds: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ResetCall:
+    """The ``reset`` call an error was raised in: its seed (``None`` when none was passed)."""
+
+    seed: int | None
+
+    def describe(self) -> str:
+        return "reset()" if self.seed is None else f"reset(seed={self.seed})"
+
+
+def reset_env(env: Any, seed: int | None = None, options: Any = None) -> Any:
+    """``env.reset(seed=seed, options=options)``: every check resets the env through here.
+
+    So that what the env's reset raised is told apart from what its step or the check raised
+    (:func:`raised_in_reset`).
+    """
+    return env.reset(seed=seed, options=options)
+
+
+def raised_in_reset(error: BaseException) -> ResetCall | None:
+    """The :func:`reset_env` call ``error`` was raised in (by the env's reset, or calling it), or None."""
+    traceback = error.__traceback__
+    while traceback is not None:
+        frame = traceback.tb_frame
+        if frame.f_code is reset_env.__code__:
+            seed = frame.f_locals.get("seed")
+            return ResetCall(seed if isinstance(seed, int) else None)
+        traceback = traceback.tb_next
+    return None
 
 
 def leaves_of(value: Any) -> list[Any]:
@@ -88,7 +119,7 @@ def run_trajectory(
         if before_call is not None:
             before_call(record.steps)
         start = time.perf_counter()
-        observation, _info = env.reset(seed=episode_seed, options=options)
+        observation, _info = reset_env(env, episode_seed, options)
         record.reset_seconds.append(time.perf_counter() - start)
         if observe is not None:
             observe("reset", observation, ())
