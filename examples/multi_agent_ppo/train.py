@@ -1,7 +1,7 @@
 """Shared-parameter PPO on a PettingZoo env (MPE's ``simple_spread``) through the collector.
 
     python -m examples.multi_agent_ppo.train --total-timesteps 300000 --seed 0
-    python -m examples.multi_agent_ppo.train --total-timesteps 20000   # a quick run (about a minute)
+    python -m examples.multi_agent_ppo.train --total-timesteps 9600 --eval-episodes 5   # a quick run (~15 s)
 
 Every agent of every env is a column of the batch (``make_collector`` over the env's module:
 ``num_envs * 3`` columns for ``simple_spread``'s three agents), so one network acts for all
@@ -17,12 +17,16 @@ Needs the ``multiagent`` and ``torch`` extras.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
+
+if __name__ == "__main__" and not {"-h", "--help"} & set(sys.argv[1:]):
+    # Something on the screen before torch loads (seconds on a cold start); train() then says what it will do.
+    print("examples.multi_agent_ppo.train: loading torch...", flush=True)
 
 import numpy as np
 import torch
@@ -30,7 +34,7 @@ from torch import nn
 
 # The acting policy (actions sampled with a generator of its own, values and log-probabilities
 # recorded) and the critic's values are the overlap example's: they read any (logits, values) agent.
-from examples.overlap_ppo.train import ActingPolicy, values_of
+from examples.overlap_ppo.train import ActingPolicy, dataclass_parser, values_of
 from examples.vr_edge.advantages import compute_gae
 from parallel_rollouts import make_collector
 
@@ -50,20 +54,33 @@ class Args:
     max_cycles: int = 25
     """Steps per episode of simple_spread (its time limit)."""
     learning_rate: float = 7e-4
+    """Adam's step size."""
     gamma: float = 0.99
+    """Discount."""
     gae_lambda: float = 0.95
+    """GAE's mixing factor."""
     num_minibatches: int = 4
+    """Minibatches per epoch."""
     update_epochs: int = 4
+    """Passes over each batch."""
     clip_coef: float = 0.2
+    """PPO's ratio clip."""
     ent_coef: float = 0.01
+    """Entropy bonus."""
     vf_coef: float = 0.5
+    """Value loss weight."""
     max_grad_norm: float = 0.5
+    """Gradient clipping."""
     eval_episodes: int = 50
     """Evaluation episodes per env for the trained and the random policy (the same seeds)."""
     log_every: int = 10
-    """Print a progress line every this many updates (0: only the summary)."""
+    """Print a progress line after the first update and every this many (0: only the summary)."""
     output: str = ""
-    """Write the result as JSON to this file."""
+    """Write the result as JSON to this file ('': do not)."""
+
+
+#: A run of seconds: 12 updates and a short evaluation (about 12 s on 2 cores).
+QUICK_RUN = "python -m examples.multi_agent_ppo.train --total-timesteps 9600 --eval-episodes 5"
 
 
 class Agent(nn.Module):
@@ -137,6 +154,12 @@ def evaluate(policy, args: Args) -> float:
 
 def train(args: Args) -> dict[str, Any]:
     """Train, then evaluate the trained and a random policy; the run's numbers."""
+    num_updates = args.total_timesteps // (args.num_envs * args.num_steps)
+    print(f"shared-parameter PPO on simple_spread: {args.num_envs} envs x 3 agents, backend {args.backend}, "
+          f"{num_updates * args.num_envs * args.num_steps:,} env steps ({num_updates} "
+          f"update{'' if num_updates == 1 else 's'} of {args.num_envs}x{args.num_steps}), then "
+          f"{args.eval_episodes * args.num_envs} evaluation episodes per policy, device cpu, seed {args.seed}",
+          flush=True)
     from mpe2 import simple_spread_v3
 
     torch.manual_seed(args.seed)
@@ -145,8 +168,6 @@ def train(args: Args) -> dict[str, Any]:
     returns: list[float] = []
     started = time.perf_counter()
     cpu_started = time.process_time()
-    print(f"shared-parameter PPO on simple_spread: {args.num_envs} envs x 3 agents, "
-          f"{args.total_timesteps} env steps, backend={args.backend}, seed={args.seed}", flush=True)
     probe = simple_spread_v3.parallel_env(**env_kwargs)
     observation_size = int(np.prod(probe.observation_space("agent_0").shape))
     num_actions = int(probe.action_space("agent_0").n)
@@ -154,7 +175,6 @@ def train(args: Args) -> dict[str, Any]:
     agent = Agent(observation_size, num_actions)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     policy = ActingPolicy(agent, args.seed)
-    num_updates = args.total_timesteps // (args.num_envs * args.num_steps)
     with make_collector(
         simple_spread_v3, num_envs=args.num_envs, policy=policy, backend=args.backend, horizon=args.num_steps,
         seed=args.seed, env_kwargs=env_kwargs,
@@ -163,10 +183,12 @@ def train(args: Args) -> dict[str, Any]:
             batch = collector.collect()
             ppo_update(agent, optimizer, batch, args, update_generator)
             returns.extend(batch.episode_returns.tolist())
-            if args.log_every and (update + 1) % args.log_every == 0:
+            if args.log_every and (update == 0 or (update + 1) % args.log_every == 0):  # the first at once
                 print(f"update {update + 1}/{num_updates}: mean agent return {np.mean(returns[-90:]):.2f}, "
                       f"{time.perf_counter() - started:.0f} s", flush=True)
     training_seconds = time.perf_counter() - started
+    print(f"evaluating the trained and a random policy ({args.eval_episodes * args.num_envs} episodes each)...",
+          flush=True)
     trained, random = evaluate(ActingPolicy(agent, args.seed + 2), args), evaluate(None, args)
     result = {
         "args": dataclasses.asdict(args),
@@ -186,9 +208,7 @@ def train(args: Args) -> dict[str, Any]:
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for field in dataclasses.fields(Args):
-        parser.add_argument(f"--{field.name.replace('_', '-')}", type=type(field.default), default=field.default)
+    parser = dataclass_parser(Args, __doc__.split("\n\n")[0], f"quick run (12 updates, short evaluation): {QUICK_RUN}")
     return Args(**vars(parser.parse_args(argv)))
 
 

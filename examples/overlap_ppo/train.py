@@ -21,13 +21,21 @@ last episodes. ``python -m examples.overlap_ppo.compare`` runs it with the lag o
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import inspect
 import multiprocessing
 import os
+import sys
+import textwrap
 import time
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
+
+if __name__ == "__main__" and not {"-h", "--help"} & set(sys.argv[1:]):
+    # Something on the screen before torch loads (seconds on a cold start); train() then says what it will do.
+    print("examples.overlap_ppo.train: loading torch...", flush=True)
 
 import gymnasium as gym
 import numpy as np
@@ -77,7 +85,11 @@ class Args:
     max_grad_norm: float = 0.5
     """Gradient clipping."""
     log_every: int = 10
-    """Print a progress line every this many updates (0: only the summary)."""
+    """Print a progress line after the first update and every this many (0: only the summary)."""
+
+
+#: A run of seconds: 20 updates of 8 x 128 steps on CartPole (about 8 s on 2 cores).
+QUICK_RUN = "python -m examples.overlap_ppo.train --total-timesteps 20480"
 
 
 def env_factory(name: str):
@@ -209,6 +221,11 @@ def cpu_seconds() -> float:
 
 def train(args: Args) -> dict[str, Any]:
     """Train; the run's timings and returns."""
+    num_updates = args.total_timesteps // (args.num_envs * args.num_steps)
+    print(f"PPO on {args.env}: {args.num_envs} envs, backend {args.backend}, policy_placement={args.policy_placement}, "
+          f"max_policy_lag={args.max_policy_lag}, {num_updates * args.num_envs * args.num_steps:,} timesteps "
+          f"({num_updates} update{'' if num_updates == 1 else 's'} of {args.num_envs}x{args.num_steps}), device cpu, "
+          f"seed {args.seed}", flush=True)
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     torch.manual_seed(args.seed)
@@ -220,12 +237,9 @@ def train(args: Args) -> dict[str, Any]:
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     policy = ActingPolicy(agent, args.seed)
     update_generator = torch.Generator().manual_seed(args.seed + 1)
-    num_updates = args.total_timesteps // (args.num_envs * args.num_steps)
     returns: list[float] = []
     waited = updating = collection_cpu = update_cpu = 0.0
     lags = []
-    print(f"PPO on {args.env}: {num_updates} updates of {args.num_envs}x{args.num_steps} steps, "
-          f"max_policy_lag={args.max_policy_lag}, backend={args.backend}", flush=True)
     started = time.perf_counter()
     with ParallelRolloutCollector(
         [factory] * args.num_envs, policy, args.backend, horizon=args.num_steps, seed=args.seed,
@@ -245,7 +259,7 @@ def train(args: Args) -> dict[str, Any]:
             update_cpu += cpu_seconds() - cpu_after
             returns.extend(batch.episode_returns.tolist())
             lags.append(update - int(batch.policy_versions[0, 0]))
-            if args.log_every and (update + 1) % args.log_every == 0:
+            if args.log_every and (update == 0 or (update + 1) % args.log_every == 0):  # the first at once
                 recent = np.mean(returns[-20:]) if returns else float("nan")
                 print(f"update {update + 1}/{num_updates}: return {recent:.1f}, clip fraction "
                       f"{stats['clip_fraction']:.3f}, {time.perf_counter() - started:.1f} s", flush=True)
@@ -274,10 +288,31 @@ def train(args: Args) -> dict[str, Any]:
     return result
 
 
+def field_help(args_class: type) -> dict[str, str]:
+    """Each field's docstring, the string right below it in the class body (what `--help` shows)."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(args_class))).body[0].body
+    return {
+        node.target.id: " ".join(after.value.value.split())
+        for node, after in zip(body, body[1:])
+        if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+        and isinstance(after.value.value, str)
+    }
+
+
+def dataclass_parser(args_class: type, description: str, epilog: str) -> argparse.ArgumentParser:
+    """A flag per field of ``args_class`` (``num_envs`` -> ``--num-envs``), its docstring and default in the help."""
+    parser = argparse.ArgumentParser(
+        description=description, epilog=epilog, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    helps = field_help(args_class)
+    for field in dataclasses.fields(args_class):
+        parser.add_argument(f"--{field.name.replace('_', '-')}", type=type(field.default), default=field.default,
+                            help=helps.get(field.name, "(undocumented)"))
+    return parser
+
+
 def parse_args(argv: list[str] | None = None) -> Args:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for field in dataclasses.fields(Args):
-        parser.add_argument(f"--{field.name.replace('_', '-')}", type=type(field.default), default=field.default)
+    parser = dataclass_parser(Args, __doc__.split("\n\n")[0], f"quick run (20 updates): {QUICK_RUN}")
     return Args(**vars(parser.parse_args(argv)))
 
 

@@ -35,11 +35,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+if __name__ == "__main__" and not {"-h", "--help"} & set(sys.argv[1:]):
+    # Something on the screen before torch loads (seconds on a cold start); main() then says what it will do.
+    print("examples.recurrent_ppo.train: loading torch...", flush=True)
 
 import numpy as np
 import torch
@@ -52,6 +57,8 @@ from parallel_rollouts.collector import BACKENDS
 
 #: `score` is the mean of this many last evaluations.
 SCORED_EVALUATIONS = 10
+#: Every step of the script in seconds: 20 updates, 2 evaluations (about 20 s on 2 cores).
+QUICK_RUN = "python -m examples.recurrent_ppo.train --total-timesteps 10240"
 
 
 def option(default: Any, description: str, choices: tuple[str, ...] | None = None) -> Any:
@@ -264,7 +271,9 @@ def train(args: Args, on_update: Callable[[dict[str, Any]], None] | None = None)
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog=f"quick run (20 updates, 2 evaluations): {QUICK_RUN}"
+    )
     for arg_field in dataclasses.fields(Args):
         flag = "--" + arg_field.name.replace("_", "-")
         parser.add_argument(
@@ -279,12 +288,29 @@ def parse_args(argv: list[str] | None = None) -> Args:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    steps_per_update = args.num_envs * args.horizon
+    print(
+        f"{args.policy.upper()} PPO on {ENV_ID} with the velocities hidden: {args.num_envs} envs, backend "
+        f"{args.backend}, {args.num_updates * steps_per_update:,} timesteps ({args.num_updates} "
+        f"update{'' if args.num_updates == 1 else 's'} of "
+        f"{args.num_envs} x {args.horizon}), evaluating every "
+        f"{'update' if args.eval_every == 1 else f'{args.eval_every} updates'}, device cpu, seed {args.seed}",
+        flush=True,
+    )
 
     def report(metrics: dict[str, Any]) -> None:
         if "eval_return_mean" in metrics:
             print(
                 f"update {metrics['update']:4d}  step {metrics['global_step']:7d}  "
                 f"eval return {metrics['eval_return_mean']:6.1f}  entropy {metrics['entropy']:.3f}",
+                flush=True,
+            )
+        elif metrics["update"] == 1:  # the first at once, before the first evaluation
+            train_return = metrics["episode_return_mean"]
+            print(
+                f"update {metrics['update']:4d}  step {metrics['global_step']:7d}  "
+                f"train return {'-' if train_return is None else f'{train_return:.1f}':>6}  "
+                f"entropy {metrics['entropy']:.3f}",
                 flush=True,
             )
 

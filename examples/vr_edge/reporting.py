@@ -60,7 +60,7 @@ class Progress:
                 transitions_per_s=f"{record['transitions_per_second']:.0f}",
             )
             self._bar.update()
-        elif record["update"] % self._print_every == 0 or record["update"] == self._total:
+        elif record["update"] in (1, self._total) or record["update"] % self._print_every == 0:  # the first at once
             print(
                 f"update {record['update']}/{self._total}  step {record['global_step']}  "
                 f"train return {self._latest_return:.1f}  held-out return {self._latest_evaluation:.1f}  "

@@ -54,10 +54,15 @@ import inspect
 import json
 import math
 import multiprocessing
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+if __name__ == "__main__" and not {"-h", "--help"} & set(sys.argv[1:]):
+    # Something on the screen before torch loads (seconds on a cold start); main() then says what it will do.
+    print("examples.vr_edge.train: loading torch and the env...", flush=True)
 
 import numpy as np
 import torch
@@ -80,6 +85,8 @@ PLACEMENTS = ("main", "workers")
 VARIANT_OPTIONS = ("report_delay_steps", "report_noise", "keyframe_extra_frames")
 # The env owns these defaults; the flags repeat none of them.
 _ENV_DEFAULTS = {name: inspect.signature(SyntheticVREdgeEnv).parameters[name].default for name in VARIANT_OPTIONS}
+#: Every step of the script in seconds: 4 updates, the evaluation and the baselines (about 15 s on 2 cores).
+QUICK_RUN = "python -m examples.vr_edge.train --total-timesteps 4096"
 
 
 def option(default: Any, description: str, choices: tuple[str, ...] | None = None) -> Any:
@@ -157,6 +164,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
     parser = argparse.ArgumentParser(
         description="Train PPO on the synthetic VR edge environment.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog=f"quick run (4 updates, then the evaluation and the baselines): {QUICK_RUN}",
     )
     for arg_field in dataclasses.fields(Args):
         flag = "--" + arg_field.name.replace("_", "-")
@@ -225,6 +233,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Train, write the outputs, and return a summary (the arguments, paths and per-update metrics)."""
     args = parse_args(argv)
     started = time.perf_counter()
+    batch_size = args.num_envs * args.horizon
+    num_updates = args.total_timesteps // batch_size
+    placement = "in each worker" if args.policy_placement == "workers" else "in this process"
+    print(
+        f"PPO on SyntheticVREdgeEnv ({args.num_users} users): {args.num_envs} envs, backend {args.backend}, "
+        f"policy {placement}, {num_updates * batch_size:,} timesteps ({num_updates} "
+        f"update{'' if num_updates == 1 else 's'} of "
+        f"{args.num_envs} x {args.horizon}), device cpu, seed {args.seed}; writing to {args.output_dir}",
+        flush=True,
+    )
     try:
         pin_mkl_code_path(args.mkl_code_path)
     except RuntimeError as error:
@@ -259,9 +277,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     minibatch_rng = np.random.default_rng(args.seed)
 
-    batch_size = args.num_envs * args.horizon
     minibatch_size = batch_size // args.num_minibatches
-    num_updates = args.total_timesteps // batch_size
     metrics_path = output_dir / "metrics.jsonl"
     history: list[dict[str, Any]] = []
 
@@ -380,6 +396,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             progress.advance(record)
 
     # The baselines' scores on the periodic-evaluation seeds: the horizontal lines of the plot.
+    print(f"playing the tuned baselines on the {args.eval_episodes} held-out seeds...", flush=True)
     baselines = {
         name: evaluate_returns(policy, eval_seeds, eval_env_kwargs) for name, policy in tuned_baselines(layout).items()
     }

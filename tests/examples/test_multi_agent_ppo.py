@@ -22,15 +22,31 @@ def _one_torch_thread(one_torch_thread):
     """Every test here runs PyTorch on one thread (the fixture in tests/conftest.py)."""
 
 
-def test_a_short_run_trains_on_every_agent_and_evaluates_against_random(tmp_path):
+def test_a_short_run_trains_on_every_agent_and_evaluates_against_random(tmp_path, capsys):
     output = tmp_path / "result.json"
     args = train.Args(total_timesteps=3 * 4 * 50, num_envs=4, num_steps=50, backend="sync", eval_episodes=1,
-                      log_every=0, output=str(output))
+                      log_every=1, output=str(output))
     result = train.train(args)
+    # What the run will do, before the env is imported and built; then the first update at once.
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (
+        "shared-parameter PPO on simple_spread: 4 envs x 3 agents, backend sync, 600 env steps (3 updates of 4x50), "
+        "then 4 evaluation episodes per policy, device cpu, seed 0"
+    )
+    assert lines[1].startswith("update 1/3: mean agent return ")
     assert result["env_steps"] == 600
     assert np.isfinite(result["eval_return_trained"]) and np.isfinite(result["eval_return_random"])
     assert result["eval_return_trained"] != result["eval_return_random"]
     assert json.loads(output.read_text())["env_steps"] == 600
+
+
+def test_help_shows_each_flag_s_meaning_and_default_and_a_quick_run(capsys):
+    with pytest.raises(SystemExit):
+        train.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--learning-rate LEARNING_RATE Adam's step size. (default: 0.0007)" in text
+    assert "quick run (12 updates, short evaluation): python -m examples.multi_agent_ppo.train --total-timesteps 9600 " \
+           "--eval-episodes 5" in text
 
 
 def test_the_update_learns_only_from_rows_whose_agent_was_live():

@@ -18,12 +18,26 @@ def _one_torch_thread(one_torch_thread):
     """Every test here runs PyTorch on one thread (the fixture in tests/conftest.py)."""
 
 
-def test_a_short_run_with_the_lag_records_one_update_of_lag_and_learns_from_real_episodes():
+def test_a_short_run_with_the_lag_records_one_update_of_lag_and_learns_from_real_episodes(capsys):
     args = train.Args(total_timesteps=4 * 64 * 4, num_envs=4, num_steps=64, backend="sync", log_every=0, max_policy_lag=1)
     result = train.train(args)
+    # The first line says what the run will do, before the env and the collector are built.
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "PPO on CartPole-v1: 4 envs, backend sync, policy_placement=main, max_policy_lag=1, 1,024 timesteps "
+        "(4 updates of 4x64), device cpu, seed 0"
+    )
     assert result["steps"] == 1024 and result["episodes"] > 0
     assert result["max_observed_lag"] == 1
     assert np.isfinite(result["final_return"]) and result["update_seconds"] > 0 and result["update_cpu_seconds"] > 0
+
+
+def test_help_shows_each_flag_s_meaning_and_default_and_a_quick_run(capsys):
+    with pytest.raises(SystemExit):
+        train.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--max-policy-lag MAX_POLICY_LAG 0: collect, then update; 1: collect the next batch while updating on " \
+           "this one. (default: 1)" in text
+    assert "quick run (20 updates): python -m examples.overlap_ppo.train --total-timesteps 20480" in text
 
 
 def test_the_trainer_s_frames_network_takes_uint8_frame_stacks():

@@ -118,6 +118,19 @@ def test_a_short_training_run_updates_with_finite_losses_and_is_reproducible(pol
     assert results["evaluations"] == again["evaluations"]
 
 
+def test_main_says_what_it_will_do_before_the_first_batch_and_help_shows_a_quick_run(capsys):
+    train.main(["--num-envs", "4", "--horizon", "32", "--total-timesteps", "128", "--hidden-size", "8",
+                "--update-epochs", "1", "--eval-every", "1", "--eval-episodes", "2"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ("GRU PPO on CartPole-v1 with the velocities hidden: 4 envs, backend sync, 128 timesteps "
+                        "(1 update of 4 x 32), evaluating every update, device cpu, seed 1")
+    assert lines[1].startswith("update    1  step     128  eval return")
+    with pytest.raises(SystemExit):
+        train.parse_args(["--help"])
+    assert "quick run (20 updates, 2 evaluations): python -m examples.recurrent_ppo.train --total-timesteps 10240" \
+        in " ".join(capsys.readouterr().out.split())
+
+
 def test_minibatches_must_split_the_envs_into_whole_groups():
     with pytest.raises(ValueError, match="`num_minibatches` must divide `num_envs`"):
         train.Args(num_envs=6, num_minibatches=4)

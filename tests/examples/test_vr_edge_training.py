@@ -286,6 +286,11 @@ def test_the_same_command_in_a_fresh_process_gives_the_same_curve_and_weights_bi
         capture_output=True, text=True, timeout=600,
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
+    # Something at once, before torch loads; then what the run will do, before its first batch.
+    lines = completed.stdout.splitlines()
+    assert lines[0] == "examples.vr_edge.train: loading torch and the env...", lines[:3]
+    assert lines[1].startswith("PPO on SyntheticVREdgeEnv (2 users): 2 envs, backend sync,"), lines[:3]
+    assert lines[2].startswith("update 1/2  step 32"), lines[:3]
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     again = [{key: record[key] for key in DETERMINISTIC_KEYS} for record in records]
     assert again == _deterministic_fields(tiny_runs["sync"])
@@ -481,10 +486,25 @@ def test_negative_env_variant_options_are_rejected(capsys):
 def test_training_prints_a_summary_with_the_final_evaluation_and_every_path(tmp_path, capsys):
     summary = train.main(_tiny_run_argv("serial", tmp_path))
     out = capsys.readouterr().out
+    # The first line says what the run will do, before its first batch; the first update is shown at once.
+    lines = out.splitlines()
+    assert lines[0] == (
+        f"PPO on SyntheticVREdgeEnv (2 users): 2 envs, backend serial, policy in this process, 64 timesteps "
+        f"(2 updates of 2 x 16), device cpu, seed 7; writing to {tmp_path}"
+    )
+    assert lines[1].startswith("update 1/2  step 32")
+    assert "playing the tuned baselines on the 3 held-out seeds..." in lines
     assert f"PPO {summary['final_evaluation']['mean']:.1f}" in out
     for path in (summary["metrics_path"], summary["policy_path"], summary["plot_path"]):
         assert path in out
     assert "constant level" in out and "Trained 64 steps (2 updates, 2 envs, backend serial)" in out
+
+
+def test_train_help_shows_a_quick_run(capsys):
+    with pytest.raises(SystemExit):
+        train.parse_args(["--help"])
+    assert "quick run (4 updates, then the evaluation and the baselines): python -m examples.vr_edge.train " \
+           "--total-timesteps 4096" in " ".join(capsys.readouterr().out.split())
 
 
 def test_evaluate_help_lists_the_policy_as_required(capsys):
