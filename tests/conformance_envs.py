@@ -266,8 +266,10 @@ class RaisingCloseEnv(WalkEnv):
         raise RuntimeError("the simulator is already gone")
 
 
-# A child that runs until its parent has gone (it is reparented), so that none outlives the test run.
-_CHILD = "import os, time\nparent = os.getppid()\nwhile os.getppid() == parent:\n    time.sleep(0.2)"
+# A child that runs until its parent has gone (it is reparented), so that none outlives the test run. The
+# parent's pid comes in argv: read with os.getppid() at the child's start, it is already init's when the
+# parent (a spawned check process) exited first, and the child would then wait for ever.
+_CHILD = "import os, sys, time\nparent = int(sys.argv[1])\nwhile os.getppid() == parent:\n    time.sleep(0.2)"
 #: The children every ProcessEnv started in this process, for the tests to stop.
 STARTED: list[subprocess.Popen] = []
 
@@ -277,7 +279,7 @@ class ProcessEnv(WalkEnv):
 
     def __init__(self) -> None:
         super().__init__()
-        self._server = subprocess.Popen([sys.executable, "-c", _CHILD])
+        self._server = subprocess.Popen([sys.executable, "-c", _CHILD, str(os.getpid())])
         STARTED.append(self._server)
 
     def close(self):
