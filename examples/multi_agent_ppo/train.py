@@ -1,7 +1,7 @@
 """Shared-parameter PPO on a PettingZoo env (MPE's ``simple_spread``) through the collector.
 
     python -m examples.multi_agent_ppo.train --total-timesteps 300000 --seed 0
-    python -m examples.multi_agent_ppo.train --total-timesteps 9600 --eval-episodes 5   # a quick run (~15 s)
+    python -m examples.multi_agent_ppo.train --total-timesteps 9600 --eval-episodes 5 --torch-threads 1  # ~15 s
 
 Every agent of every env is a column of the batch (``make_collector`` over the env's module:
 ``num_envs * 3`` columns for ``simple_spread``'s three agents), so one network acts for all
@@ -51,6 +51,9 @@ class Args:
     """Steps per env in each batch (the collector's horizon)."""
     backend: str = "async"
     """The collector's backend."""
+    torch_threads: int = 0
+    """Threads for PyTorch's operators (0: PyTorch's default, one per core; 1 keeps the update fast when
+    other work shares the cores)."""
     max_cycles: int = 25
     """Steps per episode of simple_spread (its time limit)."""
     learning_rate: float = 7e-4
@@ -80,7 +83,7 @@ class Args:
 
 
 #: A run of seconds: 12 updates and a short evaluation (about 12 s on 2 cores).
-QUICK_RUN = "python -m examples.multi_agent_ppo.train --total-timesteps 9600 --eval-episodes 5"
+QUICK_RUN = "python -m examples.multi_agent_ppo.train --total-timesteps 9600 --eval-episodes 5 --torch-threads 1"
 
 
 class Agent(nn.Module):
@@ -162,6 +165,8 @@ def train(args: Args) -> dict[str, Any]:
           flush=True)
     from mpe2 import simple_spread_v3
 
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     torch.manual_seed(args.seed)
     env_kwargs = {"max_cycles": args.max_cycles, "continuous_actions": False}
     update_generator = torch.Generator().manual_seed(args.seed + 1)

@@ -45,8 +45,10 @@ def test_help_shows_each_flag_s_meaning_and_default_and_a_quick_run(capsys):
         train.parse_args(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--learning-rate LEARNING_RATE Adam's step size. (default: 0.0007)" in text
+    assert "--torch-threads TORCH_THREADS Threads for PyTorch's operators (0: PyTorch's default, one per core; 1 " \
+           "keeps the update fast when other work shares the cores). (default: 0)" in text
     assert "quick run (12 updates, short evaluation): python -m examples.multi_agent_ppo.train --total-timesteps 9600 " \
-           "--eval-episodes 5" in text
+           "--eval-episodes 5 --torch-threads 1" in text
 
 
 def test_the_update_learns_only_from_rows_whose_agent_was_live():
