@@ -35,7 +35,7 @@ def test_every_option_is_measured_in_every_round_and_the_best_median_is_recommen
     assert advice.env_step_seconds > 0 and advice.usable_cores >= 1
     text = str(advice)
     assert "Recommendation: " + best.option.as_arguments() in text
-    assert "2 interleaved round(s)" in text
+    assert "2 interleaved rounds" in text
 
 
 def test_an_env_with_a_vector_implementation_adds_the_vector_source():

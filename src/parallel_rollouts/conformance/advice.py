@@ -175,7 +175,7 @@ class Advice:
             f"{counted(self.usable_cores, 'usable core')}",
             f"  policy: {self.policy}",
             f"  one env step here: {step_text} (mean)",
-            f"  measured: {self.rounds} interleaved round(s), about {self.trial_seconds:g} s per option per round; "
+            f"  measured: {counted(self.rounds, 'interleaved round')}, about {self.trial_seconds:g} s per option per round; "
             "valid transitions/s",
             "",
         ]
