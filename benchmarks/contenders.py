@@ -55,6 +55,9 @@ Contenders, by name (``processes`` in the report says how many processes each us
     The same loop over Stable-Baselines3's ``SubprocVecEnv``: one worker process per env,
     plus this one. Its step returns the final observation in ``infos`` and the reset one in
     the batch, as the collector does.
+``sb3-dummy`` (optional)
+    The same loop over Stable-Baselines3's ``DummyVecEnv`` (its envs stepped in turn in this
+    process). One process.
 
 An optional contender whose package is not installed (or that has no equivalent of a
 workload) is skipped with the reason recorded in the results.
@@ -100,7 +103,7 @@ COLLECTOR_CONTENDERS: dict[str, dict[str, Any]] = {
     "sync/first-seed": {"backend": "sync", "episode_seeds": "first"},
     "async/workers/first-seed": {"backend": "async", "policy_placement": "workers", "episode_seeds": "first"},
 }
-PEER_CONTENDERS = ("hand-loop", "hand-loop-reseeding", "bare-loop", "hand-loop/2proc", "bare-loop/2proc", "gym-sync", "gym-async", "envpool", "sb3-subproc")
+PEER_CONTENDERS = ("hand-loop", "hand-loop-reseeding", "bare-loop", "hand-loop/2proc", "bare-loop/2proc", "gym-sync", "gym-async", "envpool", "sb3-subproc", "sb3-dummy")
 #: ``ratio_vs_reference`` in a comparison is taken against this contender.
 REFERENCE_CONTENDER = "bare-loop"
 #: Every contender's ratio is also reported against each of these that ran (``ratios``).
@@ -135,7 +138,7 @@ def unavailable_reason(name: str, workload: Workload, num_envs: int = 2) -> str 
             return "envpool is not installed (pip install envpool)"
         if workload.envpool_task is None:
             return f"EnvPool has no built-in equivalent of the {workload.name!r} workload"
-    if name == "sb3-subproc" and importlib.util.find_spec("stable_baselines3") is None:
+    if name in ("sb3-subproc", "sb3-dummy") and importlib.util.find_spec("stable_baselines3") is None:
         return "stable-baselines3 is not installed (pip install stable-baselines3)"
     return None
 
@@ -249,7 +252,7 @@ class VectorLoop:
 
 
 class StableBaselinesLoop:
-    """The same storage loop over Stable-Baselines3's ``SubprocVecEnv``.
+    """The same storage loop over Stable-Baselines3's ``SubprocVecEnv`` (``DummyVecEnv`` with ``dummy``).
 
     SB3 resets a finished env within the same step (the batch holds the reset observation,
     ``infos[i]["terminal_observation"]`` the final one) and reports ``dones``, with
@@ -257,12 +260,12 @@ class StableBaselinesLoop:
     keeps final observations, as an SB3 user bootstrapping truncated episodes does.
     """
 
-    def __init__(self, workload: Workload, num_envs: int, horizon: int, seed: int) -> None:
-        from stable_baselines3.common.vec_env import SubprocVecEnv
+    def __init__(self, workload: Workload, num_envs: int, horizon: int, seed: int, dummy: bool = False) -> None:
+        from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-        self.name = "sb3-subproc"
-        self.processes = 1 + num_envs
-        self.envs = SubprocVecEnv(workload.env_fns(num_envs))
+        self.name = "sb3-dummy" if dummy else "sb3-subproc"
+        self.processes = 1 if dummy else 1 + num_envs
+        self.envs = (DummyVecEnv if dummy else SubprocVecEnv)(workload.env_fns(num_envs))
         try:
             self.policy = workload.policy
             self.horizon = horizon
@@ -546,8 +549,8 @@ def make_contender(
         except BaseException:
             envs.close()
             raise
-    if name == "sb3-subproc":
-        return StableBaselinesLoop(workload, num_envs, horizon, seed)
+    if name in ("sb3-subproc", "sb3-dummy"):
+        return StableBaselinesLoop(workload, num_envs, horizon, seed, dummy=name == "sb3-dummy")
     known = tuple(COLLECTOR_CONTENDERS) + PEER_CONTENDERS
     raise ValueError(f"unknown contender {name!r}; choose from {known!r}.")
 

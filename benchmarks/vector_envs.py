@@ -42,6 +42,23 @@ times one unit of each, in a fixed order, and ratios are taken within a round):
     ``ParallelVecEnv`` (async, sync), each stepped by the same policy. Needs the ``multiagent``
     extra and SuperSuit.
 
+``peers_cartpole_16`` / ``peers_half_ms_16``
+    What a user would otherwise collect the same transitions with: 16 envs x 128 steps per unit,
+    on CartPole-v1 and on the 0.5 ms env, every contender with the workload's own policy (the
+    lean policy ``obs[:, 2] > 0`` on CartPole). The collector (``make_collector`` at its
+    defaults, ``backend="sync"``, and with ``backend="async"``); the hand loop (``hand-loop`` of
+    ``benchmarks.contenders``: a Python loop over ``gymnasium.make`` envs, preallocated arrays,
+    a reset on done); two hand loops in two processes over 8 envs each (``hand-loop/2proc``:
+    what two cores give in that round); the CleanRL-style storage loop over Gymnasium's
+    ``SyncVectorEnv(copy=False)`` and ``AsyncVectorEnv(shared_memory=True, copy=False)`` and over
+    Stable-Baselines3's ``DummyVecEnv`` and ``SubprocVecEnv``; TorchRL's ``Collector`` over a
+    ``SerialEnv`` and over a ``ParallelEnv`` (one process per env) of ``GymEnv``, and its
+    ``MultiSyncCollector`` with 2 workers each owning a ``SerialEnv`` of 8, ``frames_per_batch =
+    16 x 128``, the same policy as a ``TensorDictModule``. A peer whose package is missing is
+    skipped and listed under ``skipped`` with the reason. Ratios are taken against the
+    collector's ``sync``, the hand loop and the two hand loops only. Throughput counts useful
+    transitions: a Gymnasium vector env's autoreset rows (one per episode end) are not counted.
+
 Every collector and loop uses the same cheap batched policy, so the numbers
 compare the stepping machinery, not the policy.
 """
@@ -49,6 +66,7 @@ compare the stepping machinery, not the policy.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import time
@@ -62,12 +80,18 @@ import numpy as np
 from parallel_rollouts import ParallelRolloutCollector, ParallelVectorEnv, make_collector
 from parallel_rollouts.conformance.rounds import run_rounds, summarize_ratios, summarize_throughputs
 
+from .contenders import make_contender
 from .envs import HalfMillisecondEnv
 from .report import machine_record
+from .workloads import WORKLOADS
 
 HORIZON = 128
 MULTI_AGENT_STEPS = 100
 ADAPTER_STEPS = {"cartpole": 256, "half_ms": 24}
+# The peers groups: envs, steps per unit and TorchRL's MultiSyncCollector workers; --quick shrinks them.
+PEER_SIZES = {"num_envs": 16, "horizon": HORIZON, "torchrl_workers": 2}
+QUICK_PEER_SIZES = {"num_envs": 4, "horizon": 8, "torchrl_workers": 2}
+PEER_WORKLOADS = ("cartpole", "half_ms")
 
 
 def lean_policy(observations: np.ndarray) -> np.ndarray:
@@ -88,7 +112,8 @@ def half_ms() -> gym.Env:
 
 
 class Contender:
-    """Something timed in rounds: ``run()`` does one unit of ``transitions`` transitions."""
+    """Something timed in rounds: ``run()`` does one unit of ``transitions`` transitions; where
+    fewer of them can be useful, it returns the useful count (an int)."""
 
     def __init__(self, name: str, run: Callable[[], None], transitions: int, close: Callable[[], None]) -> None:
         self.name, self.run, self.transitions, self.close = name, run, transitions, close
@@ -114,8 +139,8 @@ def bare_vector_loop(name: str, vector_env, horizon: int) -> Contender:
     return Contender(name, run, horizon * n, vector_env.close)
 
 
-def collector(name: str, env_fns, horizon: int, **options) -> Contender:
-    instance = ParallelRolloutCollector(env_fns, lean_policy, horizon=horizon, seed=0, **options)
+def collector(name: str, env_fns, horizon: int, policy: Callable = lean_policy, **options) -> Contender:
+    instance = ParallelRolloutCollector(env_fns, policy, horizon=horizon, seed=0, **options)
     return Contender(name, instance.collect, horizon * instance.num_envs, instance.close)
 
 
@@ -258,7 +283,141 @@ def multi_agent_collector(name: str, num_envs: int, steps: int, **options) -> Co
     return Contender(name, instance.collect, steps * instance.num_envs, instance.close)
 
 
-def build_groups(selected: set[str]) -> dict[str, Callable[[], list[Contender]]]:
+def torch_lean_policy(observation):
+    """:func:`lean_policy` on a batch of torch observations (TorchRL's policies take tensors)."""
+    return (observation[..., 2] > 0).long()
+
+
+def torch_sign_policy(observation):
+    """``benchmarks.workloads.sign_policy`` (the 0.5 ms env's policy) on torch observations."""
+    return (observation[..., 0] > 0).long()
+
+
+def torchrl_cartpole():
+    from torchrl.envs import GymEnv
+
+    # Integer actions, as every other contender takes (TorchRL's default is one-hot).
+    return GymEnv("CartPole-v1", categorical_action_encoding=True)
+
+
+def torchrl_half_ms():
+    from torchrl.envs import GymWrapper
+
+    return GymWrapper(HalfMillisecondEnv(), categorical_action_encoding=True)
+
+
+TORCHRL_PEERS = {"cartpole": (torchrl_cartpole, torch_lean_policy), "half_ms": (torchrl_half_ms, torch_sign_policy)}
+
+
+def torchrl_collector(name: str, workload_name: str, sizes: dict, kind: str) -> Contender:
+    """TorchRL's collector as its docs build it; one unit = one batch of ``num_envs * horizon`` frames.
+
+    ``kind``: ``"serial"`` (``Collector`` over a ``SerialEnv``), ``"parallel"`` (``Collector`` over a
+    ``ParallelEnv``, one process per env) or ``"multi-sync"`` (``MultiSyncCollector``, each worker
+    process a ``Collector`` over a ``SerialEnv`` of its share of the envs).
+    """
+    from tensordict.nn import TensorDictModule
+    from torchrl.collectors import Collector, MultiSyncCollector
+    from torchrl.envs import ParallelEnv, SerialEnv
+
+    make_env, policy_function = TORCHRL_PEERS[workload_name]
+    num_envs, horizon, workers = sizes["num_envs"], sizes["horizon"], sizes["torchrl_workers"]
+    policy = TensorDictModule(policy_function, in_keys=["observation"], out_keys=["action"])
+    # The policy needs no transforms (no recurrent state): opt out of TorchRL's check for them.
+    options = {"frames_per_batch": num_envs * horizon, "total_frames": -1, "auto_register_policy_transforms": False}
+    if kind == "multi-sync":
+        instance = MultiSyncCollector([partial(SerialEnv, num_envs // workers, make_env)] * workers, policy, **options)
+    else:
+        instance = Collector((SerialEnv if kind == "serial" else ParallelEnv)(num_envs, make_env), policy, **options)
+    instance.set_seed(0)
+    batches = iter(instance)
+
+    def run() -> int:
+        return next(batches).numel()  # every frame is a step with a real action (resets happen in the step)
+
+    def close() -> None:
+        instance.shutdown()
+        # TorchRL 0.14.1: shutdown() leaves MultiSyncCollector's weight-sync scheme (made for any
+        # nn.Module policy) open, and its __del__ then hangs the interpreter's exit; close it here.
+        for scheme in (getattr(instance, "_weight_sync_schemes", None) or {}).values():
+            scheme.shutdown()
+
+    return Contender(name, run, num_envs * horizon, close)
+
+
+def library_collector(name: str, workload_name: str, sizes: dict, backend: str) -> Contender:
+    """The collector at its defaults but ``backend``; as ``make_collector`` builds it."""
+    num_envs, horizon, workload = sizes["num_envs"], sizes["horizon"], WORKLOADS[workload_name]
+    if workload_name == "cartpole":
+        instance = make_collector(
+            "CartPole-v1", num_envs=num_envs, policy=workload.policy, backend=backend, horizon=horizon, seed=0
+        )
+        return Contender(name, instance.collect, horizon * num_envs, instance.close)
+    # HalfMillisecondEnv is not registered with Gymnasium: the same collector from its factories.
+    return collector(name, workload.env_fns(num_envs), horizon, policy=workload.policy, backend=backend)
+
+
+def peer(name: str, workload_name: str, sizes: dict, contender_name: str) -> Contender:
+    """A contender of ``benchmarks.contenders`` (its ``collect()`` returns the useful transitions)."""
+    num_envs, horizon = sizes["num_envs"], sizes["horizon"]
+    built = make_contender(contender_name, WORKLOADS[workload_name], num_envs, horizon, seed=0)
+    return Contender(name, built.collect, horizon * num_envs, built.close)
+
+
+# The peers groups' contenders: (label, the package it needs or None, build(label, workload name, sizes)).
+PEERS = (
+    ("parallel_rollouts sync", None, partial(library_collector, backend="sync")),
+    ("parallel_rollouts async", None, partial(library_collector, backend="async")),
+    ("hand loop", None, partial(peer, contender_name="hand-loop")),
+    # What two cores give now: two hand loops over 8 envs each in two processes, each sending its
+    # half of the rollout back once per unit (the second core of a shared machine comes and goes).
+    ("hand loop, 2 processes", None, partial(peer, contender_name="hand-loop/2proc")),
+    ("Gymnasium SyncVectorEnv", None, partial(peer, contender_name="gym-sync")),
+    ("Gymnasium AsyncVectorEnv", None, partial(peer, contender_name="gym-async")),
+    ("SB3 DummyVecEnv", "stable_baselines3", partial(peer, contender_name="sb3-dummy")),
+    ("SB3 SubprocVecEnv", "stable_baselines3", partial(peer, contender_name="sb3-subproc")),
+    ("TorchRL Collector + SerialEnv", "torchrl", partial(torchrl_collector, kind="serial")),
+    ("TorchRL Collector + ParallelEnv", "torchrl", partial(torchrl_collector, kind="parallel")),
+    ("TorchRL MultiSyncCollector (2 workers)", "torchrl", partial(torchrl_collector, kind="multi-sync")),
+)
+# Not measured: PufferLib 3.0.0 did not install where these groups were written (its build
+# downloads Raylib while pip gets its build requirements), so it has no contender here.
+UNMEASURED_PEERS = {
+    "PufferLib": "no contender: PufferLib 3.0.0 did not install where this group was written (its build downloads Raylib)"
+}
+
+
+class PeerGroup:
+    """``make()`` of a peers group; ``skipped`` names each peer left out, with the reason.
+
+    Its ratios are every contender's against each of ``references``, not every pair.
+    """
+
+    references = ("parallel_rollouts sync", "hand loop", "hand loop, 2 processes")
+
+    def __init__(self, workload_name: str, sizes: dict) -> None:
+        self.workload_name, self.sizes = workload_name, sizes
+        self.skipped = dict(UNMEASURED_PEERS)
+        self.peers = []
+        for label, package, build in PEERS:
+            if package is not None and importlib.util.find_spec(package) is None:
+                self.skipped[label] = f"{package} is not installed"
+            else:
+                self.peers.append((label, build))
+
+    def __call__(self) -> list[Contender]:
+        contenders: list[Contender] = []
+        try:
+            for label, build in self.peers:
+                contenders.append(build(label, self.workload_name, self.sizes))
+        except BaseException:
+            for contender in contenders:
+                contender.close()  # worker processes must not outlive a failed start
+            raise
+        return contenders
+
+
+def build_groups(selected: set[str], quick: bool = False) -> dict[str, Callable[[], list[Contender]]]:
     groups: dict[str, Callable[[], list[Contender]]] = {
         "source_cartpole_1024": lambda: [
             bare_vector_loop("bare loop", cartpole_vector(1024), HORIZON),
@@ -314,6 +473,8 @@ def build_groups(selected: set[str]) -> dict[str, Callable[[], list[Contender]]]
             env_fn,
             steps,
         )
+    for workload_name in PEER_WORKLOADS:
+        groups[f"peers_{workload_name}_16"] = PeerGroup(workload_name, QUICK_PEER_SIZES if quick else PEER_SIZES)
     groups["multi_agent_spread_8"] = lambda: [
         hand_multi_agent_loop("hand loop", 8, MULTI_AGENT_STEPS),
         two_hand_loops("two hand loops (2 processes)", 8, MULTI_AGENT_STEPS),
@@ -345,8 +506,9 @@ def build_groups(selected: set[str]) -> dict[str, Callable[[], list[Contender]]]
 
 def _rate(contender: Contender) -> float:
     start = time.perf_counter()
-    contender.run()
-    return contender.transitions / (time.perf_counter() - start)
+    counted = contender.run()
+    elapsed = time.perf_counter() - start
+    return (counted if isinstance(counted, int) else contender.transitions) / elapsed
 
 
 def run_group(name: str, make: Callable[[], list[Contender]], rounds: int, warmup: int) -> dict:
@@ -361,13 +523,15 @@ def run_group(name: str, make: Callable[[], list[Contender]], rounds: int, warmu
         for contender in contenders:
             contender.close()
     names = list(rates)
+    references = getattr(make, "references", names)
     return {
         "group": name,
+        "skipped": dict(getattr(make, "skipped", {})),
         "throughputs": {contender: summarize_throughputs(values) for contender, values in rates.items()},
         "ratios": {
             f"{first} / {second}": summarize_ratios(rates[first], rates[second])
             for first in names
-            for second in names
+            for second in references
             if first != second
         },
     }
@@ -391,17 +555,36 @@ TARGETS = (
 )
 
 
+def _peer_versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions: dict[str, str | None] = {}
+    for package in ("gymnasium", "stable-baselines3", "torch", "torchrl", "tensordict", "pufferlib"):
+        try:
+            versions[package] = version(package)
+        except PackageNotFoundError:
+            versions[package] = None
+    return versions
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--groups", nargs="*", default=[], help="run only these groups")
     parser.add_argument("--output", type=Path, default=Path("benchmark-results/vector_envs.json"))
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run: one round, no warm-up, the peers groups at 4 envs x 8 steps"
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.warmup = 1, 0
     load_before = os.getloadavg()
     results = []
-    for name, make in build_groups(set(args.groups)).items():
+    for name, make in build_groups(set(args.groups), args.quick).items():
         print(f"running {name} ...", flush=True)
+        for label, reason in getattr(make, "skipped", {}).items():
+            print(f"  skipped {label}: {reason}", flush=True)
         results.append(run_group(name, make, args.rounds, args.warmup))
         for ratio_name, ratio in results[-1]["ratios"].items():
             print(f"  {ratio_name}: median {ratio['median']:.2f}x", flush=True)
@@ -413,7 +596,11 @@ def main(argv: list[str] | None = None) -> None:
             targets.append({"group": group, "ratio": ratio_name, "target": target, "median": median, "met": median >= target})
     document = {
         "machine": machine_record(),
-        "settings": {"rounds": args.rounds, "warmup": args.warmup, "horizon": HORIZON, "adapter_steps": ADAPTER_STEPS},
+        "settings": {
+            "rounds": args.rounds, "warmup": args.warmup, "quick": args.quick, "horizon": HORIZON,
+            "adapter_steps": ADAPTER_STEPS, "peer_sizes": QUICK_PEER_SIZES if args.quick else PEER_SIZES,
+            "peer_versions": _peer_versions(),
+        },
         # Other programs' load while this ran (1, 5, 15-minute averages): ratios of process-based
         # contenders shift with it (an AsyncVectorEnv of 16 processes gets more of a loaded
         # machine than 2 workers do).

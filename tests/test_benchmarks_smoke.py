@@ -6,6 +6,7 @@ contender, or write JSON without the fields the reports are read from.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pickle
 import re
@@ -302,3 +303,26 @@ def test_every_result_file_the_readme_and_docs_quote_exists():
         if not (ROOT / "benchmarks" / "results" / match.group(1)).is_file()
     ]
     assert missing == []
+
+
+def test_vector_env_peers_groups_run_every_peer_here_and_skip_a_missing_one_saying_why(tmp_path, monkeypatch):
+    def ran(groups, path):
+        vector_envs.main(["--quick", "--groups", *groups, "--output", str(path)])
+        return {group["group"]: group for group in _load(path)["groups"]}
+
+    labels = [label for label, _, _ in vector_envs.PEERS]
+    (cartpole,) = ran(["peers_cartpole_16"], tmp_path / "peers.json").values()
+    installed = {label for label, package, _ in vector_envs.PEERS if package is None or importlib.util.find_spec(package)}
+    assert set(cartpole["throughputs"]) == installed
+    assert set(cartpole["skipped"]) == set(labels) - installed | set(vector_envs.UNMEASURED_PEERS)
+    assert all(throughput["median"] > 0 for throughput in cartpole["throughputs"].values())
+    assert set(cartpole["ratios"]) == {
+        f"{label} / {reference}" for label in installed for reference in vector_envs.PeerGroup.references if label != reference
+    }
+    # Without TorchRL the group still runs, without its three contenders, and says why.
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "torchrl" else find_spec(name, *args))
+    (half_ms,) = ran(["peers_half_ms_16"], tmp_path / "peers_no_torchrl.json").values()
+    torchrl_labels = {label for label, package, _ in vector_envs.PEERS if package == "torchrl"}
+    assert set(half_ms["throughputs"]) == installed - torchrl_labels
+    assert all(half_ms["skipped"][label] == "torchrl is not installed" for label in torchrl_labels)
