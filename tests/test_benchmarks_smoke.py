@@ -281,7 +281,7 @@ def test_benchmarks_stay_a_small_tool_with_one_rounds_loop():
     modules = _benchmark_modules()
     assert len(modules) <= MAX_BENCHMARK_MODULES, (
         f"benchmarks/ holds {len(modules)} modules (at most {MAX_BENCHMARK_MODULES}): turn a one-off "
-        "investigation into a dated result file and a paragraph in docs/benchmarks.md instead."
+        "investigation into a dated result file and a section of benchmarks/investigations.md instead."
     )
     # A loop over rounds outside the harness is a second rounds loop: use run_rounds.
     rounds_loop = re.compile(r"for\s+\w+\s+in\s+range\([^)]*\b(rounds|repeats)\b")

@@ -5,6 +5,8 @@ page."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -73,13 +75,65 @@ def test_every_readme_excerpt_names_where_its_short_version_runs(block):
         assert (REPO_ROOT / path).is_file(), f"{block.id}: {path} does not exist"
 
 
-def test_the_backend_ratios_quoted_are_the_committed_benchmark_results():
-    from tests.test_docs_blocks import committed_async_to_sync_ratios
+PEERS = REPO_ROOT / "benchmarks" / "results" / "peers_2026-12-05"
 
-    ratios = committed_async_to_sync_ratios()
-    section = _section("## Choosing a backend")
-    assert f"collected CartPole at {ratios['cartpole']:.2f}x the rate of `sync`" in section
-    assert f"~0.5 ms per step at {ratios['half_ms']:.2f}x" in section
+
+def _peer_runs() -> list[dict]:
+    # {run: {group: group record}} for the three committed runs of the peers groups.
+    runs = []
+    for run in (1, 2, 3):
+        record = json.loads((PEERS / f"peers_run{run}.json").read_text(encoding="utf-8"))
+        runs.append({group["group"]: group for group in record["groups"]})
+    return runs
+
+
+def _ratio(group: dict, contender: str, reference: str) -> dict:
+    return group["ratios"][f"{contender} / {reference}"]
+
+
+def test_the_peers_table_is_the_committed_run_it_names():
+    # Every row of the README's table, recomputed from the run it quotes (run 3): median
+    # transitions/s, and the median (min-max) of the per-round ratios to the collector's sync.
+    groups = _peer_runs()[2]
+    section = _section("## Measured against what you would use instead")
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| contender")]
+    sync = "parallel_rollouts sync"
+    expected = []
+    for contender in groups["peers_cartpole_16"]["throughputs"]:
+        cells = [contender]
+        for name in ("peers_cartpole_16", "peers_half_ms_16"):
+            group = groups[name]
+            cells.append(f"{group['throughputs'][contender]['median']:,.0f}")
+            if contender == sync:
+                cells.append("1.00x")
+            else:
+                ratio = _ratio(group, contender, sync)
+                cells.append(f"{ratio['median']:.2f}x ({ratio['min']:.2f}-{ratio['max']:.2f})")
+        expected.append("| " + " | ".join(cells) + " |")
+    assert rows == expected
+    assert len(rows) >= 11  # the collector, the hand loops, Gymnasium's, SB3's and TorchRL's contenders
+
+
+def test_the_peers_findings_quote_the_committed_runs():
+    runs = _peer_runs()
+    section = " ".join(_section("## Measured against what you would use instead").split())
+    sync, hand, two = "parallel_rollouts sync", "hand loop", "hand loop, 2 processes"
+    asynchronous = "parallel_rollouts async"
+
+    def median(run: int, group: str, contender: str, reference: str) -> str:
+        return f"{_ratio(runs[run - 1][group], contender, reference)['median']:.2f}"
+
+    cheap, costly = "peers_cartpole_16", "peers_half_ms_16"
+    assert {median(run, cheap, sync, hand) for run in (1, 2, 3)} == {"0.93"}
+    assert f"runs at {median(3, cheap, sync, hand)}x the hand loop" in section
+    assert (
+        f"`async` there gave {median(3, cheap, asynchronous, sync)}x and {median(2, cheap, asynchronous, sync)}x "
+        f"in two runs, but {median(1, cheap, asynchronous, sync)}x in a third"
+    ) in section
+    low, high = sorted([median(2, costly, asynchronous, sync), median(3, costly, asynchronous, sync)])
+    assert f"{low}-{high}x `sync`" in section
+    assert {median(run, costly, asynchronous, two) for run in (2, 3)} == {"0.97"}
+    assert f"{median(3, costly, asynchronous, two)}x of the two-process ceiling" in section
 
 
 def test_every_relative_link_of_the_readme_resolves():
@@ -92,3 +146,16 @@ def test_the_readme_links_every_docs_page_a_user_reads_first():
     for page in ("install.md", "training.md", "batch-contract.md", "api.md", "benchmarks.md", "conformance.md"):
         assert f"(docs/{page}" in README, page
     assert Path(REPO_ROOT / "CHANGELOG.md").is_file() and "(CHANGELOG.md)" in README
+
+
+def test_the_examples_quick_runs_are_the_trainers_own_and_cover_every_trainer():
+    # Each trainer names its quick run in `QUICK_RUN` (shown by its --help); the README quotes them all.
+    (block,) = [block for block in BLOCKS if "python -m examples." in block.code]
+    quoted = [line.split("#")[0].strip() for line in block.code.splitlines() if line.strip()]
+    trainers = sorted((REPO_ROOT / "examples").glob("*/train.py"))
+    own = []
+    for trainer in trainers:
+        match = re.search(r'^QUICK_RUN = "([^"]+)"$', trainer.read_text(encoding="utf-8"), re.MULTILINE)
+        assert match, f"{trainer.relative_to(REPO_ROOT)} names no QUICK_RUN"
+        own.append(match.group(1))
+    assert sorted(quoted) == sorted(own)
