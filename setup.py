@@ -3,14 +3,16 @@
 ``parallel_rollouts.processes._doorbell`` (from ``_doorbell.pyx``).
 
 All package metadata lives in ``pyproject.toml``; this file only declares the
-extensions. Cython directives are set here, once. Two environment variables
+extensions. Cython directives are set here, once. Three environment variables
 change the build:
 
 - ``PARALLEL_ROLLOUTS_DEBUG_BUILD=1`` turns bounds, wrap-around and
   initialisation checks back on, for debugging and for one CI pass;
 - ``PARALLEL_ROLLOUTS_NO_EXTENSION=1`` skips the extensions entirely, for
   machines without a C compiler: the package then runs its pure-Python core
-  (and the workers answer over pipes) and warns that it does.
+  (and the workers answer over pipes) and warns that it does;
+- ``PARALLEL_ROLLOUTS_NO_BUILD_CACHE=1`` compiles without reading or writing the
+  cache below (``rm -rf build/extension-cache`` empties it).
 
 The extensions are always generated from their ``.pyx`` sources (shipped in the
 sdist, not in the wheel); the generated C lives under ``build/``, one copy per
@@ -32,11 +34,14 @@ build from an sdist keeps the version the sdist was made with.
 
 import hashlib
 import os
+import platform
 import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
+import time
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -45,6 +50,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXTENSION_CACHE = os.path.join("build", "extension-cache")
 # Fingerprints kept in the cache; the oldest beyond this are removed.
 CACHE_ENTRIES_KEPT = 8
+# Environment variables that change what the compiler or linker produces.
+BUILD_ENVIRONMENT = ("CC", "CFLAGS", "CPPFLAGS", "LDFLAGS", "LDSHARED", "ARCHFLAGS", "MACOSX_DEPLOYMENT_TARGET")
 
 
 def _flag(name: str) -> bool:
@@ -53,6 +60,7 @@ def _flag(name: str) -> bool:
 
 DEBUG_BUILD = _flag("PARALLEL_ROLLOUTS_DEBUG_BUILD")
 NO_EXTENSION = _flag("PARALLEL_ROLLOUTS_NO_EXTENSION")
+CACHE_DISABLED = _flag("PARALLEL_ROLLOUTS_NO_BUILD_CACHE")
 
 COMPILER_DIRECTIVES = {
     "language_level": 3,
@@ -98,9 +106,10 @@ def build_version() -> str:
     if os.path.exists(os.path.join(HERE, ".git")):
         commit = _git("rev-parse", "--short=7", "HEAD")
         if commit:
-            # Changes under src/ or to the build files make a different build of the same commit.
-            dirty = _git("status", "--porcelain", "--untracked-files=no", "--", "src", "setup.py", "pyproject.toml")
-            return f"{base}+g{commit}" + (".dirty" if dirty else "")
+            # Changes under src/ (new files included) or to the build files make a different build
+            # of the same commit; a tree whose state git cannot report is not called clean.
+            status = _git("status", "--porcelain", "--", "src", "setup.py", "pyproject.toml")
+            return f"{base}+g{commit}" + (".dirty" if status is None or status else "")
     pkg_info = os.path.join(HERE, "PKG-INFO")
     if os.path.exists(pkg_info):  # an unpacked sdist: the version it was made with
         match = re.search(r"^Version: (\S+)$", open(pkg_info, encoding="utf-8").read(), re.MULTILINE)
@@ -126,18 +135,39 @@ class BuildExtWithHint(build_ext):
         digest = hashlib.sha256()
         for part in (
             ext.name, Cython.__version__, numpy.__version__, sys.version, sys.platform,
+            sysconfig.get_platform(), platform.machine(),
             repr(sorted(COMPILER_DIRECTIVES.items())), repr(DEBUG_BUILD), repr(ext.define_macros),
             *(repr(sysconfig.get_config_var(name)) for name in ("CC", "CFLAGS", "LDSHARED", "EXT_SUFFIX")),
-            os.environ.get("CC", ""), os.environ.get("CFLAGS", ""),
+            *(os.environ.get(name, "") for name in BUILD_ENVIRONMENT),
         ):
             digest.update(part.encode() + b"\0")
-        for path in [__file__, *self._original_sources[ext.name], *ext.depends]:
+        # The sources, what they declare as depends, and every Cython or C header beside them.
+        folders = {os.path.dirname(path) for path in self._original_sources[ext.name]}
+        headers = sorted(
+            os.path.join(folder, name) for folder in folders for name in os.listdir(folder)
+            if name.endswith((".pxd", ".pxi", ".h"))
+        )
+        for path in [__file__, *self._original_sources[ext.name], *ext.depends, *headers]:
+            digest.update(path.encode() + b"\0")
             with open(path, "rb") as source:
                 digest.update(source.read())
         return digest.hexdigest()[:20]
 
     def _cached_path(self, ext) -> str:
-        return os.path.join(EXTENSION_CACHE, self._fingerprints[ext.name], os.path.basename(self.get_ext_fullpath(ext.name)))
+        name = os.path.basename(self.get_ext_fullpath(ext.name))
+        return os.path.join(EXTENSION_CACHE, self._fingerprints[ext.name], name)
+
+    def _reuse(self, ext) -> bool:
+        # Copies a cached build of exactly these inputs to where this build puts the extension.
+        if self.force or CACHE_DISABLED:
+            return False
+        target = self.get_ext_fullpath(ext.name)
+        try:
+            os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+            shutil.copy2(self._cached_path(ext), target)
+        except OSError:  # not cached (or pruned by another build meanwhile): compile it
+            return False
+        return True
 
     def run(self):
         # Imported here so that a build without the extension needs neither of them.
@@ -146,12 +176,13 @@ class BuildExtWithHint(build_ext):
 
         self._original_sources = {ext.name: list(ext.sources) for ext in self.extensions}
         self._fingerprints = {ext.name: self._fingerprint(ext) for ext in self.extensions}
-        to_compile = [ext for ext in self.extensions if self.force or not os.path.exists(self._cached_path(ext))]
+        self._reused = {ext.name for ext in self.extensions if self._reuse(ext)}
+        to_compile = [ext for ext in self.extensions if ext.name not in self._reused]
         for ext in self.extensions:
-            if ext not in to_compile:
-                _say(f"{ext.name}: unchanged since an earlier build, reusing {self._cached_path(ext)}")
-        for ext in to_compile:
-            _say(f"{ext.name}: generating C with Cython and compiling it (about a minute on 2 cores)")
+            if ext.name in self._reused:
+                _say(f"{ext.name}: unchanged since an earlier build, reused {self._cached_path(ext)}")
+            else:
+                _say(f"{ext.name}: generating C with Cython and compiling it (about a minute on 2 cores)")
         generated = cythonize(
             to_compile,
             compiler_directives=COMPILER_DIRECTIVES,
@@ -159,6 +190,9 @@ class BuildExtWithHint(build_ext):
             # The generated C depends on DEBUG_BUILD, which Cython's timestamp check cannot
             # see: each kind of build keeps its own generated C.
             build_dir=os.path.join("build", "cython-debug" if DEBUG_BUILD else "cython-release"),
+            # A miss in the cache means some input changed, possibly one (a directive, a flag)
+            # that Cython's timestamp check cannot see: generate the C again.
+            force=True,
         ) if to_compile else []
         # Keep the extension objects setuptools has already prepared; take only the C sources.
         for extension, cythonized in zip(to_compile, generated):
@@ -168,32 +202,52 @@ class BuildExtWithHint(build_ext):
         self._prune_cache()
 
     def build_extension(self, ext):
-        target = self.get_ext_fullpath(ext.name)
-        cached = self._cached_path(ext)
-        if not self.force and os.path.exists(cached):
-            os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
-            shutil.copy2(cached, target)
+        if ext.name in self._reused:
             return
+        target = self.get_ext_fullpath(ext.name)
+        # The timestamp check of setuptools would keep an earlier output that is newer than the
+        # generated C; every extension that reaches here is compiled.
+        if os.path.exists(target):
+            os.remove(target)
         try:
             super().build_extension(ext)
         except Exception as error:  # distutils raises several unrelated types here
             raise RuntimeError(f"{NO_COMPILER_HINT}\nThe compiler said: {error}") from error
-        os.makedirs(os.path.dirname(cached), exist_ok=True)
-        shutil.copy2(target, cached + ".partial")
-        os.replace(cached + ".partial", cached)  # never a half-written file under the real name
+        if not CACHE_DISABLED:
+            self._keep(ext, target)
+
+    def _keep(self, ext, target) -> None:
+        # Best effort: a cache that cannot be written costs the next build a compile, nothing else.
+        cached = self._cached_path(ext)
+        try:
+            os.makedirs(os.path.dirname(cached), exist_ok=True)
+            handle, partial = tempfile.mkstemp(dir=os.path.dirname(cached), suffix=".partial")
+            os.close(handle)
+            shutil.copy2(target, partial)
+            os.replace(partial, cached)  # never a half-written file under the real name
+        except OSError as error:
+            _say(f"{ext.name}: compiled; not kept for the next build ({error})")
+            return
         _say(f"{ext.name}: compiled; kept as {cached} for the next build")
 
     def _prune_cache(self) -> None:
-        if not os.path.isdir(EXTENSION_CACHE):
+        # Best effort, and never an entry another build may be about to read.
+        try:
+            names = os.listdir(EXTENSION_CACHE)
+        except OSError:
             return
-        entries = sorted(
-            (os.path.join(EXTENSION_CACHE, name) for name in os.listdir(EXTENSION_CACHE)),
-            key=os.path.getmtime, reverse=True,
-        )
+        entries = []
+        for name in names:
+            path = os.path.join(EXTENSION_CACHE, name)
+            try:
+                entries.append((os.path.getmtime(path), path))
+            except OSError:
+                continue
         in_use = {os.path.join(EXTENSION_CACHE, fingerprint) for fingerprint in self._fingerprints.values()}
-        for entry in entries[CACHE_ENTRIES_KEPT:]:
-            if entry not in in_use:
-                shutil.rmtree(entry, ignore_errors=True)
+        recent = time.time() - 600
+        for modified, path in sorted(entries, reverse=True)[CACHE_ENTRIES_KEPT:]:
+            if path not in in_use and modified < recent:
+                shutil.rmtree(path, ignore_errors=True)
 
 
 EXTENSIONS = [

@@ -354,7 +354,8 @@ def machine_record() -> dict[str, Any]:
         "numpy": np.__version__,
         "gymnasium": gymnasium.__version__,
         "cython": _package_version("Cython"),
-        "parallel_rollouts": parallel_rollouts.__version__,
+        # The installed build (the version and the commit it was built from), not only the source's.
+        "parallel_rollouts": _package_version("parallel-rollouts") or parallel_rollouts.__version__,
         "active_core": parallel_rollouts.active_core(),
         "cpu_model": _cpu_model(),
         "logical_cores": os.cpu_count(),

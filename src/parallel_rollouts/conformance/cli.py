@@ -35,12 +35,20 @@ DEFAULT_NUM_ENVS = 8
 
 
 def _installed_version() -> str:
-    # The installed distribution's version, which the build reads from `parallel_rollouts.__version__`
-    # (the one place it is written); read from the metadata because this floor may not import the root.
+    # The installed distribution's version: `parallel_rollouts.__version__` (the one place it is
+    # written) with the commit the build was made from; read from the metadata because this floor
+    # may not import the root. An editable install runs the source as it is now, which may have
+    # moved on from the commit it was installed at: say so, so that a bug report is not misled.
     try:
-        return importlib.metadata.version("parallel-rollouts")
+        distribution = importlib.metadata.distribution("parallel-rollouts")
     except importlib.metadata.PackageNotFoundError:
         return "(version unknown: the package is not installed)"
+    version = distribution.version
+    try:
+        editable = json.loads(distribution.read_text("direct_url.json") or "{}").get("dir_info", {}).get("editable")
+    except ValueError:
+        editable = False
+    return f"{version} (editable install)" if editable else version
 
 
 def _parser() -> argparse.ArgumentParser:
