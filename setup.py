@@ -157,17 +157,19 @@ class BuildExtWithHint(build_ext):
         name = os.path.basename(self.get_ext_fullpath(ext.name))
         return os.path.join(EXTENSION_CACHE, self._fingerprints[ext.name], name)
 
-    def _reuse(self, ext) -> bool:
-        # Copies a cached build of exactly these inputs to where this build puts the extension.
+    def _take_from_cache(self, ext) -> str | None:
+        # A private copy of a cached build of exactly these inputs, made now so that another build
+        # pruning the cache meanwhile cannot take it away; None when there is none.
         if self.force or CACHE_DISABLED:
-            return False
-        target = self.get_ext_fullpath(ext.name)
+            return None
+        handle, copy = tempfile.mkstemp(suffix=os.path.splitext(self._cached_path(ext))[1])
+        os.close(handle)
         try:
-            os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
-            shutil.copy2(self._cached_path(ext), target)
-        except OSError:  # not cached (or pruned by another build meanwhile): compile it
-            return False
-        return True
+            shutil.copy2(self._cached_path(ext), copy)
+        except OSError:  # not cached: compile it
+            os.remove(copy)
+            return None
+        return copy
 
     def run(self):
         # Imported here so that a build without the extension needs neither of them.
@@ -176,7 +178,11 @@ class BuildExtWithHint(build_ext):
 
         self._original_sources = {ext.name: list(ext.sources) for ext in self.extensions}
         self._fingerprints = {ext.name: self._fingerprint(ext) for ext in self.extensions}
-        self._reused = {ext.name for ext in self.extensions if self._reuse(ext)}
+        self._reused = {}
+        for ext in self.extensions:
+            copy = self._take_from_cache(ext)
+            if copy is not None:
+                self._reused[ext.name] = copy
         to_compile = [ext for ext in self.extensions if ext.name not in self._reused]
         for ext in self.extensions:
             if ext.name in self._reused:
@@ -198,13 +204,22 @@ class BuildExtWithHint(build_ext):
         for extension, cythonized in zip(to_compile, generated):
             extension.sources = cythonized.sources
             extension.include_dirs.append(numpy.get_include())
-        super().run()
+        try:
+            super().run()
+        finally:
+            for copy in self._reused.values():
+                if os.path.exists(copy):
+                    os.remove(copy)
         self._prune_cache()
 
     def build_extension(self, ext):
-        if ext.name in self._reused:
-            return
+        # Called where setuptools builds (an editable install builds outside the source tree, then
+        # copies the result in), so the target path is the one it expects.
         target = self.get_ext_fullpath(ext.name)
+        if ext.name in self._reused:
+            os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+            shutil.copy2(self._reused[ext.name], target)
+            return
         # The timestamp check of setuptools would keep an earlier output that is newer than the
         # generated C; every extension that reaches here is compiled.
         if os.path.exists(target):
