@@ -102,6 +102,9 @@ COLLECTOR_CONTENDERS: dict[str, dict[str, Any]] = {
     # Opt-in: only each env's first episode is seeded (later ones continue its generator).
     "sync/first-seed": {"backend": "sync", "episode_seeds": "first"},
     "async/workers/first-seed": {"backend": "async", "policy_placement": "workers", "episode_seeds": "first"},
+    # Opt-in: the policy reads read-only views of the batch's rows instead of its own copies.
+    "sync/views": {"backend": "sync", "policy_inputs": "views"},
+    "async/workers/views": {"backend": "async", "policy_placement": "workers", "policy_inputs": "views"},
 }
 PEER_CONTENDERS = ("hand-loop", "hand-loop-reseeding", "bare-loop", "hand-loop/2proc", "bare-loop/2proc", "gym-sync", "gym-async", "envpool", "sb3-subproc", "sb3-dummy")
 #: ``ratio_vs_reference`` in a comparison is taken against this contender.

@@ -220,6 +220,7 @@ TARGETS = (
     ("sync vs the reseeding hand loop, ~0.5 ms env", "half_ms", 16, "sync", "hand-loop-reseeding", 1.0),
     ("sync vs the hand loop, CartPole", "cartpole", 16, "sync", "hand-loop", 0.95),
     ("sync vs the hand loop, 84x84x4 frames", "image", 16, "sync", "hand-loop", 1.0),
+    ("sync, policy_inputs='views', vs the hand loop, 84x84x4 frames", "image", 16, "sync/views", "hand-loop", 1.0),
     ("rollout workers (2) vs the hand loop, CartPole", "cartpole", 16, "async/workers", "hand-loop", 1.55),
     ("rollout workers (2) vs the hand loop, 84x84x4 frames", "image", 16, "async/workers", "hand-loop", 1.0),
     ("rollout workers (2) vs the hand loop, ~0.5 ms env", "half_ms", 16, "async/workers", "hand-loop", 1.5),

@@ -168,3 +168,75 @@ def test_torch_writes_into_policy_rows_reach_neither_the_batch_nor_rows_kept_ear
     _collect_and_compare(policy, mode, reuse_buffers, kind, untouched)
     if MODES[mode][1].get("policy_placement") != "workers":
         assert all(np.all(row == 10) for row, _ in policy.kept)  # each write landed in that row alone
+
+
+# policy_inputs="views": the opt-out of the copy. Same batches; the rows are read-only views of
+# the batch's own memory; the stated risk is real; a kept row of a fresh batch stays as it was.
+
+
+class RowRecorder:
+    """Keeps every row it is handed (and checks kept rows never changed); action 1 for every env."""
+
+    def __init__(self) -> None:
+        self.inner = ScribblingPolicy(reach=False, torch=False)
+
+    @property
+    def rows(self) -> list[np.ndarray]:
+        return [row for row, _ in self.inner.kept]
+
+    def __call__(self, observations):
+        return self.inner(observations)
+
+
+VIEW_MODES = [mode for mode in MODES if MODES[mode][1].get("policy_placement") != "workers"]
+
+
+@pytest.mark.parametrize("kind", sorted(ENV_FNS))
+@pytest.mark.parametrize("mode", VIEW_MODES)
+def test_views_give_the_same_batches_through_read_only_views_of_the_batch(mode, kind, untouched):
+    backend, options = MODES[mode]
+    policy = RowRecorder()
+    with ParallelRolloutCollector(
+        ENV_FNS[kind], policy, backend, horizon=HORIZON, seed=3, policy_inputs="views", **options
+    ) as collector:
+        batches = [collector.collect() for _ in range(2)]
+        for batch, expected in zip(batches, untouched[kind]):
+            assert_batches_identical(batch, expected)
+    # Each row the policy got is a read-only view of its batch's memory: no copy was made.
+    per_batch = len(policy.rows) // 2
+    for index, row in enumerate(policy.rows):
+        assert not row.flags.writeable
+        batch = batches[index // per_batch]
+        leaves = list(batch.observations.values()) if isinstance(batch.observations, dict) else [batch.observations]
+        assert any(np.shares_memory(row, leaf) for leaf in leaves), f"row {index} is not a view of its batch"
+
+
+def test_views_let_a_policy_that_writes_its_input_change_the_batch(untouched):
+    """The risk the docs state for ``policy_inputs="views"`` is real (and ``"copies"`` has none)."""
+    batches = {}
+    for policy_inputs in ("copies", "views"):
+        with ParallelRolloutCollector(
+            ENV_FNS["box"], ScribblingPolicy(reach=False, torch=True), "sync", horizon=HORIZON, seed=3,
+            policy_inputs=policy_inputs,
+        ) as collector:
+            batches[policy_inputs] = collector.collect()
+    assert_batches_identical(batches["copies"], untouched["box"][0])
+    # Each row t < HORIZON was written to 7 + 3 by the policy, through torch, in the batch itself.
+    assert np.all(batches["views"].observations[:HORIZON] == 10)
+
+
+def test_rows_kept_from_views_of_fresh_batches_never_change():
+    """A fresh batch is not recycled while a view the policy kept is alive: kept rows never change."""
+    policy = RowRecorder()  # its own check raises if a kept row changed under it
+    with ParallelRolloutCollector(ENV_FNS["box"], policy, "sync", horizon=HORIZON, seed=3, policy_inputs="views") as collector:
+        for _ in range(4):
+            collector.collect()  # each batch dropped at once: only the policy's views hold them
+    assert policy.inner.calls == 4 * HORIZON
+
+
+@pytest.mark.parametrize("value", ["view", None, True])
+def test_policy_inputs_names_its_choices(value):
+    from parallel_rollouts.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=r"`policy_inputs` must be one of \('copies', 'views'\); got"):
+        ParallelRolloutCollector(ENV_FNS["box"], _ones, "sync", horizon=HORIZON, seed=3, policy_inputs=value)

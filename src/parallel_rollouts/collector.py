@@ -10,6 +10,7 @@ from typing import Any
 from gymnasium import Env, Space
 
 from .data.batch import RolloutBatch
+from .data.policy_inputs import check_policy_inputs
 from .core.selector import load_core
 from .errors import CollectorClosedError, ConfigurationError
 from .checks.observations import check_observation_check
@@ -174,6 +175,19 @@ class ParallelRolloutCollector:
         policy that reads live state from its globals or closure is refused (a copy cannot
         take it along). Not with ``reuse_buffers`` (the batch in flight would overwrite the
         one held).
+    policy_inputs:
+        What the policy is called with. ``"copies"`` (default): each observation row copied
+        for that call alone, on every backend: nothing the policy does to it (a write, a
+        ``torch.from_numpy`` tensor changed in place) reaches the batch, and a row it keeps
+        never changes. ``"views"``: read-only views of the batch's own rows, no copy, which
+        on large observations is the one per-step cost the hand-written loop does not pay
+        (84x84x4 frames, 16 envs: about 0.9x of the hand loop with copies, 1.0x with views;
+        ``docs/benchmarks.md``). Its risk: a policy that writes its input anyway (turning
+        the write flag back on, or an in-place operation on ``torch.from_numpy(obs)`` /
+        ``torch.as_tensor(obs)``) changes the batch, and a row it keeps changes when that
+        memory is written again (the next ``collect()`` with ``reuse_buffers=True``; a
+        rollout worker's next rollout). A fresh batch is not recycled while a view of it is
+        alive. The default random policy (``policy=None``) reads views either way.
     ray_options:
         Ray backend only: ``{"address", "num_cpus", "num_gpus", "max_restarts",
         "runtime_env", "scheduling_strategy", "continue_without_lost_actors"}``
@@ -222,6 +236,7 @@ class ParallelRolloutCollector:
         main_process_envs: int | None = None,
         store_states: bool = False,
         max_policy_lag: int = 0,
+        policy_inputs: str = "copies",
     ) -> None:
         # First, so that __del__ can close whatever a failing constructor already made.
         self._owner_pid = os.getpid()
@@ -272,6 +287,7 @@ class ParallelRolloutCollector:
             observation_check=check_observation_check(observation_check),
             episode_seeds=check_episode_seeds(episode_seeds),
             store_states=store_states,
+            policy_inputs=check_policy_inputs(policy_inputs),
             batches_recycled=2 + self._max_policy_lag,
             yield_to_learner=bool(self._max_policy_lag) and policy_placement == "workers",
         )

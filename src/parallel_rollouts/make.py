@@ -82,7 +82,8 @@ def make_collector(
         ``policy_placement`` (``"workers"``: with ``backend="async"``, each worker runs
         the policy on its slice for whole rollouts), ``pipelined`` (``backend="async"``
         with the policy here: the policy on one half of the envs while the other half
-        steps), ``context``, ``step_timeout``, ``max_restarts``, ``ray_options``; see
+        steps), ``context``, ``step_timeout``, ``max_restarts``, ``store_states``,
+        ``max_policy_lag``, ``policy_inputs``, ``ray_options``; see
         :class:`ParallelRolloutCollector`.
 
     Raises

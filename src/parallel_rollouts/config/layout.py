@@ -48,6 +48,8 @@ class RolloutLayout:
     typed_actions: bool = False
     #: A recurrent policy's state at every row goes into the batch (``batch.states``).
     store_states: bool = False
+    #: The policy is called with its own ``"copies"`` of each row, or read-only ``"views"`` of the batch.
+    policy_inputs: str = "copies"
     #: Batches whose memory (and, in workers, whose segments' mappings) is kept for recycling.
     batches_recycled: int = 2
     #: Rollout workers lower their scheduling priority while a learner runs beside them.

@@ -8,7 +8,8 @@ Every runner asks this object, and only this object, for storage:
   refuses a segment, a shared working copy that workers write into;
 - ``policy_rows(t, start, stop)`` gives the observation rows the policy is called with:
   private read-only copies of the rows (:mod:`~parallel_rollouts.data.policy_inputs`), never
-  the batch's memory (rows of a working copy are copied into the batch first);
+  the batch's memory, or with ``copy_policy_inputs=False`` read-only views of the batch's
+  rows (rows of a working copy are copied into the batch first);
 - ``finish()`` gives the storage the batch is built from: the same arrays, or the
   caller's private copy of the working storage;
 - ``abandon(rows_done)`` records a dropped rollout.
@@ -25,7 +26,8 @@ the size of the array.
 Storage is written again in two cases: ``reuse_buffers=True`` (the caller asked
 for it), and a fresh batch whose arrays nobody references any more. A returned
 batch is the caller's for as long as the caller (or a view of any of its
-arrays) holds it; the policy's rows are copies and hold nothing of it. Once
+arrays) holds it; the policy's rows are copies and hold nothing of it (views of it, with
+``policy_inputs="views"``, hold it like any other view). Once
 every array is unreferenced, its memory is recycled for a later batch instead
 of being returned to the system and faulted in again page by page, which costs
 more than the rollout's copies for image observations.
@@ -144,8 +146,10 @@ class BatchMemory:
         working: RolloutStorage | None = None,
         segments: SegmentSource | None = None,
         pool_size: int = POOL_SIZE,
+        copy_policy_inputs: bool = True,
     ) -> None:
         self._allocate = allocate
+        self._copy_policy_inputs = copy_policy_inputs
         self._pool_size = pool_size
         self._reuse = bool(reuse_buffers)
         self._working = working
@@ -204,15 +208,17 @@ class BatchMemory:
 
         The rows are the policy's own read-only copies, on every backend and with
         ``reuse_buffers`` either way: a policy may keep them and they never change, and
-        nothing it does to them (NumPy or PyTorch) reaches the batch.
+        nothing it does to them (NumPy or PyTorch) reaches the batch. With
+        ``policy_inputs="views"`` they are read-only views of the batch's rows instead.
         """
+        copies = self._copy_policy_inputs
         if self._target is not None:
             stop = self._written.rewards.shape[1] if stop is None else stop
             for source, destination in zip(self._written.observations, self._target.observations):
                 np.copyto(destination[t, start:stop], source[t, start:stop])
             self._fed_columns[t] += stop - start
-            return policy_rows_of(self._target.observations, t, start, stop)
-        return policy_rows_of(self._written.observations, t, start, stop)
+            return policy_rows_of(self._target.observations, t, start, stop, copies)
+        return policy_rows_of(self._written.observations, t, start, stop, copies)
 
     def finish(self, lost_from_rows: np.ndarray | None = None) -> RolloutStorage:
         """The storage the batch is built from; every row of ``begin()``'s storage is written.

@@ -9,15 +9,43 @@ gets an array over it: every object reachable from the row (its ``base``, the bu
 exporter) is immutable, turning the write flag back on raises ``ValueError``, and what a
 torch policy writes in place lands in that copy alone, never in the batch or in a row
 handed out before. A row is never reused: a policy may keep it and it never changes.
+
+That copy is the one cost the hand-written loop does not pay: on 84x84x4 frames it is about
+as much as the rest of the collector's per-step work. ``policy_inputs="views"`` opts out of
+it: the policy then gets read-only views of the batch's own rows, with the risks
+:data:`POLICY_INPUTS` states.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-__all__ = ["policy_rows_of", "read_only_copy"]
+from ..errors import ConfigurationError
+
+__all__ = ["POLICY_INPUTS", "check_policy_inputs", "policy_rows_of", "read_only_copy", "read_only_view"]
+
+#: What the policy is called with. ``"copies"`` (the default): each row copied for that call
+#: alone, which nothing the policy does can turn into a write of the batch. ``"views"``:
+#: read-only views of the batch's rows, with no copy; a policy that writes its input anyway
+#: (``torch.from_numpy`` or ``torch.as_tensor`` followed by an in-place operation, or turning
+#: the write flag back on) changes the batch, and a row it keeps changes when the batch's
+#: memory is written again (the next collect with ``reuse_buffers=True``, a recycled batch,
+#: a worker's shared columns).
+POLICY_INPUTS = ("copies", "views")
+
+
+def check_policy_inputs(value: Any) -> str:
+    """``value`` if it is one of :data:`POLICY_INPUTS`; else a :class:`ConfigurationError` naming them."""
+    if value not in POLICY_INPUTS:
+        raise ConfigurationError(
+            f"`policy_inputs` must be one of {POLICY_INPUTS!r}; got {value!r}. 'copies' (the default) "
+            "gives the policy its own copy of each row; 'views' skips that copy (faster on large "
+            "observations such as frames) but lets a policy that writes its input change the batch."
+        )
+    return value
 
 
 def read_only_copy(row: np.ndarray) -> np.ndarray:
@@ -30,9 +58,20 @@ def read_only_copy(row: np.ndarray) -> np.ndarray:
     return np.ndarray(row.shape, row.dtype, data)
 
 
-def policy_rows_of(leaves: Sequence[np.ndarray], t: int, start: int = 0, stop: int | None = None) -> list[np.ndarray]:
-    """Row ``t`` of every leaf (``[time, env, ...]``) for env columns ``start:stop``, as private copies."""
+def read_only_view(row: np.ndarray) -> np.ndarray:
+    """A view of ``row`` whose write flag is off (``policy_inputs="views"``): no copy, no guarantee."""
+    view = row.view()
+    view.flags.writeable = False
+    return view
+
+
+def policy_rows_of(
+    leaves: Sequence[np.ndarray], t: int, start: int = 0, stop: int | None = None, copies: bool = True
+) -> list[np.ndarray]:
+    """Row ``t`` of every leaf (``[time, env, ...]``) for env columns ``start:stop``: private
+    copies, or with ``copies=False`` read-only views (see :data:`POLICY_INPUTS`)."""
+    row_of = read_only_copy if copies else read_only_view
     if start == 0 and stop is None:
         # One leaf (a Box or Discrete space) without a comprehension's frame: this runs every row.
-        return [read_only_copy(leaves[0][t])] if len(leaves) == 1 else [read_only_copy(leaf[t]) for leaf in leaves]
-    return [read_only_copy(leaf[t, start:stop]) for leaf in leaves]
+        return [row_of(leaves[0][t])] if len(leaves) == 1 else [row_of(leaf[t]) for leaf in leaves]
+    return [row_of(leaf[t, start:stop]) for leaf in leaves]

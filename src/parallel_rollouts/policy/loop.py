@@ -37,8 +37,12 @@ class RolloutLoop:
         policy: Callable[..., Any],
         env_start: int = 0,
         store_states: bool = False,
+        copy_inputs: bool = True,
     ) -> None:
         self._observation_layout = observation_layout
+        #: Whether the policy gets its own copy of each row (``policy_inputs="copies"``) or a
+        #: read-only view of the batch's (``"views"``, and the sampler, which only reads them).
+        self.copy_inputs = copy_inputs
         self._nested = observation_layout.is_nested
         self.output_writer = output_writer
         self.policy = policy
@@ -68,7 +72,8 @@ class RolloutLoop:
         """
         if policy_rows is None:
             observations = storage.observations
-            policy_rows = lambda t: policy_rows_of(observations, t)  # noqa: E731
+            copies = self.copy_inputs
+            policy_rows = lambda t: policy_rows_of(observations, t, copies=copies)  # noqa: E731
         if is_recurrent(self.policy):
             self._run_recurrent(storage, step, policy_rows, on_step_error)
             return
@@ -147,12 +152,12 @@ class RolloutLoop:
             self._carrier.abandon(steps_done)
 
     def act(self, t: int, storage: RolloutStorage, rows: list[np.ndarray] | None = None) -> None:
-        """Call the policy on ``rows`` (default: private read-only copies of row ``t``); write its
-        checked output into row ``t``. The policy cannot corrupt the batch through ``rows``.
+        """Call the policy on ``rows`` (default: row ``t`` as the loop hands it out, private
+        read-only copies unless ``policy_inputs="views"``); write its checked output into row ``t``.
         A recurrent policy's rollout is begun with :meth:`begin_rows`.
         """
         if rows is None:
-            rows = policy_rows_of(storage.observations, t)
+            rows = policy_rows_of(storage.observations, t, copies=self.copy_inputs)
         observations = self._observation_layout.unflatten(rows) if self._nested else rows[0]
         if self._carrier is not None and is_recurrent(self.policy):
             output = self._carrier.call(self.policy, t, observations)
@@ -164,7 +169,9 @@ class RolloutLoop:
 def build_loop(layout: RolloutLayout, policy: Callable[[Any], Any] | None, start: int, stop: int) -> RolloutLoop:
     """The loop of envs ``start .. stop - 1``: ``policy`` (``None``: each env samples from its own
     seeded copy of the action space) and a writer that checks its output for those envs."""
+    # The sampler never looks at its observations: a copy of them would be work for nothing.
+    copy_inputs = policy is not None and layout.policy_inputs == "copies"
     if policy is None:
         policy = RandomActionSampler(layout.action_layout, layout.root_seed, range(start, stop))
     writer = PolicyOutputWriter(layout.action_layout, stop - start, layout.core, layout.column_agents[start:stop], start)
-    return RolloutLoop(layout.observation_layout, writer, policy, start, layout.store_states)
+    return RolloutLoop(layout.observation_layout, writer, policy, start, layout.store_states, copy_inputs)

@@ -77,10 +77,10 @@ class SliceRollout:
         group, loop = self.group, self.loop
         group.begin(storage)
         self._env_failed = False
-        # The loop's own rows: private read-only copies, whatever storage this is (a worker's
-        # shared columns that the next rollout rewrites, an actor's batch).
-        observations = storage.observations
-        rows = cancellable(lambda t: policy_rows_of(observations, t), cancel)
+        # The loop's own rows: private read-only copies (unless policy_inputs="views"), whatever
+        # storage this is (a worker's shared columns that the next rollout rewrites, an actor's batch).
+        observations, copies = storage.observations, loop.copy_inputs
+        rows = cancellable(lambda t: policy_rows_of(observations, t, copies=copies), cancel)
         try:
             loop.run(storage, group.step, rows, self._note_env_failure)
         except Exception as error:

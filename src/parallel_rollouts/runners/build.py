@@ -86,7 +86,8 @@ def build_runner(
     try:
         layout = stepper.layout
         memory = BatchMemory(
-            layout.allocate_storage, reuse_buffers, stepper.working_storage, stepper.batch_segments, layout.batches_recycled
+            layout.allocate_storage, reuse_buffers, stepper.working_storage, stepper.batch_segments,
+            layout.batches_recycled, copy_policy_inputs=policy is not None and layout.policy_inputs == "copies",
         )
         if pipelined:
             from .pipelined import PipelinedRunner
