@@ -51,7 +51,7 @@ __all__ = ["FRONT_DOORS", "main", "measure_workload"]
 
 #: Contender names, in the order of the tables.
 FRONT_DOORS = (
-    "vector-env/sync", "vector-env/async", "sb3/dummy", "sb3/sync", "sb3/async",
+    "vector-env/sync", "vector-env/async", "sb3/dummy", "sb3/sync", "sb3/async", "sb3/async/first-seed",
     "collector/sync", "collector/async", "hand-loop", "hand-loop/2proc", "bare-loop", "bare-loop/2proc",
 )
 #: (numerator, denominator): the speed of the first over the second, per round.
@@ -59,6 +59,8 @@ RATIOS = {
     "vector-env async / sync": ("vector-env/async", "vector-env/sync"),
     "sb3 async / DummyVecEnv": ("sb3/async", "sb3/dummy"),
     "sb3 async / sb3 sync": ("sb3/async", "sb3/sync"),
+    # Opt-in: only each env's first episode seeded, as DummyVecEnv (episode_seeds="first").
+    "sb3 async, first seed only / DummyVecEnv": ("sb3/async/first-seed", "sb3/dummy"),
     "collector async / sync": ("collector/async", "collector/sync"),
     "two hand loops / one": ("hand-loop/2proc", "hand-loop"),
     # The ceiling: two bare loops send back only a count (two hand loops pickle their half of
@@ -125,7 +127,8 @@ def _build(name: str, workload: Workload, num_envs: int, steps: int):
         from parallel_rollouts.sb3 import ParallelVecEnv
 
         kind = name.split("/")[1]
-        env = DummyVecEnv(fns) if kind == "dummy" else ParallelVecEnv(fns, kind, seed=0)
+        episode_seeds = "first" if name.endswith("/first-seed") else "every"
+        env = DummyVecEnv(fns) if kind == "dummy" else ParallelVecEnv(fns, kind, seed=0, episode_seeds=episode_seeds)
         return _VectorSteps(name, env, steps, sb3=True)
     if name.startswith("collector/"):
         return _Collects(name, ParallelRolloutCollector(fns, None, name.split("/")[1], horizon=steps, seed=0))

@@ -129,7 +129,9 @@ def test_an_env_error_in_a_doorbell_step_comes_back_over_the_pipe_naming_the_env
 
 
 class BigFrameEnv(gym.Env):
-    """160 KB observations and one-step episodes: every step's reply carries a final observation."""
+    """160 KB observations and one-step episodes, whose final info holds the frame again: every
+    step's reply carries a 160 KB final info (the final observation itself travels through the
+    shared ``final_observations`` row)."""
 
     def __init__(self) -> None:
         self.observation_space = gym.spaces.Box(0, 255, (200, 200, 4), np.uint8)
@@ -140,11 +142,12 @@ class BigFrameEnv(gym.Env):
         return self.observation_space.sample(), {}
 
     def step(self, action):
-        return np.full((200, 200, 4), int(action) + 1, dtype=np.uint8), 1.0, True, False, {}
+        frame = np.full((200, 200, 4), int(action) + 1, dtype=np.uint8)
+        return frame, 1.0, True, False, {"frame": frame.copy()}
 
 
 def test_a_reply_far_larger_than_a_pipe_buffer_comes_back_whole(no_leaks):
-    # Same-step autoreset: each step's reply holds the ended episodes' final observations
+    # Same-step autoreset: each step's reply holds the ended episodes' final infos
     # (4 x 160 KB), which the worker writes while the main process reads.
     # A time limit makes a reply stuck in a full pipe a failure, not a hang.
     env = ParallelVectorEnv([BigFrameEnv] * 4, autoreset_mode="SameStep", num_workers=1, main_process_envs=0, step_timeout=60)
@@ -154,8 +157,10 @@ def test_a_reply_far_larger_than_a_pipe_buffer_comes_back_whole(no_leaks):
         for action in (0, 1, 0):
             _, _, terminations, _, infos = env.step(np.full(4, action))
             assert terminations.all()
-            for final in infos["final_obs"]:
-                np.testing.assert_array_equal(final, np.full((200, 200, 4), action + 1, dtype=np.uint8))
+            expected = np.full((200, 200, 4), action + 1, dtype=np.uint8)
+            for final, final_info in zip(infos["final_obs"], infos["final_info"]["frame"]):
+                np.testing.assert_array_equal(final, expected)
+                np.testing.assert_array_equal(final_info, expected)
     finally:
         env.close()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from contextlib import closing
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import data_equivalence
@@ -267,3 +268,92 @@ def test_closing_a_ready_vector_env_moves_it_to_closed_once():
     env.close()  # idempotent: nothing is released twice
     with pytest.raises(VectorEnvClosedError, match=r"^this ParallelVectorEnv is closed; create a new one\.$"):
         env.call("render")
+
+
+class _InfoCartPole(gym.Wrapper):
+    """CartPole with a non-empty info at every step and reset: an ended env reports a final info
+    beside the terminal observation that travels through shared memory, then a reset info."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self._steps = 0
+
+    def reset(self, **kwargs):
+        observation, info = self.env.reset(**kwargs)
+        return observation, {**info, "resets": np.int64(self._steps)}
+
+    def step(self, action):
+        self._steps += 1
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        return observation, reward, terminated, truncated, {**info, "steps": self._steps}
+
+
+class _Float64CartPole(gym.Wrapper):
+    """CartPole whose observations are float64 for its float32 space: a terminal observation that
+    is not the space's own dtype is sent whole, as the env returned it."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+
+    def reset(self, **kwargs):
+        observation, info = self.env.reset(**kwargs)
+        return observation.astype(np.float64), info
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        return observation.astype(np.float64), reward, terminated, truncated, info
+
+
+@pytest.mark.parametrize("backend", ["sync", "async"])
+@pytest.mark.parametrize("factory", [_InfoCartPole, _Float64CartPole], ids=["infos", "float64"])
+def test_same_step_terminal_observations_and_infos_match_sync_vector_env(factory, backend):
+    reference = SyncVectorEnv([factory] * NUM_ENVS, autoreset_mode=AutoresetMode.SAME_STEP)
+    extra = {"num_workers": 2} if backend == "async" else {}
+    ours = ParallelVectorEnv([factory] * NUM_ENVS, backend=backend, autoreset_mode=AutoresetMode.SAME_STEP, **extra)
+    try:
+        _assert_same(reference.reset(seed=5), ours.reset(seed=5), "reset")
+        ended = 0
+        for t in range(120):
+            actions = np.full(NUM_ENVS, t % 2)
+            expected = reference.step(actions)
+            _assert_same(expected, ours.step(actions), f"step {t}")
+            ended += int(np.sum(expected[2] | expected[3]))
+        assert ended > 0, "the run must cross episode ends"
+    finally:
+        reference.close()
+        ours.close()
+
+
+@pytest.mark.parametrize("backend", ["sync", "async"])
+def test_ready_first_same_step_returns_each_ended_envs_terminal_observation(backend):
+    """recv() of envs whose episode ended: their ``final_obs`` is the observation their step returned."""
+    extra = {"num_workers": 2} if backend == "async" else {}
+    env = ParallelVectorEnv(
+        [_InfoCartPole] * NUM_ENVS, backend=backend, autoreset_mode=AutoresetMode.SAME_STEP, batch_size=2, **extra
+    )
+    twins = [_InfoCartPole() for _ in range(NUM_ENVS)]  # each env's replica, stepped alike
+    try:
+        env.reset(seed=[0, 1, 2, 3])
+        for index, twin in enumerate(twins):
+            twin.reset(seed=index)
+        ended, actions = 0, {}
+        env.send(np.zeros(NUM_ENVS, dtype=np.int64), np.arange(NUM_ENVS))
+        actions.update({index: 0 for index in range(NUM_ENVS)})
+        for _ in range(200):
+            observations, _, terminations, truncations, infos = env.recv()
+            for position, index in enumerate(infos["env_id"].tolist()):
+                expected, _, terminated, truncated, _ = twins[index].step(actions[index])
+                assert (terminations[position], truncations[position]) == (terminated, truncated)
+                if terminated or truncated:
+                    ended += 1
+                    assert infos["_final_obs"][position] and infos["final_info"]["steps"][position] > 0
+                    np.testing.assert_array_equal(infos["final_obs"][position], expected)
+                    expected, _ = twins[index].reset()
+                np.testing.assert_array_equal(observations[position], expected)
+            actions.update({index: 1 - (index % 2) for index in infos["env_id"].tolist()})
+            env.send(np.array([actions[index] for index in infos["env_id"].tolist()]), infos["env_id"])
+        assert ended > 0
+    finally:
+        env.close()
+        for twin in twins:
+            twin.close()

@@ -29,7 +29,7 @@ from .checks.factories import not_an_env
 from .groups.single_envs import close_each
 from .groups import make_all, resolve_layout, spaces_per_env
 from .groups.agents import is_parallel_env
-from .groups.gymnasium_envs import GymnasiumGroup, build_gymnasium_group
+from .groups.gymnasium_envs import GymnasiumGroup, build_gymnasium_group, with_final_observations
 from .core.selector import load_core
 from .errors import ConfigurationError, ResetNeededError, VectorEnvClosedError
 from .runners.lifecycle import Lifecycle, RunnerState
@@ -397,6 +397,10 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
             )
         self._action_writer.write(self._action_checker.check(actions))
         parts = self._step_groups()
+        if self._stores_finals():
+            ended = np.flatnonzero(self._storage.terminations[0] | self._storage.truncations[0]).tolist()
+            # One part in env order (the groups' parts follow one another in env order).
+            parts = [self._with_finals([event for part in parts for event in part or ()], ended)]
         storage = self._storage
         return (
             self._observations(),
@@ -405,6 +409,23 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
             storage.truncations[0].copy(),
             parts,
         )
+
+    def _stores_finals(self) -> bool:
+        """Whether ended envs' terminal observations may arrive through ``final_observations``
+        (``SAME_STEP`` mode, single-agent groups: :func:`~.groups.gymnasium_envs.with_final_observations`)."""
+        return self.autoreset_mode is AutoresetMode.SAME_STEP and not self._column_envs.size
+
+    def _with_finals(self, events: list | None, ended: list[int]) -> list | None:
+        final_leaves = [leaf[0] for leaf in self._storage.final_observations]
+        return with_final_observations(events, ended, final_leaves, self._observation_layout)
+
+    def _finished(self, ids: np.ndarray, events: list | None) -> None:
+        """Book envs ``ids`` (sorted) as stepped, with their events (terminal observations restored)."""
+        if self._stores_finals():
+            storage = self._storage
+            ended = np.sort(ids[storage.terminations[0][ids] | storage.truncations[0][ids]]).tolist()
+            events = self._with_finals(events, ended)
+        self._ready_first.finished(ids, events)
 
     def _check_reset(self, method: str) -> None:
         if self._never_reset.any():
@@ -453,7 +474,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         if self._group is not None:
             ids = np.sort(ids)
             events = self._guarded(self._group.step, 0, ids.tolist())
-            ready_first.finished(ids, events)
+            self._finished(ids, events)
             return
         if self._worker_starts is None:  # a worker's columns never change, replaced or not
             self._worker_starts = np.array([worker.start for worker in self._backend.workers], dtype=np.int64)
@@ -529,7 +550,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
                 reply = pool.receive([worker], steps=0)
                 pool.raise_failures(reply)
                 events = pickle.loads(reply[0][1:]) if reply[0][:1] == self._worker.FINISHED else None
-                self._ready_first.finished(self._stepping.pop(worker.index), events)
+                self._finished(self._stepping.pop(worker.index), events)
                 queued = self._queued.pop(worker.index, None)
                 if queued:
                     self._post(worker, np.concatenate(queued))

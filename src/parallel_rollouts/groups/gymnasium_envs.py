@@ -10,6 +10,14 @@ order, so that the main process merges them with ``VectorEnv._add_info`` in
 the same order ``SyncVectorEnv`` does. A step whose envs all returned empty
 infos reports ``None``: nothing is pickled on the fast path.
 
+In ``SAME_STEP`` mode the terminal observation of an env whose episode ended
+travels like the observations, through row 0 of the storage's
+``final_observations``, whenever it is an array of the space's own dtype and
+shape (a single-leaf space): its event then carries only a non-empty final info
+(:class:`FinalInfo`), or is left out, and :func:`with_final_observations` puts the
+``{"final_obs", "final_info"}`` event back in the main process. Episode ends then
+cost no pickling either; any other terminal observation is sent in its event.
+
 The storage's actions are typed (:mod:`~parallel_rollouts.data.typed_actions`):
 each env receives a row of the array the caller passed, with the caller's
 dtype, as ``SyncVectorEnv`` hands it out.
@@ -37,9 +45,48 @@ from ..data.typed_actions import TypedActionReader
 from .agents import is_parallel_env
 from .single_envs import close_each, describe_failure
 
-__all__ = ["GymnasiumGroup", "build_gymnasium_group"]
+__all__ = ["FinalInfo", "GymnasiumGroup", "build_gymnasium_group", "with_final_observations"]
 
 InfoEvents = list  # [(global env index, info dict), ...] in env order
+
+
+class FinalInfo:
+    """The final info of an ended env whose terminal observation is in ``final_observations`` row 0."""
+
+    __slots__ = ("info",)
+
+    def __init__(self, info: dict) -> None:
+        self.info = info
+
+    def __reduce__(self):
+        return FinalInfo, (self.info,)
+
+
+def with_final_observations(events: InfoEvents | None, ended: list[int], final_leaves: list[np.ndarray], layout) -> InfoEvents | None:
+    """``events`` with the ``(index, {"final_obs", "final_info"})`` event of every env in ``ended``
+    (global indices, increasing) in its place, the terminal observations of those a group stored
+    read (copied) from ``final_leaves`` (row 0 of ``final_observations``, one array per leaf)."""
+    if not ended:
+        return events
+    restored: InfoEvents = []
+    pending = iter(events or ())
+    event = next(pending, None)
+    for index in ended:
+        while event is not None and event[0] < index:
+            restored.append(event)
+            event = next(pending, None)
+        if event is not None and event[0] == index and not isinstance(event[1], FinalInfo):
+            continue  # sent whole ({"final_obs", "final_info"}), first among the env's events
+        final_info = {}
+        if event is not None and event[0] == index:
+            final_info = event[1].info
+            event = next(pending, None)
+        observation = layout.unflatten([leaf[index].copy() for leaf in final_leaves])
+        restored.append((index, {"final_obs": observation, "final_info": final_info}))
+    while event is not None:
+        restored.append(event)
+        event = next(pending, None)
+    return restored or None
 
 
 def build_gymnasium_group(
@@ -73,6 +120,10 @@ class GymnasiumGroup:
         self._action_layout = layout.action_layout
         self._core = layout.core
         self._autoreset = np.zeros(self.num_envs, dtype=bool)
+        # A terminal observation that is an array of exactly this (single leaf's) dtype and shape
+        # is stored, not sent: see with_final_observations.
+        leaf = layout.observation_layout.leaves[0]
+        self._final_shape = None if layout.observation_layout.is_nested else (leaf.dtype, leaf.shape)
         self._storage: RolloutStorage | None = None
         self._writers: list = []
         self._actions: TypedActionReader | None = None
@@ -115,7 +166,12 @@ class GymnasiumGroup:
                         )
                     observation, reward, terminated, truncated, info = env.step(actions[column])
                     if mode is AutoresetMode.SAME_STEP and (terminated or truncated):
-                        events.append((index, {"final_obs": observation, "final_info": info}))
+                        if self._stores_final(observation):
+                            storage.final_observations[0][0, column] = observation
+                            if info:
+                                events.append((index, FinalInfo(info)))
+                        else:
+                            events.append((index, {"final_obs": observation, "final_info": info}))
                         observation, info = env.reset()
             except Exception as error:
                 failures.append((describe_failure(index, "step", error), error))
@@ -204,6 +260,14 @@ class GymnasiumGroup:
             env.set_wrapper_attr(name, value)
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _stores_final(self, observation: Any) -> bool:
+        """Whether a terminal observation goes through ``final_observations`` (exactly storable)."""
+        final = self._final_shape
+        return (
+            final is not None and type(observation) is np.ndarray and observation.dtype == final[0]
+            and observation.dtype.isnative and observation.shape == final[1]
+        )
 
     def _split_actions(self, leaf_rows: list[np.ndarray]) -> list:
         """One action per env, as ``gymnasium.vector.utils.iterate`` hands them out."""

@@ -45,7 +45,7 @@ from ..checks.conversion import convert_row, explain_rejected_row
 from ..errors import ConfigurationError, ObservationError, SpaceError
 from .actions import batch_per_env_actions, whole_float_actions
 from .env_side import NOT_ASKED, RAISED, RESTART_STREAM, make_seeded_episode_env
-from ..config.seeding import EpisodeSeeds, draw_root_seed, episode_seed, validate_seed
+from ..config.seeding import EpisodeSeeds, check_episode_seeds, draw_root_seed, episode_seed, validate_seed
 from ..data.spaces import SpaceLayout
 from ..vector_env import ParallelVectorEnv, check_env_factories
 
@@ -66,6 +66,14 @@ class ParallelVecEnv(VecEnv):
     seed:
         Root seed of the episode seeds; ``None`` draws one (see :attr:`root_seed`).
         ``seed(s)`` later starts a new stream at root ``s`` from the next ``reset()``.
+    episode_seeds:
+        ``"every"`` (default): every episode is reset with its own seed from ``seed``,
+        autoresets included, so each is replayable alone (:meth:`episode_seeds` lists
+        them). ``"first"``: only each env's first episode after ``seed`` (and after each
+        ``seed()``) is seeded; later ones continue the env's generator, as ``DummyVecEnv``'s
+        autoresets do, and are listed with seed -1. The run stays reproducible from
+        ``seed``; it saves the generator Gymnasium builds per seeded reset (on CartPole,
+        about 17 µs a reset, some 5% of a sync step of 16 envs).
     num_workers:
         As for :class:`~parallel_rollouts.ParallelVectorEnv`: ``"async"``'s worker
         processes.
@@ -103,6 +111,7 @@ class ParallelVecEnv(VecEnv):
         backend: str = "async",
         *,
         seed: int | None = None,
+        episode_seeds: str = "every",
         num_workers: int | None = None,
         context: str | None = None,
         step_timeout: float | None = None,
@@ -125,7 +134,10 @@ class ParallelVecEnv(VecEnv):
             context = start_method
         check_env_factories(env_fns)
         root_seed = draw_root_seed() if seed is None else validate_seed(seed)
-        factories = [partial(make_seeded_episode_env, env_fn, index, root_seed) for index, env_fn in enumerate(env_fns)]
+        every_episode = check_episode_seeds(episode_seeds) == "every"
+        factories = [
+            partial(make_seeded_episode_env, env_fn, index, root_seed, every_episode) for index, env_fn in enumerate(env_fns)
+        ]
         self._vector_env = ParallelVectorEnv(
             factories,
             backend=backend,
@@ -148,6 +160,7 @@ class ParallelVecEnv(VecEnv):
             # Episode seeds: streams left behind by seed() as (root, episodes per env), then the current one.
             self._past_streams: list[tuple[int, np.ndarray]] = []
             self._root_seed = root_seed
+            self._every_episode = every_episode
             # Episodes begun per factory (a multi-agent env's agents share its episodes).
             self._episodes = np.zeros(len(env_fns), dtype=np.int64)
             # The factory each sub-env comes from: itself, or, with multi-agent envs, the env of
@@ -189,7 +202,8 @@ class ParallelVecEnv(VecEnv):
     def episode_seeds(self) -> list[list[int]]:
         """Per env, the reset seed of every episode it has begun, in order (the current one last).
 
-        With multi-agent envs, every agent's sub-env lists the episodes of its env.
+        With multi-agent envs, every agent's sub-env lists the episodes of its env. With
+        ``episode_seeds="first"``, an episode that continued its env's generator is listed as -1.
         """
         streams = self._past_streams + [(self._root_seed, self._episodes)]
         recorded: list[list[int]] = []
@@ -197,7 +211,9 @@ class ParallelVecEnv(VecEnv):
             seeds: list[int] = []
             for root, counts in streams:
                 stream = EpisodeSeeds(root, factory)
-                seeds.extend(stream.seed_of(k) for k in range(int(counts[factory])))
+                seeds.extend(
+                    stream.seed_of(k) if self._every_episode or k == 0 else -1 for k in range(int(counts[factory]))
+                )
             recorded.append(seeds)
         return recorded
 

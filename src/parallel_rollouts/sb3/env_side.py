@@ -6,7 +6,9 @@ Stable-Baselines3, so that worker processes never load it (nor PyTorch):
 
 - **Every reset is seeded** from the collector's scheme
   (:mod:`~parallel_rollouts.config.seeding`): episode ``k`` of env ``i`` under root
-  seed ``r`` is reset with ``episode_seed(r, i, k)``, autoresets included. The
+  seed ``r`` is reset with ``episode_seed(r, i, k)``, autoresets included (with
+  ``episode_seeds="first"``, only episode 0 of each stream; the others continue the
+  env's generator, as ``DummyVecEnv``'s do). The
   main process counts episodes the same way, so it knows every seed without
   being told. A reset whose options hold :data:`RESTART_STREAM` starts a new
   stream (root seed given, episode count back to 0); that is how ``seed()``
@@ -39,36 +41,45 @@ RESTART_STREAM = "parallel_rollouts.restart_seed_stream"
 NOT_ASKED, RETURNED, RAISED = 0, 1, 2
 
 
-def make_seeded_episode_env(env_fn: Callable[[], gym.Env], env_index: int, root_seed: int) -> Any:
+def make_seeded_episode_env(
+    env_fn: Callable[[], gym.Env], env_index: int, root_seed: int, every_episode: bool = True
+) -> Any:
     """Call the user's factory and wrap what it returns (the factory each process calls): a
     :class:`SeededEpisodeEnv` around a single env, a :class:`SeededEpisodeAgents` around a
-    PettingZoo parallel env."""
+    PettingZoo parallel env. ``every_episode=False``: only each stream's first reset is seeded."""
     env = env_fn()
     if hasattr(env, "possible_agents") and not isinstance(env, gym.Env):
         # An AEC env is refused here, before the wrapper hides what tells it apart.
         check_parallel_env(env, f"env_fns[{env_index}]")
-        return SeededEpisodeAgents(env, env_index, root_seed)
+        return SeededEpisodeAgents(env, env_index, root_seed, every_episode)
     if not isinstance(env, gym.Env):
         raise not_an_env(f"env_fns[{env_index}]", env, vector_envs=False)
-    return SeededEpisodeEnv(env, env_index, root_seed)
+    return SeededEpisodeEnv(env, env_index, root_seed, every_episode)
 
 
 class _SeedStream:
-    """The episode seeds of env ``env_index`` under a root seed, in order; restarted by an option."""
+    """The episode seeds of env ``env_index`` under a root seed, in order; restarted by an option.
 
-    def __init__(self, env_index: int, root_seed: int) -> None:
+    With ``every_episode=False`` only the stream's first episode gets its seed; the later ones
+    get ``None`` (the env continues its own generator).
+    """
+
+    def __init__(self, env_index: int, root_seed: int, every_episode: bool = True) -> None:
         self.seeded_env_index = env_index
         self._seed_stream = EpisodeSeeds(root_seed, env_index)
         self._next_episode = 0
+        self._every_episode = every_episode
 
-    def next_seed(self, seed: int | None, options: dict | None) -> tuple[int, dict | None]:
-        """The seed of the reset about to happen (``seed`` itself when given) and the options left."""
+    def next_seed(self, seed: int | None, options: dict | None) -> tuple[int | None, dict | None]:
+        """The seed of the reset about to happen (``seed`` itself when given; ``None``: unseeded)
+        and the options left."""
         if options and RESTART_STREAM in options:
             options = dict(options)
             self._seed_stream = EpisodeSeeds(int(options.pop(RESTART_STREAM)), self.seeded_env_index)
             self._next_episode = 0
         if seed is None:
-            seed = self._seed_stream.seed_of(self._next_episode)
+            if self._every_episode or self._next_episode == 0:
+                seed = self._seed_stream.seed_of(self._next_episode)
             self._next_episode += 1
         return seed, options
 
@@ -81,10 +92,10 @@ class SeededEpisodeAgents:
     factory's index). Per-env requests name factories: each answers on the env it wraps.
     """
 
-    def __init__(self, env: Any, env_index: int, root_seed: int) -> None:
+    def __init__(self, env: Any, env_index: int, root_seed: int, every_episode: bool = True) -> None:
         self.env = env
         self.possible_agents = list(env.possible_agents)
-        self._stream = _SeedStream(env_index, root_seed)
+        self._stream = _SeedStream(env_index, root_seed, every_episode)
 
     @property
     def seeded_env_index(self) -> int:
@@ -138,10 +149,13 @@ class SeededEpisodeAgents:
 class SeededEpisodeEnv(gym.Wrapper):
     """One env whose every reset takes the next seed of its stream."""
 
-    def __init__(self, env: gym.Env, env_index: int, root_seed: int) -> None:
+    def __init__(self, env: gym.Env, env_index: int, root_seed: int, every_episode: bool = True) -> None:
         super().__init__(env)
         self.seeded_env_index = env_index
-        self._stream = _SeedStream(env_index, root_seed)
+        self._stream = _SeedStream(env_index, root_seed, every_episode)
+        # Steps go straight to the env: this wrapper changes only resets, and a wrapper's
+        # `step` frame on every env step costs more than the vector step's own bookkeeping.
+        self.step = env.step
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         seed, options = self._stream.next_seed(seed, options)
