@@ -42,6 +42,15 @@ Contenders, by name (``processes`` in the report says how many processes each us
     count per collect: the stricter reference, the ceiling of any runner that uses two
     worker processes on this machine (how much of a second core two busy processes get).
     Three processes.
+``hand-loop/shm/K``
+    ``K`` hand loops, each on its share of the envs, in ``K`` processes writing their columns
+    of the rollout straight into ``[T, N, ...]`` arrays in shared memory; the one exchange per
+    collect is a message each way. What a competent user writes to use ``K`` cores on large
+    observations (frames) without a framework; the ceiling of the ``K``-worker sweep
+    (``--workers-sweep``). ``K + 1`` processes; single-array spaces only.
+``async/workers/K``, ``async/K``
+    Rollout workers (``policy_placement="workers"``) and per-step ``async`` with
+    ``num_workers=K`` (for ``async/K`` this process then steps no envs itself).
 ``gym-sync``
     A CleanRL-style storage loop (preallocated ``[T, N, ...]`` arrays) over Gymnasium's
     ``SyncVectorEnv(copy=False)``. One process.
@@ -67,6 +76,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from typing import Any, Protocol
 
 import gymnasium as gym
@@ -131,11 +141,30 @@ class Contender(Protocol):
     def close(self) -> None: ...
 
 
+#: ``hand-loop/shm/K``, ``async/workers/K`` and ``async/K``: the K-worker sweep's contenders.
+SWEEP_CONTENDER = re.compile(r"^(hand-loop/shm|async/workers|async)/(\d+)$")
+
+
+def sweep_contenders(cores: int, num_envs: int) -> list[str]:
+    """The ``--workers-sweep`` contenders: for K = 1, 2, 4, ... up to ``cores`` (and ``num_envs``),
+    K independent hand loops (the hand loop itself for K = 1), rollout workers and per-step async."""
+    names, k = [], 1
+    while k <= min(cores, num_envs):
+        names += ["hand-loop" if k == 1 else f"hand-loop/shm/{k}", f"async/workers/{k}", f"async/{k}"]
+        k *= 2
+    return names
+
+
 def unavailable_reason(name: str, workload: Workload, num_envs: int = 2) -> str | None:
     """Why ``name`` cannot run ``workload`` with ``num_envs`` envs here (a package missing, no
     equivalent env, too few envs to split), else ``None``."""
     if name.endswith("/2proc") and num_envs < 2:
         return "two processes need at least two envs"
+    sweep = SWEEP_CONTENDER.match(name)
+    if sweep and int(sweep.group(2)) > num_envs:
+        return f"{sweep.group(2)} processes need at least as many envs"
+    if sweep and sweep.group(1) == "hand-loop/shm" and workload.name == "dict_obs":
+        return "the shared-memory loops store single-array spaces only"
     if name == "envpool":
         if importlib.util.find_spec("envpool") is None:
             return "envpool is not installed (pip install envpool)"
@@ -183,9 +212,12 @@ def select(storage: Any, index: Any) -> Any:
 class CollectorContender:
     """``ParallelRolloutCollector`` with the settings ``COLLECTOR_CONTENDERS[name]``."""
 
-    def __init__(self, name: str, workload: Workload, num_envs: int, horizon: int, seed: int, num_workers: int | None) -> None:
+    def __init__(
+        self, name: str, workload: Workload, num_envs: int, horizon: int, seed: int, num_workers: int | None,
+        options: dict | None = None,
+    ) -> None:
         self.name = name
-        options = dict(COLLECTOR_CONTENDERS[name])
+        options = dict(COLLECTOR_CONTENDERS[name] if options is None else options)
         backend = options.pop("backend")
         if backend == "async" and num_workers is not None:
             options["num_workers"] = num_workers
@@ -504,18 +536,116 @@ class TwoProcesses:
         return useful
 
     def close(self) -> None:
-        for connection in self._connections:
-            try:
-                connection.send_bytes(b"stop")
-            except OSError:
-                pass
-            connection.close()
-        for worker in self._workers:
-            worker.join(10)
-            if worker.is_alive():
-                worker.kill()
-                worker.join()
+        _stop_processes(self._connections, self._workers)
         self._connections, self._workers = [], []
+
+
+def _stop_processes(connections: list, workers: list) -> None:
+    for connection in connections:
+        try:
+            connection.send_bytes(b"stop")
+        except OSError:
+            pass
+        connection.close()
+    for worker in workers:
+        worker.join(10)
+        if worker.is_alive():
+            worker.kill()
+            worker.join()
+
+
+def _shared_fields(env: gym.Env, horizon: int, num_envs: int) -> dict[str, tuple[tuple, np.dtype]]:
+    """The rollout fields the shared-memory loops write, as ``{name: (shape, dtype)}``."""
+    return {
+        "observations": ((horizon, num_envs) + env.observation_space.shape, env.observation_space.dtype),
+        "actions": ((horizon, num_envs) + env.action_space.shape, env.action_space.dtype),
+        "rewards": ((horizon, num_envs), np.dtype(np.float32)),
+        "dones": ((horizon, num_envs), np.dtype(np.float32)),
+    }
+
+
+def _shared_loop_process(
+    connection, workload_name: str, names: dict, num_envs: int, share: tuple[int, int], horizon: int, seed: int
+) -> None:
+    from multiprocessing import shared_memory
+
+    from .workloads import get_workload
+
+    start, stop = share
+    workload = get_workload(workload_name)
+    loop = HandLoop(workload, stop - start, horizon, seed, reseed=False, first_column=start)
+    segments = []
+    try:
+        env = loop.envs[0]
+        for field, (shape, dtype) in _shared_fields(env, horizon, num_envs).items():
+            # The parent owns the segment and unlinks it; this process only maps it.
+            segment = shared_memory.SharedMemory(name=names[field])
+            segments.append(segment)
+            # The loop writes its columns of the shared arrays in place: no copy per collect.
+            setattr(loop, field, np.ndarray(shape, dtype, segment.buf)[:, start:stop])
+        while connection.recv_bytes() == b"collect":
+            connection.send_bytes(str(loop.collect()).encode())
+    finally:
+        loop.close()
+        for field in _shared_fields(env, horizon, num_envs):
+            setattr(loop, field, None)  # no view may outlive the mapping
+        for segment in segments:
+            segment.close()
+
+
+class SharedMemoryLoops:
+    """``hand-loop/shm/K``: K hand loops in K processes, their columns written into shared memory."""
+
+    def __init__(self, workload: Workload, num_envs: int, horizon: int, seed: int, k: int) -> None:
+        import multiprocessing
+        from multiprocessing import shared_memory
+
+        self.name = f"hand-loop/shm/{k}"
+        self.processes = k + 1
+        self._connections, self._workers, self._segments = [], [], []
+        env = workload.env_factory()
+        try:
+            fields = _shared_fields(env, horizon, num_envs)
+        finally:
+            env.close()
+        try:
+            self.arrays = {}
+            for field, (shape, dtype) in fields.items():
+                segment = shared_memory.SharedMemory(create=True, size=max(1, int(np.prod(shape)) * dtype.itemsize))
+                self._segments.append(segment)
+                self.arrays[field] = np.ndarray(shape, dtype, segment.buf)
+            names = {field: segment.name for field, segment in zip(fields, self._segments)}
+            bounds = np.linspace(0, num_envs, k + 1).astype(int)
+            context = multiprocessing.get_context("spawn")
+            for index in range(k):
+                parent, child = context.Pipe()
+                share = (int(bounds[index]), int(bounds[index + 1]))
+                worker = context.Process(
+                    target=_shared_loop_process,
+                    args=(child, workload.name, names, num_envs, share, horizon, seed + index),
+                    daemon=True,
+                )
+                worker.start()
+                child.close()
+                self._connections.append(parent)
+                self._workers.append(worker)
+        except BaseException:
+            self.close()
+            raise
+
+    def collect(self) -> int:
+        for connection in self._connections:
+            connection.send_bytes(b"collect")
+        return sum(int(connection.recv_bytes()) for connection in self._connections)
+
+    def close(self) -> None:
+        _stop_processes(self._connections, self._workers)
+        self._connections, self._workers = [], []
+        self.arrays = {}
+        for segment in self._segments:
+            segment.close()
+            segment.unlink()
+        self._segments = []
 
 
 def make_contender(
@@ -527,6 +657,14 @@ def make_contender(
     reason = unavailable_reason(name, workload, num_envs)
     if reason is not None:
         raise ValueError(f"contender {name!r} cannot run here: {reason}.")
+    sweep = SWEEP_CONTENDER.match(name)
+    if sweep and sweep.group(1) == "hand-loop/shm":
+        return SharedMemoryLoops(workload, num_envs, horizon, seed, int(sweep.group(2)))
+    if sweep:
+        options = {"backend": "async", "num_workers": int(sweep.group(2))}
+        if sweep.group(1) == "async/workers":
+            options["policy_placement"] = "workers"
+        return CollectorContender(name, workload, num_envs, horizon, seed, None, options)
     if name in ("hand-loop", "hand-loop-reseeding"):
         return HandLoop(workload, num_envs, horizon, seed, reseed=name == "hand-loop-reseeding")
     if name == "bare-loop":

@@ -350,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-sb3-training", action="store_true", help="skip PPO's collect_rollouts")
     parser.add_argument("--no-ready-first", action="store_true", help="skip the ready-first group")
     parser.add_argument("--no-rollout-workers", action="store_true", help="skip rollout workers with and without the doorbell")
+    parser.add_argument(
+        "--competitor", action="store_true",
+        help="run beside a CPU-bound process (a busy loop) pinned to the last usable core, the whole run: a busy machine",
+    )
     parser.add_argument("--json", type=Path, help="write the result as JSON to this path")
     args = parser.parse_args(argv)
     if args.num_envs < 2 or args.steps < 1 or args.rounds < 1:
@@ -357,6 +361,39 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_record()
     print(format_machine_record(machine) + "\n", flush=True)
     report: dict = {"machine": machine, "settings": vars(args) | {"json": str(args.json)}, "workloads": []}
+    competitor = _start_competitor() if args.competitor else None
+    try:
+        _measure_all(args, report)
+    finally:
+        if competitor is not None:
+            competitor.kill()
+            competitor.join()
+    if args.json:
+        write_json(report, args.json)
+        print(f"wrote {args.json.resolve()}")
+    return 0
+
+
+def _busy_loop(core: int) -> None:
+    import os
+
+    os.sched_setaffinity(0, {core})
+    while True:
+        pass
+
+
+def _start_competitor():
+    """A process that keeps one core busy (the last this process may use) until killed."""
+    import os
+
+    core = max(os.sched_getaffinity(0))
+    process = multiprocessing.get_context("spawn").Process(target=_busy_loop, args=(core,), daemon=True)
+    process.start()
+    print(f"a busy loop runs on core {core} beside every contender (pid {process.pid})", flush=True)
+    return process
+
+
+def _measure_all(args: argparse.Namespace, report: dict) -> None:
     for name in [name for name in args.workloads.split(",") if name]:
         workload = get_workload(name)
         steps = max(1, args.steps // 4) if name == "half_ms" else args.steps
@@ -379,10 +416,6 @@ def main(argv: list[str] | None = None) -> int:
         report["rollout_workers"] = workers = measure_rollout_workers(args.num_envs, args.steps, args.rounds)
         ratio = workers["ratio doorbell / pipes"]
         print(f"rollout workers, doorbell / pipes: {_ratio_text(ratio)}", flush=True)
-    if args.json:
-        write_json(report, args.json)
-        print(f"wrote {args.json.resolve()}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ __all__ = [
     "parse_counts",
     "parse_names",
     "plot_throughput",
+    "sweep_rows",
     "target_rows",
     "write_json",
 ]
@@ -269,6 +270,28 @@ def _ratio_rows(result: dict, specs) -> list[dict]:
 def ceiling_rows(result: dict) -> list[dict]:
     """The CEILINGS ratios (median, min, max over rounds) from the groups that measured them."""
     return _ratio_rows(result, [spec + (None,) for spec in CEILINGS])
+
+
+def sweep_rows(result: dict) -> list[dict]:
+    """The K-worker sweep: per group and K, rollout workers and per-step async with K workers
+    against K independent hand loops (the hand loop itself for K = 1), ratios per round."""
+    rows = []
+    for group in result["groups"]:
+        names = group["contenders"]
+        k = 1
+        while f"async/workers/{k}" in names or f"async/{k}" in names:
+            reference = "hand-loop" if k == 1 else f"hand-loop/shm/{k}"
+            for contender in (f"async/workers/{k}", f"async/{k}"):
+                if contender in names and reference in names:
+                    ratio = summarize_ratios(
+                        names[contender]["transitions_per_s"]["samples"], names[reference]["transitions_per_s"]["samples"]
+                    )
+                    rows.append({
+                        "env": group["env"], "num_envs": group["num_envs"], "k": k, "contender": contender,
+                        "reference": reference, "median": ratio["median"], "min": ratio["min"], "max": ratio["max"],
+                    })
+            k *= 2
+    return rows
 
 
 def target_rows(result: dict) -> list[dict]:

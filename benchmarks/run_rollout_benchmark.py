@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from parallel_rollouts import ParallelRolloutCollector
+from parallel_rollouts.processes.slicing import usable_cores
 from parallel_rollouts.conformance.rounds import run_rounds, summarize_ratios, summarize_throughputs
 
 from .contenders import (
@@ -43,8 +44,10 @@ from .contenders import (
     PEER_CONTENDERS,
     REFERENCE_CONTENDER,
     REFERENCE_CONTENDERS,
+    SWEEP_CONTENDER,
     Contender,
     make_contender,
+    sweep_contenders,
     unavailable_reason,
 )
 from .envs import measure_step_cpu_seconds
@@ -58,6 +61,7 @@ from .report import (
     parse_counts,
     parse_names,
     plot_throughput,
+    sweep_rows,
     target_rows,
     write_json,
 )
@@ -395,6 +399,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=",".join(HEADLINE_CONTENDERS),
         help=f"contenders, comma-separated, from {', '.join(ALL_CONTENDERS)} (default: {','.join(HEADLINE_CONTENDERS)})",
     )
+    compare.add_argument(
+        "--workers-sweep",
+        action="store_true",
+        help="add the K-worker sweep: for K = 1, 2, 4, ... up to the usable cores, K independent hand loops "
+        "writing into shared memory (hand-loop/shm/K), rollout workers (async/workers/K) and per-step "
+        "async (async/K), each with K worker processes",
+    )
     compare.add_argument("--out", type=Path, default=DEFAULT_RESULTS_DIR, help="directory for comparison.{json,md,png} (default ./benchmark-results)")
     compare.add_argument("--plot", action="store_true", help="also draw throughput against number of envs")
     return parser
@@ -408,7 +419,14 @@ def _resolve_defaults(args: argparse.Namespace, parser: argparse.ArgumentParser)
     try:
         args.envs = parse_names(args.envs, WORKLOADS, "--envs")
         args.num_envs_list = parse_counts(args.num_envs_list, "--num-envs-list")
-        args.contenders = parse_names(args.contenders, ALL_CONTENDERS, "--contenders")
+        swept = [name for name in args.contenders.split(",") if SWEEP_CONTENDER.match(name.strip())]
+        rest = ",".join(name for name in args.contenders.split(",") if not SWEEP_CONTENDER.match(name.strip()))
+        args.contenders = (parse_names(rest, ALL_CONTENDERS, "--contenders") if rest else ()) + tuple(swept)
+        if args.workers_sweep:
+            extra = sweep_contenders(usable_cores(), max(args.num_envs_list))
+            args.contenders += tuple(name for name in extra if name not in args.contenders)
+        if not args.contenders:
+            raise argparse.ArgumentTypeError("--contenders names no contender.")
     except argparse.ArgumentTypeError as error:
         parser.error(str(error))
     for option in ("horizon", "repeats", "rounds", "num_envs"):
@@ -515,6 +533,10 @@ def run_compare(args: argparse.Namespace, machine: dict) -> dict:
               f"(at least {row['target']:.2f}x) {verdict}", flush=True)
     for row in result["ceilings"]:
         print(f"context {row['label']}: {row['median']:.2f}x [{row['min']:.2f}, {row['max']:.2f}]", flush=True)
+    result["workers_sweep"] = sweep_rows(result)
+    for row in result["workers_sweep"]:
+        print(f"sweep {row['env']}, {row['num_envs']} envs, K={row['k']}: {row['contender']} / {row['reference']} "
+              f"{row['median']:.2f}x [{row['min']:.2f}, {row['max']:.2f}]", flush=True)
     json_path = args.json or args.out / "comparison.json"
     write_json(result, json_path)
     markdown_path = args.out / "comparison.md"

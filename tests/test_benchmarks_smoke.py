@@ -109,6 +109,49 @@ def test_compare_mode_reports_every_contender_against_the_reference(tmp_path):
     assert (out / "comparison.png").stat().st_size > 0
 
 
+def test_workers_sweep_sets_k_workers_against_k_loops_in_shared_memory(tmp_path):
+    from parallel_rollouts.processes.slicing import usable_cores
+
+    out = tmp_path / "results"
+    exit_code = run_rollout_benchmark.main(
+        ["--compare", "--quick", "--envs", "image", "--num-envs-list", "4", "--contenders", "hand-loop",
+         "--workers-sweep", "--out", str(out)]
+    )
+    assert exit_code == 0
+    result = _load(out / "comparison.json")
+    (group,) = result["groups"]
+    ks = [1]
+    while ks[-1] * 2 <= min(usable_cores(), 4):
+        ks.append(ks[-1] * 2)
+    expected = {"hand-loop"} | {f"hand-loop/shm/{k}" for k in ks if k > 1}
+    expected |= {f"async/workers/{k}" for k in ks} | {f"async/{k}" for k in ks}
+    assert set(group["contenders"]) == expected
+    assert all(group["contenders"][f"async/{k}"]["processes"] == k + 1 for k in ks)
+    rows = {(row["k"], row["contender"]): row for row in result["workers_sweep"]}
+    assert set(rows) == {(k, name) for k in ks for name in (f"async/workers/{k}", f"async/{k}")}
+    assert all(row["median"] > 0 and row["reference"] == ("hand-loop" if row["k"] == 1 else f"hand-loop/shm/{row['k']}")
+               for row in rows.values())
+
+
+def test_k_loops_in_shared_memory_fill_the_whole_rollout_and_unlink_their_segments():
+    from multiprocessing import shared_memory
+
+    from benchmarks.contenders import make_contender
+
+    loops = make_contender("hand-loop/shm/2", WORKLOADS["image"], 3, 4, 0)
+    names = [segment.name for segment in loops._segments]
+    try:
+        loops.arrays["observations"][:] = 0
+        assert loops.collect() == 3 * 4
+        # Both processes wrote their columns: every env's frames are the env's, never the zeros left.
+        assert all(loops.arrays["observations"][:, column].any() for column in range(3))
+    finally:
+        loops.close()
+    for name in names:
+        with pytest.raises(FileNotFoundError):
+            shared_memory.SharedMemory(name=name)
+
+
 @pytest.mark.parametrize("name", ["half_ms", "image", "dict_obs", "vr_edge_cheap", "costly_policy", "straggler"])
 def test_compare_mode_runs_each_workload_through_the_in_process_contenders(name, tmp_path):
     path = tmp_path / "compare.json"

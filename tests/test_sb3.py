@@ -368,3 +368,49 @@ def test_a_vec_env_is_closed_by_its_context_manager(no_leaks):
         venv.reset()
     with pytest.raises(VectorEnvClosedError):
         venv.reset()
+
+
+class _SeededOnce(gym.Wrapper):
+    """The control for ``episode_seeds="first"``: the env's first reset (after each ``seed_next``)
+    takes the given seed, every later one continues its generator, as DummyVecEnv's autoresets do."""
+
+    def __init__(self, env: gym.Env, seed: int) -> None:
+        super().__init__(env)
+        self.pending = seed
+
+    def reset(self, *, seed=None, options=None):
+        seed, self.pending = (self.pending, None) if seed is None else (seed, None)
+        return self.env.reset(seed=seed, options=options)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_first_episode_seeds_only_step_like_dummy_vec_env_seeded_once(stack, backend):
+    ours = ParallelVecEnv([cartpole] * NUM_ENVS, backend, seed=9, episode_seeds="first")
+    stack.callback(ours.close)
+    controls = [_SeededOnce(cartpole(), episode_seed(9, index, 0)) for index in range(NUM_ENVS)]
+    control = DummyVecEnv([lambda env=env: env for env in controls])
+    stack.callback(control.close)
+    assert_same(ours.reset(), control.reset(), "reset")
+    rng = np.random.default_rng(4)
+    ended = 0
+    for t in range(120):
+        _, _, dones, _ = step_both(ours, control, rng.integers(0, 2, size=NUM_ENVS), f"step {t}")
+        ended += int(dones.sum())
+        if t == 60:
+            # seed() restarts every env's stream: the next reset is seeded again, the rest are not.
+            ours.seed(11)
+            for index, env in enumerate(controls):
+                env.pending = episode_seed(11, index, 0)
+            assert_same(ours.reset(), control.reset(), "reset after seed()")
+    assert ended > NUM_ENVS
+    for index, seeds in enumerate(ours.episode_seeds()):
+        first_stream = seeds.index(episode_seed(11, index, 0))
+        assert seeds[0] == episode_seed(9, index, 0) and set(seeds[1:first_stream]) <= {-1}
+        assert set(seeds[first_stream + 1 :]) <= {-1} and len(seeds) > first_stream + 1
+
+
+def test_episode_seeds_names_its_choices():
+    from parallel_rollouts import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="episode_seeds"):
+        ParallelVecEnv([cartpole], "sync", seed=0, episode_seeds="once")
