@@ -355,6 +355,34 @@ def test_a_ready_first_run_replays_exactly_from_its_served_record(backend, no_le
                 np.testing.assert_array_equal(a, b)
 
 
+def test_ready_first_steps_a_share_given_to_this_process_and_replays_on_sync(monkeypatch, no_leaks):
+    """``main_process_envs`` with ``batch_size``: that share steps inside ``recv()``; the run
+    replays exactly on sync. Without it, ready-first gives this process no share."""
+    two_cores(monkeypatch)
+    fns = cartpoles(6)
+    default = ParallelVectorEnv(fns, backend="async", batch_size=3)
+    try:
+        assert not any(worker.is_local for worker in pool_of(default).workers)
+    finally:
+        default.close()
+    live = ParallelVectorEnv(fns, backend="async", batch_size=3, main_process_envs=2)
+    try:
+        assert [worker.stop - worker.start for worker in pool_of(live).workers if worker.is_local] == [2]
+        first = run_ready_first(live, 60)
+        served = live.served
+    finally:
+        live.close()
+    assert {0, 1} <= set(np.concatenate(served).tolist())  # the share's envs were served too
+    replay = ParallelVectorEnv(fns, backend="sync", batch_size=3, serve_order=served)
+    try:
+        again = run_ready_first(replay, 60)
+    finally:
+        replay.close()
+    for live_entry, replayed in zip(first, again):
+        for a, b in zip(live_entry, replayed):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_each_env_of_a_ready_first_run_follows_its_own_sync_vector_env_trajectory(no_leaks):
     """Whatever the order, env i's steps are those SyncVectorEnv gives env i for the same actions."""
     fns = cartpoles(4)

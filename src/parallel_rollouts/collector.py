@@ -258,15 +258,16 @@ class ParallelRolloutCollector:
         repeated = sorted({key for key in info_keys if list(info_keys).count(key) > 1})
         if repeated:
             raise ConfigurationError(f"`info_keys` names {repeated[0]!r} twice; list each key once.")
+        policy_placement = check_placement(backend, policy_placement, pipelined)
         options = WorkerOptions.parse(
             num_factories=len(env_fns), backend=backend, num_workers=num_workers, context=context,
             step_timeout=step_timeout, max_restarts=max_restarts, main_process_envs=main_process_envs,
+            share_refused=_share_refused(policy_placement, pipelined),
         )
         if ray_options is not None and backend != "ray":
             raise ConfigurationError(f"`ray_options` applies to backend 'ray' only; got backend={backend!r}.")
         if max_restarts is not None and "max_restarts" in (ray_options or {}):
             raise ConfigurationError("`max_restarts` is given twice, as an argument and in `ray_options`; give it once.")
-        policy_placement = check_placement(backend, policy_placement, pipelined)
         if not isinstance(store_states, bool):
             raise ConfigurationError(f"`store_states` must be True or False; got {store_states!r}.")
         self._max_policy_lag = check_policy_lag(max_policy_lag, policy, policy_placement, reuse_buffers)
@@ -501,6 +502,18 @@ class ParallelRolloutCollector:
             f"ParallelRolloutCollector(backend={self._backend_name!r}, num_envs={self.num_envs}, "
             f"horizon={self._horizon}, seed={self._seed}, core={self._core_name!r}, {state})"
         )
+
+
+def _share_refused(policy_placement: str, pipelined: bool) -> str | None:
+    """Why the mode chosen cannot give the main process a share of the envs (``None``: it can)."""
+    if policy_placement == "workers":
+        return (
+            "`main_process_envs` applies to the per-step paths only; with policy_placement='workers' every env "
+            "runs in a worker next to its copy of the policy"
+        )
+    if pipelined:
+        return "`pipelined=True` runs the policy here while the workers step, so every env steps in a worker"
+    return None
 
 
 def check_policy_lag(max_policy_lag: Any, policy: Any, policy_placement: str, reuse_buffers: bool) -> int:

@@ -12,7 +12,6 @@ observations, rewards, flags and infos for the same seeds and actions.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import pickle
 from collections.abc import Callable, Sequence
@@ -87,9 +86,11 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
     batch_size:
         Ready-first stepping (``send`` / ``recv``, with EnvPool's names): how many envs
         each ``recv()`` returns, the first to finish their step; from 1 to the number of
-        envs. ``main_process_envs`` is then refused (with ``"async"`` every env steps in
-        a worker, in the background of ``recv()``). ``None`` (default): no ready-first
-        stepping (``step`` works either way; see ``docs/vector-envs.md``).
+        envs. With ``"async"`` every env then steps in a worker, in the background of
+        ``recv()``, unless ``main_process_envs`` gives this process a share: those envs
+        step inside ``recv()``, in this thread (a slow one among them stalls it). ``None``
+        (default): no ready-first stepping (``step`` works either way; see
+        ``docs/vector-envs.md``).
     serve_order:
         With ``batch_size``: the env indices each ``recv()`` returns, in order, as
         :attr:`served` recorded them in an earlier run, to replay that run exactly.
@@ -149,6 +150,9 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         options = WorkerOptions.parse(
             num_factories=len(env_fns), backend=backend, backends=_BACKENDS,
             num_workers=num_workers, context=context, step_timeout=step_timeout, main_process_envs=main_process_envs,
+            # Ready-first stepping lets a slow env stall only itself: the envs of a share here would
+            # step inside recv(), so there is none unless asked for.
+            share_by_default=batch_size is None,
         )
         try:
             self.autoreset_mode = autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
@@ -164,12 +168,6 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
                 raise ConfigurationError(
                     f"`batch_size` must be an int from 1 to the number of envs ({len(env_fns)}) or None; got {batch_size!r}."
                 )
-            if options.main_process_envs:
-                raise ConfigurationError(
-                    "`batch_size` (ready-first stepping) steps every env in a worker, in the background of `recv()`; "
-                    f"drop `main_process_envs` (got {options.main_process_envs!r})."
-                )
-            options = dataclasses.replace(options, main_process_envs=0)
             order = None if serve_order is None else check_serve_order(serve_order, len(env_fns), batch_size)
             self._ready_first = ReadyFirst(len(env_fns), batch_size, order)
         elif serve_order is not None:

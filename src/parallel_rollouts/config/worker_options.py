@@ -1,8 +1,8 @@
 """The worker options of a collector or vector env, parsed and checked once at its front door.
 
-``num_workers``, ``context``, ``step_timeout`` and ``max_restarts`` reach every runner, stepper
-and pool below the front doors as one :class:`WorkerOptions`, passed by keyword; nothing below
-checks them again.
+``num_workers``, ``context``, ``step_timeout``, ``max_restarts`` and ``main_process_envs`` reach
+every runner, stepper and pool below the front doors as one :class:`WorkerOptions`, passed by
+keyword; nothing below checks them again.
 """
 
 from __future__ import annotations
@@ -55,12 +55,20 @@ class WorkerOptions:
         step_timeout: Any = None,
         max_restarts: Any = None,
         main_process_envs: Any = None,
+        share_refused: str | None = None,
+        share_by_default: bool = True,
     ) -> WorkerOptions:
         """Check each option once, naming it, what it must be and what it got.
 
         ``num_factories``: the env factories the workers share; ``backend``: the one chosen,
         out of ``backends`` (the front door's own; by default every backend): an option given
         for a backend it does not apply to is refused. ``None`` means the default everywhere.
+
+        The main process's share of the envs is decided here too, for every mode: with
+        ``share_refused`` (why the mode chosen cannot have one: rollout workers, pipelined) a
+        ``main_process_envs`` above 0 is refused with that reason; with ``share_by_default``
+        false (ready-first stepping) there is none unless ``main_process_envs`` asks for it.
+        Either way the options returned say 0, and nothing below decides it again.
         """
         given = {
             "num_workers": num_workers, "context": context, "step_timeout": step_timeout, "max_restarts": max_restarts,
@@ -93,6 +101,10 @@ class WorkerOptions:
                 f"`main_process_envs` must be an int from 0 to num_envs - 1 ({num_factories - 1}): at least one env "
                 f"steps in a worker (backend='sync' steps them all in this process); got {main_process_envs!r}."
             )
+        if share_refused is not None and main_process_envs:
+            raise ConfigurationError(f"{share_refused}; drop `main_process_envs` (got {main_process_envs!r}).")
+        if share_refused is not None or (main_process_envs is None and not share_by_default):
+            main_process_envs = 0
         return cls(num_workers, context, step_timeout, max_restarts or 0, main_process_envs)
 
     def multiprocessing_context(self) -> Any:

@@ -20,7 +20,6 @@ import time
 from dataclasses import dataclass
 
 from ..config.worker_options import WorkerOptions
-from ..errors import ConfigurationError
 from ..groups import make_all, spaces_per_env
 from ..groups.single_envs import close_each
 from . import worker_main as protocol
@@ -29,23 +28,19 @@ from .slicing import usable_cores
 __all__ = ["LocalShare", "resolve_main_share"]
 
 
-def resolve_main_share(options: WorkerOptions, num_factories: int, rollout_workers: bool) -> int:
+def resolve_main_share(options: WorkerOptions, num_factories: int) -> int:
     """How many of the env factories (the first ones) the main process steps itself.
 
-    ``options.main_process_envs`` if given. By default: none for rollout workers (the policy
-    runs in the workers), with ``num_workers``, ``step_timeout`` or ``max_restarts`` set (they
-    promise isolation or a chosen process count), or on one core; otherwise an equal share of
-    ``min(usable cores, num_envs)`` shares.
+    ``options.main_process_envs`` if given (the front door's parse gives 0 for the modes that
+    have no share: rollout workers, pipelined, ready-first unless asked). By default: none with
+    ``num_workers``, ``step_timeout`` or ``max_restarts`` set (they promise isolation or a chosen
+    process count), or on one core; otherwise an equal share of ``min(usable cores, num_envs)``
+    shares.
     """
     given = options.main_process_envs
     if given is not None:
-        if rollout_workers and given:
-            raise ConfigurationError(
-                "`main_process_envs` applies to the per-step paths only; with policy_placement='workers' every env "
-                f"runs in a worker next to its copy of the policy. Got main_process_envs={given!r}."
-            )
         return given
-    if rollout_workers or options.num_workers is not None or options.step_timeout is not None or options.max_restarts:
+    if options.num_workers is not None or options.step_timeout is not None or options.max_restarts:
         return 0
     shares = min(usable_cores(), num_factories)
     if shares < 2:

@@ -235,7 +235,7 @@ class WorkerPool:
         resources = _Resources()
         try:
             exit_if_importing_the_main_script()
-            local = resolve_main_share(options, spec.num_factories, policy is not None)
+            local = resolve_main_share(options, spec.num_factories)
             remote_factories = spec.num_factories - local
             if local and options.num_workers is None:
                 # The main process is one of the usable cores' processes.
@@ -313,6 +313,10 @@ class WorkerPool:
         every one of them is returned, and reading its reply raises the time-out)."""
         if not workers:
             return []
+        # The main process's share replies when its reply is read (it steps then): always ready.
+        local = [worker for worker in workers if worker.is_local]
+        if local:
+            return local
         timeout = self.step_timeout if self.step_timeout is not None else float("inf")
         deadline = time.monotonic() + timeout
         doorbells = self._resources.doorbells

@@ -69,15 +69,7 @@ def build_runner(
     if backend == "async":
         from ..steppers.processes import ProcessStepper
 
-        if pipelined:
-            # The pipeline overlaps the policy with the workers stepping; a share stepped in
-            # this process could not step in the background.
-            if options.main_process_envs:
-                raise ConfigurationError(
-                    "`pipelined=True` runs the policy here while the workers step, so every env steps in a worker; "
-                    f"drop `main_process_envs` (got {options.main_process_envs!r}) or `pipelined`."
-                )
-            options = replace(options, main_process_envs=0)
+        # A pipelined runner has no share of the envs here: the front door's parse said so.
         stepper = ProcessStepper.build(spec, options=options)
     else:
         from ..steppers.in_process import InProcessStepper

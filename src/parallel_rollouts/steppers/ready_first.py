@@ -42,10 +42,13 @@ def check_serve_order(serve_order: Sequence, num_envs: int, batch_size: int) -> 
 class ReadyFirst:
     """Which envs are stepping, which are ready and unreturned, and the order they were served.
 
-    ``step_some(env_ids)`` starts a step of those envs (each worker's share as one request,
-    or queued behind its current one) and ``wait_some()`` blocks until at least one of them
-    has finished, returning ``[(env_ids, info events)]`` per finished request; the
-    :class:`ParallelVectorEnv` supplies both (its pool's workers, or its in-process group).
+    The bookkeeping only: :class:`~parallel_rollouts.ParallelVectorEnv` steps the envs (its
+    pool's workers, each sent its envs as one request or queued behind its current one; or
+    its in-process group) and tells this object. :meth:`sent` marks envs as stepping,
+    :meth:`finished` books those whose step is done with their info events, :meth:`next_batch`
+    says which envs the next ``recv`` returns once they are all ready (the first
+    ``batch_size`` to finish, or ``serve_order``'s next batch), and :meth:`take_events`
+    hands over their events.
     """
 
     def __init__(self, num_envs: int, batch_size: int, serve_order: list[np.ndarray] | None = None) -> None:
