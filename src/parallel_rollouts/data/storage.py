@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -120,6 +121,14 @@ class RolloutStorage:
     @property
     def horizon(self) -> int:
         return self.rewards.shape[0]
+
+    def episode_ends_and_starts(self, rows: Any, columns: Any = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+        """For ``rows`` (an index or slice) of ``columns``: where an episode ended (terminated or
+        truncated), and where the row after begins one, the one rule of ``episode_starts``: an
+        episode ended there, or the row was no transition (a ``NEXT_STEP`` reset step, an agent
+        not live), after which the policy's state starts afresh."""
+        ended = self.terminations[rows, columns] | self.truncations[rows, columns]
+        return ended, ended | self.reset_steps[rows, columns]
 
     def map(self, function: Callable[[np.ndarray], np.ndarray]) -> RolloutStorage:
         """A storage whose every array is ``function(array)``."""

@@ -230,8 +230,7 @@ class StateCarrier:
     def _settle(self, t: int, last: bool = False) -> None:
         """Row ``t`` was stepped: keep the state at its episode ends; reset for row ``t + 1``."""
         storage, record, leaves = self._storage, self._record, self._next
-        ended = storage.terminations[t] | storage.truncations[t]
-        starts = ended | storage.reset_steps[t]
+        ended, starts = storage.episode_ends_and_starts(t)
         # count_nonzero: a tenth of ndarray.any()'s cost on a row of flags.
         if np.count_nonzero(starts):
             if np.count_nonzero(ended):

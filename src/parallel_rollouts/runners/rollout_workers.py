@@ -197,8 +197,8 @@ class RolloutWorkersRunner(RemoteRolloutRunner):
             carried = initial_leaf if previous is None else previous[0][index][start:stop]
             target[start:stop] = np.where(fresh.reshape((-1,) + (1,) * (initial_leaf.ndim - 1)), initial_leaf, carried)
         record.episode_starts[0, start:stop] = fresh if previous is None else fresh | previous[1][start:stop]
-        ended = storage.terminations[: rows - 1, start:stop] | storage.truncations[: rows - 1, start:stop]
-        record.episode_starts[1:rows, start:stop] = ended | storage.reset_steps[: rows - 1, start:stop]
+        _, starts = storage.episode_ends_and_starts(slice(0, rows - 1), slice(start, stop))
+        record.episode_starts[1:rows, start:stop] = starts
 
     def _replacement_policy(self) -> protocol.ShippedPolicy:
         """The policy a replacement worker starts from: the state every other copy is at."""
