@@ -142,7 +142,7 @@ class Contender(Protocol):
 
 
 #: ``hand-loop/shm/K``, ``async/workers/K`` and ``async/K``: the K-worker sweep's contenders.
-SWEEP_CONTENDER = re.compile(r"^(hand-loop/shm|async/workers|async)/(\d+)$")
+SWEEP_CONTENDER = re.compile(r"^(hand-loop/shm|async/workers|async)/([1-9]\d*)$")
 
 
 def sweep_contenders(cores: int, num_envs: int) -> list[str]:
@@ -574,10 +574,10 @@ def _shared_loop_process(
     start, stop = share
     workload = get_workload(workload_name)
     loop = HandLoop(workload, stop - start, horizon, seed, reseed=False, first_column=start)
+    fields = _shared_fields(loop.envs[0], horizon, num_envs)
     segments = []
     try:
-        env = loop.envs[0]
-        for field, (shape, dtype) in _shared_fields(env, horizon, num_envs).items():
+        for field, (shape, dtype) in fields.items():
             # The parent owns the segment and unlinks it; this process only maps it.
             segment = shared_memory.SharedMemory(name=names[field])
             segments.append(segment)
@@ -587,7 +587,7 @@ def _shared_loop_process(
             connection.send_bytes(str(loop.collect()).encode())
     finally:
         loop.close()
-        for field in _shared_fields(env, horizon, num_envs):
+        for field in fields:
             setattr(loop, field, None)  # no view may outlive the mapping
         for segment in segments:
             segment.close()
@@ -643,8 +643,12 @@ class SharedMemoryLoops:
         self._connections, self._workers = [], []
         self.arrays = {}
         for segment in self._segments:
-            segment.close()
-            segment.unlink()
+            try:
+                segment.close()  # refused while a view of it lives: unlinked all the same
+            except BufferError:
+                pass
+            finally:
+                segment.unlink()
         self._segments = []
 
 

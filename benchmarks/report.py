@@ -163,6 +163,16 @@ def comparison_markdown(result: dict) -> str:
         load = result["load_average"]
         lines += [f"- load average (1, 5, 15 min) before: {load['before']}, after: {load['after']}"]
     lines += targets_markdown(result)
+    sweep = sweep_rows(result)
+    if sweep:
+        lines += ["", "## Worker sweep", "", "K workers against K independent hand loops (the hand loop itself for K = 1), "
+                  "per-round ratios:", "", "| workload | envs | K | contender / reference | median [min, max] |",
+                  "|---|---:|---:|---|---:|"]
+        lines += [
+            f"| {row['env']} | {row['num_envs']} | {row['k']} | `{row['contender']}` / `{row['reference']}` | "
+            f"{row['median']:.2f}x [{row['min']:.2f}, {row['max']:.2f}] |"
+            for row in sweep
+        ]
     for group in result["groups"]:
         lines += ["", f"## {group['env']}, {group['num_envs']} envs", "", _group_title(group), ""]
         lines.append("| " + " | ".join(_HEADERS) + " |")
@@ -278,8 +288,8 @@ def sweep_rows(result: dict) -> list[dict]:
     rows = []
     for group in result["groups"]:
         names = group["contenders"]
-        k = 1
-        while f"async/workers/{k}" in names or f"async/{k}" in names:
+        counts = sorted({int(name.rsplit("/", 1)[1]) for name in names if name.rsplit("/", 1)[-1].isdigit()})
+        for k in counts:
             reference = "hand-loop" if k == 1 else f"hand-loop/shm/{k}"
             for contender in (f"async/workers/{k}", f"async/{k}"):
                 if contender in names and reference in names:
@@ -290,7 +300,6 @@ def sweep_rows(result: dict) -> list[dict]:
                         "env": group["env"], "num_envs": group["num_envs"], "k": k, "contender": contender,
                         "reference": reference, "median": ratio["median"], "min": ratio["min"], "max": ratio["max"],
                     })
-            k *= 2
     return rows
 
 

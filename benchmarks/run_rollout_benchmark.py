@@ -419,8 +419,9 @@ def _resolve_defaults(args: argparse.Namespace, parser: argparse.ArgumentParser)
     try:
         args.envs = parse_names(args.envs, WORKLOADS, "--envs")
         args.num_envs_list = parse_counts(args.num_envs_list, "--num-envs-list")
-        swept = [name for name in args.contenders.split(",") if SWEEP_CONTENDER.match(name.strip())]
-        rest = ",".join(name for name in args.contenders.split(",") if not SWEEP_CONTENDER.match(name.strip()))
+        names = [name.strip() for name in args.contenders.split(",") if name.strip()]
+        swept = [name for name in names if SWEEP_CONTENDER.match(name)]
+        rest = ",".join(name for name in names if not SWEEP_CONTENDER.match(name))
         args.contenders = (parse_names(rest, ALL_CONTENDERS, "--contenders") if rest else ()) + tuple(swept)
         if args.workers_sweep:
             extra = sweep_contenders(usable_cores(), max(args.num_envs_list))

@@ -174,20 +174,6 @@ def test_torch_writes_into_policy_rows_reach_neither_the_batch_nor_rows_kept_ear
 # the batch's own memory; the stated risk is real; a kept row of a fresh batch stays as it was.
 
 
-class RowRecorder:
-    """Keeps every row it is handed (and checks kept rows never changed); action 1 for every env."""
-
-    def __init__(self) -> None:
-        self.inner = ScribblingPolicy(reach=False, torch=False)
-
-    @property
-    def rows(self) -> list[np.ndarray]:
-        return [row for row, _ in self.inner.kept]
-
-    def __call__(self, observations):
-        return self.inner(observations)
-
-
 VIEW_MODES = [mode for mode in MODES if MODES[mode][1].get("policy_placement") != "workers"]
 
 
@@ -195,7 +181,7 @@ VIEW_MODES = [mode for mode in MODES if MODES[mode][1].get("policy_placement") !
 @pytest.mark.parametrize("mode", VIEW_MODES)
 def test_views_give_the_same_batches_through_read_only_views_of_the_batch(mode, kind, untouched):
     backend, options = MODES[mode]
-    policy = RowRecorder()
+    policy = ScribblingPolicy(reach=False, torch=False)  # keeps every row, checks none changed
     with ParallelRolloutCollector(
         ENV_FNS[kind], policy, backend, horizon=HORIZON, seed=3, policy_inputs="views", **options
     ) as collector:
@@ -203,8 +189,9 @@ def test_views_give_the_same_batches_through_read_only_views_of_the_batch(mode, 
         for batch, expected in zip(batches, untouched[kind]):
             assert_batches_identical(batch, expected)
     # Each row the policy got is a read-only view of its batch's memory: no copy was made.
-    per_batch = len(policy.rows) // 2
-    for index, row in enumerate(policy.rows):
+    rows = [row for row, _ in policy.kept]
+    per_batch = len(rows) // 2
+    for index, row in enumerate(rows):
         assert not row.flags.writeable
         batch = batches[index // per_batch]
         leaves = list(batch.observations.values()) if isinstance(batch.observations, dict) else [batch.observations]
@@ -227,11 +214,11 @@ def test_views_let_a_policy_that_writes_its_input_change_the_batch(untouched):
 
 def test_rows_kept_from_views_of_fresh_batches_never_change():
     """A fresh batch is not recycled while a view the policy kept is alive: kept rows never change."""
-    policy = RowRecorder()  # its own check raises if a kept row changed under it
+    policy = ScribblingPolicy(reach=False, torch=False)  # raises if a kept row changed under it
     with ParallelRolloutCollector(ENV_FNS["box"], policy, "sync", horizon=HORIZON, seed=3, policy_inputs="views") as collector:
         for _ in range(4):
             collector.collect()  # each batch dropped at once: only the policy's views hold them
-    assert policy.inner.calls == 4 * HORIZON
+    assert policy.calls == 4 * HORIZON
 
 
 @pytest.mark.parametrize("value", ["view", None, True])

@@ -304,8 +304,22 @@ class _Float64CartPole(gym.Wrapper):
         return observation.astype(np.float64), reward, terminated, truncated, info
 
 
+class _ResetInfoCartPole(gym.Wrapper):
+    """CartPole with an empty info at every step and a non-empty one at every reset: an ended
+    env's only event is its reset info, its final observation and (empty) final info implied."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+
+    def reset(self, **kwargs):
+        observation, info = self.env.reset(**kwargs)
+        return observation, {**info, "fresh": True}
+
+
 @pytest.mark.parametrize("backend", ["sync", "async"])
-@pytest.mark.parametrize("factory", [_InfoCartPole, _Float64CartPole], ids=["infos", "float64"])
+@pytest.mark.parametrize(
+    "factory", [_InfoCartPole, _Float64CartPole, _ResetInfoCartPole], ids=["infos", "float64", "reset-info-only"]
+)
 def test_same_step_terminal_observations_and_infos_match_sync_vector_env(factory, backend):
     reference = SyncVectorEnv([factory] * NUM_ENVS, autoreset_mode=AutoresetMode.SAME_STEP)
     extra = {"num_workers": 2} if backend == "async" else {}

@@ -185,9 +185,10 @@ class ParallelRolloutCollector:
         ``docs/benchmarks.md``). Its risk: a policy that writes its input anyway (turning
         the write flag back on, or an in-place operation on ``torch.from_numpy(obs)`` /
         ``torch.as_tensor(obs)``) changes the batch, and a row it keeps changes when that
-        memory is written again (the next ``collect()`` with ``reuse_buffers=True``; a
-        rollout worker's next rollout). A fresh batch is not recycled while a view of it is
-        alive. The default random policy (``policy=None``) reads views either way.
+        memory is written again (the next ``collect()`` with ``reuse_buffers=True``; with
+        ``policy_placement="workers"`` or Ray, the worker's or actor's next rollout). With the
+        policy in this process a fresh batch is not recycled while a view of it is alive. The
+        default random policy (``policy=None``) reads views either way.
     ray_options:
         Ray backend only: ``{"address", "num_cpus", "num_gpus", "max_restarts",
         "runtime_env", "scheduling_strategy", "continue_without_lost_actors"}``

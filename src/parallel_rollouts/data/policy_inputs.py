@@ -25,7 +25,9 @@ import numpy as np
 
 from ..errors import ConfigurationError
 
-__all__ = ["POLICY_INPUTS", "check_policy_inputs", "policy_rows_of", "read_only_copy", "read_only_view"]
+__all__ = [
+    "POLICY_INPUTS", "check_policy_inputs", "copies_policy_inputs", "policy_rows_of", "read_only_copy", "read_only_view",
+]
 
 #: What the policy is called with. ``"copies"`` (the default): each row copied for that call
 #: alone, which nothing the policy does can turn into a write of the batch. ``"views"``:
@@ -56,6 +58,12 @@ def read_only_copy(row: np.ndarray) -> np.ndarray:
         # writing through torch must reach a copy of its own, never the interpreter's.
         data += b"\0\0"
     return np.ndarray(row.shape, row.dtype, data)
+
+
+def copies_policy_inputs(policy: Any, policy_inputs: str) -> bool:
+    """Whether the rows handed to ``policy`` are copies: with ``policy_inputs="copies"`` unless the
+    policy is the default sampler (``None``), which never reads them."""
+    return policy is not None and policy_inputs == "copies"
 
 
 def read_only_view(row: np.ndarray) -> np.ndarray:

@@ -13,8 +13,8 @@ infos reports ``None``: nothing is pickled on the fast path.
 In ``SAME_STEP`` mode the terminal observation of an env whose episode ended
 travels like the observations, through row 0 of the storage's
 ``final_observations``, whenever it is an array of the space's own dtype and
-shape (a single-leaf space): its event then carries only a non-empty final info
-(:class:`FinalInfo`), or is left out, and :func:`with_final_observations` puts the
+shape (a single-leaf space): its :class:`FinalEvent` then carries only a non-empty final
+info, or is left out, and :func:`with_final_observations` puts the
 ``{"final_obs", "final_info"}`` event back in the main process. Episode ends then
 cost no pickling either; any other terminal observation is sent in its event.
 
@@ -40,32 +40,40 @@ from gymnasium.vector import AutoresetMode
 from ..checks.factories import not_an_env
 from ..errors import ObservationError, SpaceError, WorkerError
 from ..config.layout import RolloutLayout
+from ..data.spaces import SpaceLayout
 from ..data.storage import RolloutStorage
 from ..data.typed_actions import TypedActionReader
 from .agents import is_parallel_env
 from .single_envs import close_each, describe_failure
 
-__all__ = ["FinalInfo", "GymnasiumGroup", "build_gymnasium_group", "with_final_observations"]
+__all__ = ["FinalEvent", "GymnasiumGroup", "build_gymnasium_group", "with_final_observations"]
 
 InfoEvents = list  # [(global env index, info dict), ...] in env order
 
 
-class FinalInfo:
-    """The final info of an ended env whose terminal observation is in ``final_observations`` row 0."""
+class FinalEvent:
+    """How an env's episode ended (``SAME_STEP``), as the group reports it: the final info, and
+    the terminal observation unless ``stored`` (it is then in ``final_observations`` row 0)."""
 
-    __slots__ = ("info",)
+    __slots__ = ("info", "observation", "stored")
 
-    def __init__(self, info: dict) -> None:
+    def __init__(self, info: dict, observation: Any = None, stored: bool = False) -> None:
         self.info = info
+        self.observation = observation
+        self.stored = stored
 
     def __reduce__(self):
-        return FinalInfo, (self.info,)
+        return FinalEvent, (self.info, self.observation, self.stored)
 
 
-def with_final_observations(events: InfoEvents | None, ended: list[int], final_leaves: list[np.ndarray], layout) -> InfoEvents | None:
+def with_final_observations(
+    events: InfoEvents | None, ended: list[int], final_leaves: list[np.ndarray], layout: SpaceLayout
+) -> InfoEvents | None:
     """``events`` with the ``(index, {"final_obs", "final_info"})`` event of every env in ``ended``
-    (global indices, increasing) in its place, the terminal observations of those a group stored
-    read (copied) from ``final_leaves`` (row 0 of ``final_observations``, one array per leaf)."""
+    (global indices, increasing) first among that env's events: built from its :class:`FinalEvent`,
+    or, where the group sent none (nothing to say but the stored observation), from
+    ``final_leaves`` (row 0 of ``final_observations``, one array per leaf; copied) and an empty
+    final info. Every other event (a reset info) stays as it was, in env order."""
     if not ended:
         return events
     restored: InfoEvents = []
@@ -75,13 +83,13 @@ def with_final_observations(events: InfoEvents | None, ended: list[int], final_l
         while event is not None and event[0] < index:
             restored.append(event)
             event = next(pending, None)
-        if event is not None and event[0] == index and not isinstance(event[1], FinalInfo):
-            continue  # sent whole ({"final_obs", "final_info"}), first among the env's events
-        final_info = {}
-        if event is not None and event[0] == index:
-            final_info = event[1].info
+        final = FinalEvent({}, stored=True)  # none sent: the observation is stored, the info empty
+        if event is not None and event[0] == index and isinstance(event[1], FinalEvent):
+            final = event[1]
             event = next(pending, None)
-        observation = layout.unflatten([leaf[index].copy() for leaf in final_leaves])
+        final_info, observation = final.info, final.observation
+        if final.stored:
+            observation = layout.unflatten([leaf[index].copy() for leaf in final_leaves])
         restored.append((index, {"final_obs": observation, "final_info": final_info}))
     while event is not None:
         restored.append(event)
@@ -169,9 +177,9 @@ class GymnasiumGroup:
                         if self._stores_final(observation):
                             storage.final_observations[0][0, column] = observation
                             if info:
-                                events.append((index, FinalInfo(info)))
+                                events.append((index, FinalEvent(info, stored=True)))
                         else:
-                            events.append((index, {"final_obs": observation, "final_info": info}))
+                            events.append((index, FinalEvent(info, observation)))
                         observation, info = env.reset()
             except Exception as error:
                 failures.append((describe_failure(index, "step", error), error))

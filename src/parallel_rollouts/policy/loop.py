@@ -10,7 +10,7 @@ import numpy as np
 from .output import PolicyOutputWriter, RandomActionSampler
 from .recurrent import StateCarrier, is_recurrent
 from ..config.layout import RolloutLayout
-from ..data.policy_inputs import policy_rows_of
+from ..data.policy_inputs import copies_policy_inputs, policy_rows_of
 from ..data.recurrent_record import RecurrentRecord
 from ..data.spaces import SpaceLayout
 from ..data.storage import RolloutStorage
@@ -169,8 +169,7 @@ class RolloutLoop:
 def build_loop(layout: RolloutLayout, policy: Callable[[Any], Any] | None, start: int, stop: int) -> RolloutLoop:
     """The loop of envs ``start .. stop - 1``: ``policy`` (``None``: each env samples from its own
     seeded copy of the action space) and a writer that checks its output for those envs."""
-    # The sampler never looks at its observations: a copy of them would be work for nothing.
-    copy_inputs = policy is not None and layout.policy_inputs == "copies"
+    copy_inputs = copies_policy_inputs(policy, layout.policy_inputs)
     if policy is None:
         policy = RandomActionSampler(layout.action_layout, layout.root_seed, range(start, stop))
     writer = PolicyOutputWriter(layout.action_layout, stop - start, layout.core, layout.column_agents[start:stop], start)

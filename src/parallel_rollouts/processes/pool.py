@@ -236,6 +236,10 @@ class WorkerPool:
         try:
             exit_if_importing_the_main_script()
             local = resolve_main_share(options, spec.num_factories)
+            if policy is not None and local:
+                # The front door's parse refuses or zeroes it for rollout workers; a caller that
+                # skipped the parse would otherwise split the envs from their policy.
+                raise ValueError("rollout workers host every env next to the policy: parse the options with share_refused")
             remote_factories = spec.num_factories - local
             if local and options.num_workers is None:
                 # The main process is one of the usable cores' processes.

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..data.batch_memory import BatchMemory
 from ..errors import ConfigurationError
+from ..data.policy_inputs import copies_policy_inputs
 from ..policy.loop import build_loop
 from ..config.spec import RolloutSpec
 from ..config.worker_options import WorkerOptions
@@ -79,7 +80,7 @@ def build_runner(
         layout = stepper.layout
         memory = BatchMemory(
             layout.allocate_storage, reuse_buffers, stepper.working_storage, stepper.batch_segments,
-            layout.batches_recycled, copy_policy_inputs=policy is not None and layout.policy_inputs == "copies",
+            layout.batches_recycled, copy_policy_inputs=copies_policy_inputs(policy, layout.policy_inputs),
         )
         if pipelined:
             from .pipelined import PipelinedRunner
