@@ -47,7 +47,9 @@ Contenders, by name (``processes`` in the report says how many processes each us
     of the rollout straight into ``[T, N, ...]`` arrays in shared memory; the one exchange per
     collect is a message each way. What a competent user writes to use ``K`` cores on large
     observations (frames) without a framework; the ceiling of the ``K``-worker sweep
-    (``--workers-sweep``). ``K + 1`` processes; single-array spaces only.
+    (``--workers-sweep``). Like ``hand-loop``, it resets without a seed, keeps no final
+    observations and one ``dones`` flag; the collector's contenders run at their defaults.
+    ``K + 1`` processes; single-array spaces only.
 ``async/workers/K``, ``async/K``
     Rollout workers (``policy_placement="workers"``) and per-step ``async`` with
     ``num_workers=K`` (for ``async/K`` this process then steps no envs itself).
