@@ -322,7 +322,7 @@ def test_a_worker_killed_between_collects_restarts_its_envs_from_the_initial_sta
 
 @pytest.mark.parametrize("mode", ["async per-step", "async pipelined"])
 def test_a_worker_lost_at_a_step_keeps_the_state_record_of_the_rows_before(mode, monkeypatch, no_leaks):
-    from parallel_rollouts.processes import worker_main as protocol
+    from parallel_rollouts.processes import protocol
     from tests.test_restart_moments import KillAt
 
     trigger = KillAt(monkeypatch, protocol.STEP, "one", 5)
@@ -492,7 +492,7 @@ def test_an_initial_state_whose_dtype_changes_between_collects_is_refused():
 
 @pytest.mark.parametrize("mode", ["async per-step", "async pipelined"])
 def test_a_worker_replaced_at_the_start_and_lost_again_at_the_finish_restarts_its_envs_both_times(mode, monkeypatch, no_leaks):
-    from parallel_rollouts.processes import worker_main as protocol
+    from parallel_rollouts.processes import protocol
     from tests.test_restart_moments import KillAt, kill, pool_of
 
     trigger = KillAt(monkeypatch, protocol.FINISH, "one")

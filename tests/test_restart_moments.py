@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from parallel_rollouts import ParallelRolloutCollector, RunnerState, WorkerDiedError
-from parallel_rollouts.processes import worker_main as protocol
+from parallel_rollouts.processes import protocol
 from parallel_rollouts.processes.pool import WorkerPool
 from tests.envs import CrashingCartPole, DiesWhenRemade
 from tests.test_restarts import assert_valid_rows_replay

@@ -235,7 +235,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         return layout
 
     def _start_async(self, spec: RolloutSpec, options: WorkerOptions) -> RolloutLayout:
-        from .processes import worker_main as protocol
+        from .processes import protocol
         from .processes.pool import WorkerPool
         from .processes.startup import unguarded_main_error
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from ..config.worker_options import WorkerOptions
 from ..groups import make_all, spaces_per_env
 from ..groups.single_envs import close_each
-from . import worker_main as protocol
+from . import protocol
+from .worker_main import HostedSlice
 from .slicing import usable_cores
 
 __all__ = ["LocalShare", "resolve_main_share"]
@@ -88,7 +89,7 @@ class LocalShare:
     def attach(self, order, storage) -> None:
         """Host the envs on their columns of the pool's ``storage`` and reset them."""
         try:
-            self.hosted = protocol.HostedSlice.build(self.envs, order, storage)
+            self.hosted = HostedSlice.build(self.envs, order, storage)
         except BaseException:
             close_each(self.envs)
             self.envs = []

@@ -3,7 +3,7 @@
 Each worker owns a contiguous slice of the envs and runs the same
 :class:`~parallel_rollouts.groups.EnvGroup` as the in-process backends, on a view
 of a shared-memory copy of the rollout storage; with rollout workers it also holds a
-copy of the policy (see ``worker_main`` for the protocol).
+copy of the policy (see ``protocol`` for the messages).
 
 Ownership: the main process owns the workers, their connections and the segments.
 :class:`WorkerPool` holds them and frees them on every exit path: ``close()``, a
@@ -32,7 +32,7 @@ from ..groups import check_replacement_columns
 from ..config.layout import RolloutLayout
 from ..config.spec import RolloutSpec
 from ..config.worker_options import WorkerOptions
-from . import worker_main as protocol
+from . import protocol
 from .forwarded_warnings import raise_again
 from .doorbell import MainDoorbells, doorbells_available
 from .local_share import LocalShare, resolve_main_share

@@ -1,8 +1,8 @@
 """Starting the async backend's workers: the start-up exchanges and their failures.
 
 A worker makes its envs and reports their spaces; the main process checks them, creates the
-shared segment and sends each worker its :class:`~parallel_rollouts.processes.worker_main.AttachOrder`;
-the worker replies when ready (the protocol is in :mod:`~parallel_rollouts.processes.worker_main`).
+shared segment and sends each worker its :class:`~parallel_rollouts.processes.protocol.AttachOrder`;
+the worker replies when ready (the protocol is in :mod:`~parallel_rollouts.processes.protocol`).
 Every wait here is bounded by :data:`START_TIMEOUT`.
 """
 
@@ -17,7 +17,7 @@ from ..errors import ConfigurationError, WorkerError
 from ..checks.failures import merged_failure
 from ..groups import resolve_layout
 from ..config.spec import RolloutSpec
-from . import worker_main as protocol
+from . import protocol
 from .doorbell import MainDoorbells, doorbell_bytes
 from .shared_memory import SharedStorage
 from .worker_handle import WorkerHandle, died_error

@@ -16,7 +16,7 @@ from multiprocessing.connection import Connection
 
 from ..checks.failures import worker_died
 from ..errors import WorkerDiedError
-from . import worker_main as protocol
+from .worker_main import worker_main
 from .waiting import SpinThenBlock, spin_budget_seconds
 
 __all__ = [
@@ -90,7 +90,7 @@ def launch_worker(mp_context, index: int, start: int, stop: int, pickled: list[b
     crash_report, crash_writer = mp_context.Pipe(duplex=False)
     try:
         process = mp_context.Process(
-            target=protocol.worker_main,
+            target=worker_main,
             args=(child_end, start, pickled[start:stop], crash_writer),
             name=f"parallel-rollouts-worker-{index}",
             daemon=True,

@@ -8,44 +8,7 @@ extension is there (:mod:`~parallel_rollouts.processes.doorbell`: a step is a co
 shared segment, the other requests are read from the pipe when the doorbell says so), else over
 the pipe as below.
 
-Protocol, over one duplex ``multiprocessing`` connection per worker (portable:
-the same code runs on Windows). Every request gets exactly one reply, so the
-two sides never disagree about what the next message is.
-
-Start-up (pickled messages):
-
-1. the worker makes its envs and sends ``("spaces", [ColumnSpaces, ...])`` (each column's
-   observation and action space, and its agent for a multi-agent env) or ``("error", exception)``;
-2. the main process checks every env's spaces, creates the shared segment and
-   sends ``("attach", AttachOrder)``; the worker attaches, builds its group,
-   resets its envs (and, as a rollout worker, builds its copy of the policy from the
-   first policy snapshot) and replies ``("ready", None)`` or
-   ``("error", exception)``.
-
-Rollouts (the per-step fast path: 9-byte requests, 1-byte replies, no pickling):
-
-    request  = command byte + little-endian int64 argument
-    b"b" n   + an n-byte segment name (n = 0: the working segment): begin a rollout
-             into that segment, mapping it first if new (writes row 0 of this worker's columns)
-    b"s" t   step t                   (reads actions[t], writes rows t and t + 1)
-    b"e" n   + n int64 env indices: step those envs only (the vector env's ready-first
-             stepping; reads and writes their columns of row 0)
-    b"f" 0   finish                   -> reply b"f" + pickled CompletedEpisodes
-    b"a" t   abandon after t steps
-    b"r" n   + an n-byte segment name, then a pickled PolicySnapshot, or nothing when the
-             policy did not change: rollout workers: bring the worker's copy of the policy
-             up to date, run a whole rollout with it into that segment
-                              -> reply b"f" + pickled SliceResult, or
-                                 b"p" + pickled (exception, steps done) if the policy failed
-    b"c" 0   close the envs and exit
-    b"x" 0   + pickled request: ``group.handle(request)`` -> reply b"f" + pickled result
-             (the VectorEnv adapter's reset, call and set_attr; never on the per-step path)
-
-    reply    = b"k" (done) | b"f" + payload | b"p" + payload | b"e" + pickled exception
-
-A step replies ``b"f"`` + pickled result instead of ``b"k"`` when the group's
-``step`` returns something (the VectorEnv adapter's infos); rollout groups return
-``None``.
+The messages and their codes are :mod:`~parallel_rollouts.processes.protocol`'s.
 
 The worker ignores SIGINT: Ctrl-C is the main process's to handle, so the user
 sees one exception rather than a traceback per worker. When the main process
@@ -59,10 +22,8 @@ import multiprocessing
 import os
 import pickle
 import signal
-import struct
 import sys
 import traceback
-from dataclasses import dataclass
 
 import cloudpickle
 import numpy as np
@@ -71,29 +32,22 @@ from multiprocessing.connection import wait
 from ..errors import ObservationError, WorkerError
 from ..groups import GroupChain, RolloutGroup, build_groups, make_all, spaces_per_env
 from ..groups.single_envs import close_each, describe_failure
-from ..config.layout import RolloutLayout
 from ..policy.cancel import CancelFlag
 from ..policy.shipping import PolicyReplica
 from ..policy.slice_rollout import PolicyFailed, SliceRollout
 from .batch_segments import AttachedSegments
 from .shared_memory import SharedStorage
 from .forwarded_warnings import WarningRecorder
+from .protocol import (
+    ABANDON, BEGIN, CANCEL_SIGNAL, CLOSE, DONE, FAILED, FINISH, FINISHED, HANDLE, POLICY_FAILED, REQUEST, ROLLOUT,
+    STEP, STEP_ENVS, WARNED, AttachOrder,
+)
 from .waiting import SpinThenBlock, spin_budget_seconds
 from . import doorbell as doorbell_codes
 from .doorbell import WorkerDoorbell
 
-__all__ = ["AttachOrder", "REQUEST", "ShippedPolicy", "worker_main"]
+__all__ = ["HostedSlice", "worker_main"]
 
-REQUEST = struct.Struct("<cq")
-
-BEGIN, STEP, FINISH, ABANDON, ROLLOUT, CLOSE, HANDLE = b"b", b"s", b"f", b"a", b"r", b"c", b"x"
-#: Step some of a worker's envs (ready-first stepping): n, then n int64 env indices.
-STEP_ENVS = b"e"
-#: What a worker is doing while it serves each request (named when it dies there).
-PHASES = {BEGIN: "begin", STEP: "step", STEP_ENVS: "step", FINISH: "finish", ABANDON: "abandon", ROLLOUT: "rollout", CLOSE: "close", HANDLE: "call"}
-DONE, FINISHED, POLICY_FAILED, FAILED = b"k", b"f", b"p", b"e"
-#: A reply preceded by the warnings raised since the last one: WARNED + pickle((records, reply)).
-WARNED = b"w"
 
 # What this worker would print as warnings goes back to the main process instead.
 _warnings = WarningRecorder()
@@ -103,8 +57,6 @@ _warnings = WarningRecorder()
 #: worker has even read the rollout's request. A plain flag, not a threading.Event: the signal
 #: handler must not take a lock.
 _cancel_rollout = CancelFlag()
-#: The signal that asks it (POSIX only; elsewhere a close waits out its bound instead).
-CANCEL_SIGNAL = getattr(signal, "SIGUSR1", None)
 #: How much a rollout worker lowers its priority when a learner runs beside it (``os.nice``):
 #: under contention for a core the learner gets most of it (about 90% at 10), and the workers
 #: take whatever the learner leaves, all of it while the learner waits for the next batch.
@@ -120,36 +72,6 @@ def _with_warnings(reply: bytes) -> bytes:
 
 def _send(connection, reply: bytes) -> None:
     connection.send_bytes(_with_warnings(reply))
-
-
-@dataclass(frozen=True)
-class ShippedPolicy:
-    """What makes a worker a rollout worker: the first snapshot of the policy (``None``: random actions)."""
-
-    #: A pickled :class:`~parallel_rollouts.policy.shipping.PolicySnapshot`.
-    snapshot: bytes | None
-
-
-@dataclass(frozen=True)
-class AttachOrder:
-    """What a worker needs, once every env's spaces are known, to join the rollout."""
-
-    segment_name: str
-    #: The collector's layout, as the main process resolved it (the core is loaded here by name).
-    layout: RolloutLayout
-    #: This worker's first env column (a factory returning a vector env spans several).
-    column_offset: int = 0
-    #: ``builder(envs, env_offset, layout)`` -> the group to host instead of the rollout
-    #: groups (the VectorEnv adapter's); picklable.
-    group_builder: object = None
-    policy: ShippedPolicy | None = None
-    #: How many times this slice's worker was replaced: its envs draw episode seeds
-    #: from the stream of this incarnation (:mod:`parallel_rollouts.config.seeding`).
-    incarnation: int = 0
-    #: How many doorbell slots follow the storage in the segment (:mod:`.doorbell`), and
-    #: this worker's; ``None``: every request comes over the pipe.
-    doorbell: int | None = None
-    slot: int = 0
 
 
 def _picklable(error: BaseException, env_offset: int) -> BaseException:

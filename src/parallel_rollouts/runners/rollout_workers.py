@@ -24,7 +24,7 @@ from ..data.batch_memory import BatchMemory
 from ..data.recurrent_record import RecurrentRecord
 from ..data.state_tree import StateTree, leaf_to_numpy
 from ..errors import ActionError, PolicyTransferError
-from ..processes import worker_main as protocol
+from ..processes import protocol
 from ..processes.batch_segments import BatchSegments
 from ..processes.pool import WorkerPool
 from ..config.spec import RolloutSpec

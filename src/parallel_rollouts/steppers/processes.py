@@ -2,7 +2,7 @@
 
 The policy runs batched in the main process, which writes actions into the shared
 ``actions`` rows; a step is one 9-byte request and one 1-byte reply per worker (see
-:mod:`parallel_rollouts.processes.worker_main`). The workers write a fresh batch straight
+:mod:`parallel_rollouts.processes.protocol`). The workers write a fresh batch straight
 into a segment of its own (:mod:`~parallel_rollouts.processes.batch_segments`), or with
 ``reuse_buffers=True`` the pool's working segment, handed out again on every collect.
 
@@ -17,7 +17,7 @@ import pickle
 
 import numpy as np
 
-from ..processes import worker_main as protocol
+from ..processes import protocol
 from ..processes.batch_segments import BatchSegments
 from ..processes.pool import WorkerPool
 from ..config.spec import RolloutSpec
