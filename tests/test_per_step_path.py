@@ -19,6 +19,7 @@ import pytest
 from parallel_rollouts import ConfigurationError, ParallelRolloutCollector, ParallelVectorEnv, WorkerError
 from parallel_rollouts.processes import doorbell
 from parallel_rollouts.processes.local_share import LocalShare
+from parallel_rollouts.processes.transport import DoorbellTransport, PipeTransport
 
 from .batch_compare import assert_batches_identical
 from .envs import CountingEnv, CrashingCartPole, FaultyEnv
@@ -90,12 +91,12 @@ def test_slots_out_of_range_and_short_buffers_are_refused():
 
 def test_the_pool_uses_the_doorbell_with_the_compiled_core_and_the_pipes_otherwise(monkeypatch, no_leaks):
     with ParallelRolloutCollector(cartpoles(4), None, "async", horizon=4, seed=0, num_workers=2) as collector:
-        assert pool_of(collector)._resources.doorbells is not None
+        assert pool_of(collector)._resources.transport.__class__ is DoorbellTransport
     monkeypatch.setenv(doorbell.DOORBELL_ENV_VAR, "0")
     with ParallelRolloutCollector(cartpoles(4), None, "async", horizon=4, seed=0, num_workers=2) as collector:
-        assert pool_of(collector)._resources.doorbells is None
+        assert pool_of(collector)._resources.transport.__class__ is PipeTransport
     with ParallelRolloutCollector(cartpoles(4), None, "async", horizon=4, seed=0, num_workers=2, core="python") as collector:
-        assert pool_of(collector)._resources.doorbells is None
+        assert pool_of(collector)._resources.transport.__class__ is PipeTransport
 
 
 @pytest.mark.parametrize("doorbell_on", ["1", "0"])
@@ -114,7 +115,7 @@ def test_a_worker_killed_while_the_main_process_waits_on_its_doorbell_is_named(t
     fns[3] = partial(CrashingCartPole, 5, "kill")
     collector = ParallelRolloutCollector(fns, None, "async", horizon=16, seed=0, num_workers=2)
     try:
-        assert pool_of(collector)._resources.doorbells is not None
+        assert pool_of(collector)._resources.transport.__class__ is DoorbellTransport
         with pytest.raises(WorkerError, match=r"worker 1 .*envs 2\.\.3.*killed by signal SIGKILL"):
             collector.collect()
     finally:
@@ -152,7 +153,7 @@ def test_a_reply_far_larger_than_a_pipe_buffer_comes_back_whole(no_leaks):
     # A time limit makes a reply stuck in a full pipe a failure, not a hang.
     env = ParallelVectorEnv([BigFrameEnv] * 4, autoreset_mode="SameStep", num_workers=1, main_process_envs=0, step_timeout=60)
     try:
-        assert pool_of(env)._resources.doorbells is not None
+        assert pool_of(env)._resources.transport.__class__ is DoorbellTransport
         env.reset(seed=0)
         for action in (0, 1, 0):
             _, _, terminations, _, infos = env.step(np.full(4, action))

@@ -34,10 +34,11 @@ from ..config.spec import RolloutSpec
 from ..config.worker_options import WorkerOptions
 from . import protocol
 from .forwarded_warnings import raise_again
-from .doorbell import MainDoorbells, doorbells_available
+from .doorbell import doorbells_available
 from .local_share import LocalShare, resolve_main_share
 from .shared_memory import SharedStorage
 from .slicing import pickle_env_fns, resolve_num_workers, split_envs, usable_cores
+from .transport import DIED, LATE, PipeTransport
 from .startup import attach, exit_if_importing_the_main_script, raise_startup_errors, startup_reply
 from .worker_handle import WorkerHandle, close_worker, died_error, launch_worker, read_crash_report, stop_worker
 
@@ -57,28 +58,21 @@ class _Resources:
 
     workers: list[WorkerHandle] = field(default_factory=list)
     shared: SharedStorage | None = None
-    #: Whether the working segment gets step doorbells (decided before it exists), and the
-    #: doorbells once it does (``None``: every request goes over the pipes).
+    #: Whether the working segment gets step doorbells (decided before it exists), and how
+    #: requests reach the workers (a DoorbellTransport once a segment with doorbells exists).
     use_doorbells: bool = False
-    doorbells: MainDoorbells | None = None
+    transport: PipeTransport = field(default_factory=PipeTransport)
     closed: bool = False
 
     def post(self, worker: WorkerHandle, request: bytes, step_row: int | None = None) -> None:
-        """Send ``request`` to ``worker``: a step on its doorbell when there is one and
-        ``step_row`` is given, else over its pipe (and rung, so that it reads the pipe).
-        The main process's share keeps it, to serve when its reply is read."""
+        """Send ``request`` to ``worker`` (``step_row``: a bare step of that row) through the
+        transport. The main process's share keeps it, to serve when its reply is read. A
+        worker that is gone is not an error here: receiving its reply reports how (and lets
+        it be replaced)."""
         if worker.is_local:
             worker.post(request)
             return
-        if self.doorbells is not None:
-            # Rung first: the worker then reads the pipe while this writes to it, so a request
-            # larger than the pipe's buffer (a policy snapshot, a large `call`) flows.
-            worker.request_number = self.doorbells.ring(worker.index, step_row)
-        if step_row is None or self.doorbells is None:
-            try:
-                worker.connection.send_bytes(request)
-            except OSError:
-                pass  # the worker is gone: receiving its reply reports how (and lets it be replaced)
+        self.transport.post(worker, request, step_row)
 
     def shutdown(self, graceful: bool = True) -> list[WorkerError]:
         """Stop every worker (bounded in time) and release the segment. Idempotent."""
@@ -102,13 +96,8 @@ class _Resources:
             # worker serves, and its reply the next one read here.
             workers = [worker for worker in workers if self._finish_in_flight(worker, deadline)]
             for worker in workers:
-                if worker.alive:
-                    if self.doorbells is not None:
-                        self.doorbells.ring(worker.index, None)
-                    try:
-                        worker.connection.send_bytes(protocol.REQUEST.pack(protocol.CLOSE, 0))
-                    except OSError:
-                        worker.alive = False
+                if worker.alive and not self.transport.post(worker, protocol.REQUEST.pack(protocol.CLOSE, 0), None):
+                    worker.alive = False
             for worker in workers:
                 if not worker.alive:
                     continue
@@ -137,9 +126,8 @@ class _Resources:
                 worker.process.kill()
                 worker.process.join(CLOSE_TIMEOUT)
             close_worker(worker)
-        if self.doorbells is not None:
-            self.doorbells.release()
-            self.doorbells = None
+        self.transport.release()
+        self.transport = PipeTransport()
         if self.shared is not None:
             self.shared.release()
             self.shared = None
@@ -152,15 +140,7 @@ class _Resources:
         if not worker.alive or not worker.awaiting_reply:
             return True
         try:
-            if self.doorbells is not None:
-                outcome, _ = self.doorbells.wait_reply(worker.index, worker.request_number, worker.process.sentinel, deadline)
-                if outcome == "pipe" and worker.connection.poll(max(deadline - time.monotonic(), 0)):
-                    worker.connection.recv_bytes()
-                elif outcome != "reply":
-                    return False
-            elif worker.connection.poll(max(deadline - time.monotonic(), 0)):
-                worker.connection.recv_bytes()
-            else:
+            if not self.transport.read_in_flight(worker, deadline):
                 return False
         except (EOFError, OSError):
             worker.alive = False
@@ -323,16 +303,10 @@ class WorkerPool:
             return local
         timeout = self.step_timeout if self.step_timeout is not None else float("inf")
         deadline = time.monotonic() + timeout
-        doorbells = self._resources.doorbells
+        transport = self._resources.transport
         while True:
             remaining = max(deadline - time.monotonic(), 0.0)
-            if doorbells is not None:
-                pending = [(worker.index, worker.request_number, worker.process.sentinel) for worker in workers]
-                ready = [workers[position] for position in doorbells.wait_any(pending, min(remaining, 1.0))]
-            else:
-                ends = {worker.connection: worker for worker in workers}
-                ends.update({worker.process.sentinel: worker for worker in workers})
-                ready = list({id(ends[end]): ends[end] for end in wait(list(ends), min(remaining, 1.0))}.values())
+            ready = transport.wait_any(workers, min(remaining, 1.0))
             if ready:
                 return sorted(ready, key=lambda worker: worker.index)
             if time.monotonic() >= deadline:
@@ -407,9 +381,7 @@ class WorkerPool:
             "%s was lost; replacing it (restart %d of %d)", worker.describe(), self._restarts.used, self._restarts.max_restarts
         )
         stop_worker(worker, CLOSE_TIMEOUT)
-        if self._resources.doorbells is not None:
-            self._resources.doorbells.clear(worker.index)
-            worker.request_number = 0
+        self._resources.transport.forget(worker)
         old_process = worker.process
         fresh = launch_worker(mp_context, worker.index, *worker.factories, pickled)
         # The handle takes the new process before anything else can raise, so that shutdown
@@ -489,32 +461,15 @@ class WorkerPool:
             reply = worker.serve_pending()
             worker.awaiting_reply = False
             return reply
-        connection = worker.connection
         started = time.perf_counter()
         try:
-            if self._resources.doorbells is not None:
-                outcome, reply = self._resources.doorbells.wait_reply(
-                    worker.index, worker.request_number, worker.process.sentinel, deadline
-                )
-                if outcome == "died":
-                    self._raise_died(worker)
-                if outcome == "late":
-                    raise self._timed_out(worker)
-                if outcome == "pipe":
-                    reply = connection.recv_bytes()
-                elif not reply:
-                    reply = protocol.DONE
-            else:
-                if not worker.waiter.spin() and deadline is not None:
-                    remaining = deadline - time.monotonic()
-                    ready = wait([connection, worker.process.sentinel], max(remaining, 0))
-                    if connection not in ready:
-                        if worker.process.sentinel in ready:
-                            self._raise_died(worker)
-                        raise self._timed_out(worker)
-                reply = connection.recv_bytes()
+            outcome, reply = self._resources.transport.wait_reply(worker, deadline)
         except (EOFError, ConnectionError):
             self._raise_died(worker)
+        if outcome == DIED:
+            self._raise_died(worker)
+        if outcome == LATE:
+            raise self._timed_out(worker)
         worker.wait_seconds += time.perf_counter() - started
         worker.awaiting_reply = False
         if reply[:1] == protocol.WARNED:

@@ -19,6 +19,7 @@ from ..groups import resolve_layout
 from ..config.spec import RolloutSpec
 from . import protocol
 from .doorbell import MainDoorbells, doorbell_bytes
+from .transport import DoorbellTransport
 from .shared_memory import SharedStorage
 from .worker_handle import WorkerHandle, died_error
 
@@ -57,7 +58,7 @@ def attach(spec: RolloutSpec, resources, policy) -> protocol.AttachOrder:
     doorbells = resources.use_doorbells
     resources.shared = SharedStorage.create(layout.allocate_storage, doorbell_bytes(slots) if doorbells else 0)
     if doorbells:
-        resources.doorbells = MainDoorbells(resources.shared.extra, slots)
+        resources.transport = DoorbellTransport(MainDoorbells(resources.shared.extra, slots))
     order = protocol.AttachOrder(
         segment_name=resources.shared.name,
         layout=layout,
