@@ -27,7 +27,7 @@ from stable_baselines3.common.vec_env import (
     VecVideoRecorder,
 )
 
-from parallel_rollouts import ActionError, ObservationError, VectorEnvClosedError, WorkerError
+from parallel_rollouts import ActionError, ConfigurationError, ObservationError, VectorEnvClosedError, WorkerError
 from parallel_rollouts.sb3 import ParallelVecEnv
 from parallel_rollouts.config.seeding import episode_seed
 from tests.envs import SpaceEnv
@@ -414,3 +414,32 @@ def test_episode_seeds_names_its_choices():
 
     with pytest.raises(ConfigurationError, match="episode_seeds"):
         ParallelVecEnv([cartpole], "sync", seed=0, episode_seeds="once")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_step_async_starts_the_step_and_step_wait_takes_it(stack, backend):
+    """step_async checks the actions and starts every env's step (a refused batch steps nothing);
+    step_wait returns it; a reset between them books the step and starts over; other calls wait."""
+    ours, control = open_pair(stack, cartpole, backend)
+    ours.reset(), control.reset()
+    rng = np.random.default_rng(6)
+    for t in range(30):
+        actions = rng.integers(0, 2, size=NUM_ENVS)
+        ours.step_async(actions)
+        control.step_async(actions)
+        for name, mine, theirs in zip(("observations", "rewards", "dones", "infos"), ours.step_wait(), control.step_wait()):
+            assert_same(mine, theirs, f"step {t}: {name}")
+    with pytest.raises(ActionError, match="env 1"):
+        ours.step_async(np.array([0, 5, 1]))
+    with pytest.raises(RuntimeError, match="call `step_async"):
+        ours.step_wait()  # the refused batch started nothing
+    ours.step_async(np.zeros(NUM_ENVS, dtype=np.int64))
+    control.step_async(np.zeros(NUM_ENVS, dtype=np.int64))
+    with pytest.raises(ConfigurationError, match="step_wait"):
+        ours.get_attr("spec")
+    control.step_wait()  # DummyVecEnv steps at step_wait; the adapter's step has run already
+    assert_same(ours.reset(), control.reset(), "reset after a step never waited for")
+    assert_same(ours.unwrapped.reset_infos, control.reset_infos, "reset_infos")
+    assert [seeds[:-1] for seeds in ours.episode_seeds()] == [
+        [episode_seed(0, index, k) for k in range(len(seeds) - 1)] for index, seeds in enumerate(ours.episode_seeds())
+    ]

@@ -206,6 +206,10 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         self._queued: dict[int, list[np.ndarray]] = {}
         self._last_served = np.arange(self.num_envs, dtype=np.int64)
         self._worker_starts: np.ndarray | None = None
+        # A whole step started by `_send_step` and not yet taken by `_receive_step` (the SB3
+        # adapter's step_async / step_wait), and on sync the parts it already gave.
+        self._step_in_flight = False
+        self._sent_parts: list | None = None
         self._core_module = core_module
         self.single_observation_space = self._observation_layout.space
         self.single_action_space = self._action_layout.space
@@ -257,19 +261,42 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
 
     def _request(self, command: bytes, argument: int = 0, payload: bytes = b"") -> list:
         """Run one request on every worker; the unpickled results in worker order (``None`` where empty)."""
+        self._send_request(command, argument, payload)
+        return self._receive_request()
+
+    def _send_request(self, command: bytes, argument: int = 0, payload: bytes = b"") -> None:
+        """Send one request to every worker; :meth:`_receive_request` takes the replies."""
         self.check_usable()
         try:
-            replies = self._backend.request(command, argument, payload=payload)
+            self._backend.send(command, argument, payload=payload)
+        except BaseException as error:
+            self._break(error)
+            raise
+
+    def _receive_request(self) -> list:
+        """Every worker's reply to the request sent, unpickled, in worker order (``None`` where empty)."""
+        try:
+            replies = self._backend.receive()
+            self._backend.raise_failures(replies)
         except BaseException as error:
             self._break(error)
             raise_again(self._backend.take_warnings(), quietly=True)
             raise
         # The request is complete on every worker: a warning made an error loses only its result.
         raise_again(self._backend.take_warnings())
+        replies = [reply[1:] if reply[:1] == self._worker.FINISHED else None for reply in replies]
         return [None if reply is None else pickle.loads(reply) for reply in replies]
+
+    def _refuse_step_in_flight(self) -> None:
+        if self._step_in_flight:
+            raise ConfigurationError(
+                "a step of every env was started and its result not taken yet (the SB3 adapter's "
+                "`step_async` without `step_wait`); take it first (`step_wait()`)."
+            )
 
     def _handle(self, request: tuple) -> list:
         """``group.handle(request)`` on every group; the results in group order."""
+        self._refuse_step_in_flight()
         if self._group is not None:
             self.check_usable()
             return [self._guarded(self._group.handle, request)]
@@ -279,11 +306,6 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
             self._finish_in_flight()
         return self._request(self._worker.HANDLE, 0, pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
 
-    def _step_groups(self) -> list:
-        if self._group is not None:
-            self.check_usable()
-            return [self._guarded(self._group.step, 0)]
-        return self._request(self._worker.STEP)
 
     def _merge_infos(self, parts: list) -> dict:
         infos: dict = {}
@@ -318,6 +340,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         read these instead of Gymnasium's merged dict.
         """
         self.check_usable()
+        self._refuse_step_in_flight()
         seeds = self._seeds_per_env(seed)
         if self._ready_first is not None:
             self._drain()
@@ -381,20 +404,44 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         return observations, rewards, terminations, truncations, self._merge_infos(parts)
 
     def _step_unmerged(self, actions: Any) -> tuple:
-        """``step`` with its infos unmerged (see :meth:`_reset_unmerged`).
+        """``step`` with its infos unmerged (see :meth:`_reset_unmerged`): :meth:`_send_step`,
+        then :meth:`_receive_step`.
 
         In ``SAME_STEP`` mode an env whose episode ended reports ``{"final_obs", "final_info"}``
         first, then its reset info if that is not empty.
         """
+        self._send_step(actions)
+        return self._receive_step()
+
+    def _send_step(self, actions: Any) -> None:
+        """Check every env's action, write them and start the step of every env (on ``"sync"``
+        the step itself); :meth:`_receive_step` returns its result. Nothing is sent when an
+        action is refused."""
         self.check_usable()
         self._check_reset("step")
+        self._refuse_step_in_flight()
         if self._ready_first is not None and self._ready_first.outstanding.any():
             raise ConfigurationError(
                 "`step` steps every env, but envs sent with `send` were not all returned by `recv()` yet; "
                 "`recv()` them first (or `reset()`)."
             )
         self._action_writer.write(self._action_checker.check(actions))
-        parts = self._step_groups()
+        if self._group is not None:
+            self._sent_parts = [self._guarded(self._group.step, 0)]
+        else:
+            self._send_request(self._worker.STEP)
+        self._step_in_flight = True
+
+    def _receive_step(self) -> tuple:
+        """The result of the step :meth:`_send_step` started: ``(observations, rewards,
+        terminations, truncations, parts)``."""
+        if not self._step_in_flight:
+            raise RuntimeError("no step of every env was started: `_send_step(actions)` first.")
+        self._step_in_flight = False
+        if self._group is not None:
+            parts, self._sent_parts = self._sent_parts, None
+        else:
+            parts = self._receive_request()
         if self._stores_finals():
             ended = np.flatnonzero(self._storage.terminations[0] | self._storage.truncations[0]).tolist()
             # One part in env order (the groups' parts follow one another in env order).
@@ -453,6 +500,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         """
         ready_first = self._ready_first_only("send")
         self.check_usable()
+        self._refuse_step_in_flight()
         self._check_reset("send")
         ids = self._last_served if env_ids is None else self._env_ids(env_ids)
         checker = self._subset_checkers.get(ids.size)

@@ -171,7 +171,8 @@ class ParallelVecEnv(VecEnv):
                 else np.arange(len(env_fns), dtype=np.int64)
             )
             self._next_root: int | None = None
-            self._actions: Any = None
+            # Whether a step was started by step_async and not yet taken by step_wait.
+            self._stepping = False
             super().__init__(vector_env.num_envs, vector_env.single_observation_space, vector_env.single_action_space)
             # As DummyVecEnv: the envs' metadata (render_fps for VecVideoRecorder, among others).
             self.metadata = self.get_attr("metadata", 0)[0]
@@ -222,6 +223,10 @@ class ParallelVecEnv(VecEnv):
     def reset(self) -> VecEnvObs:
         """Reset every env with its next episode seed and the options of ``set_options``; return the observations."""
         vector_env = self._require_open()
+        if self._stepping:
+            # A step started by step_async and never waited for: it has run (on "async" it is
+            # running), so it is taken, its episodes and seeds booked, and its result dropped.
+            self.step_wait()
         restart = self._next_root
         parts: list = []
         observations = None
@@ -249,7 +254,6 @@ class ParallelVecEnv(VecEnv):
         for part in parts:
             for index, info in part or ():
                 self.reset_infos[index] = self._copy_info(info)
-        self._actions = None
         self._reset_seeds()
         self._reset_options()
         return self._as_sb3_observations(observations)
@@ -274,19 +278,22 @@ class ParallelVecEnv(VecEnv):
         return masks
 
     def step_async(self, actions: np.ndarray) -> None:
-        """Keep the actions for :meth:`step_wait`, which checks and hands them to the envs."""
-        self._require_open()
-        self._actions = actions
-
-    def step_wait(self) -> VecEnvStepReturn:
-        """Step every env; return ``(observations, rewards, dones, infos)`` in SB3's conventions."""
+        """Check the actions and start every env's step: on ``"async"`` the workers step while the
+        caller goes on, until :meth:`step_wait`. A refused action raises here, and nothing steps."""
         vector_env = self._require_open()
-        if self._actions is None:
-            raise RuntimeError("`step_wait()` needs actions: call `step_async(actions)` (or `step(actions)`) first.")
-        actions, self._actions = self._actions, None
         actions = batch_per_env_actions(self._action_layout, actions, self.num_envs)
         actions = whole_float_actions(self._action_layout, actions)
-        observations, rewards, terminations, truncations, parts = vector_env._step_unmerged(actions)
+        vector_env._send_step(actions)
+        self._stepping = True
+
+    def step_wait(self) -> VecEnvStepReturn:
+        """Wait for the step :meth:`step_async` started; return ``(observations, rewards, dones,
+        infos)`` in SB3's conventions."""
+        vector_env = self._require_open()
+        if not self._stepping:
+            raise RuntimeError("`step_wait()` needs actions: call `step_async(actions)` (or `step(actions)`) first.")
+        self._stepping = False
+        observations, rewards, terminations, truncations, parts = vector_env._receive_step()
         if self.column_agents:
             dones, infos = self._agent_dones_and_infos(terminations, truncations, parts)
             return self._as_sb3_observations(observations), rewards.astype(np.float32), dones, infos
