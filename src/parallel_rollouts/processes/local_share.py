@@ -16,7 +16,6 @@ explicitly with them is taken as asked, unbounded and never restarted.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from ..config.worker_options import WorkerOptions
@@ -54,7 +53,7 @@ def resolve_main_share(options: WorkerOptions, num_factories: int) -> int:
 class LocalShare:
     """The main process's envs, in the pool's list of workers as a worker that never dies.
 
-    :meth:`post` keeps a request; :meth:`serve_pending` serves it when the pool reads this
+    :meth:`post` keeps a request; :meth:`take_reply` serves it when the pool reads this
     share's reply, after the workers were asked.
     """
 
@@ -99,19 +98,19 @@ class LocalShare:
         envs = f"env {self.start}" if self.stop - self.start == 1 else f"envs {self.start}..{self.stop - 1}"
         return f"the main process's share ({envs})"
 
-    def post(self, request: bytes) -> None:
+    # The host interface of WorkerHandle: a request is kept when posted and served here, in this
+    # thread, when the pool asks for its reply.
+    replies_at_once = True
+
+    def post(self, request: bytes, step_row: int | None = None, transport=None) -> None:
         self.pending = request
 
-    def serve_pending(self) -> bytes:
-        """Serve the request posted last; the reply a worker would have sent."""
+    def take_reply(self, transport=None, deadline: float | None = None) -> tuple[str, bytes]:
+        """Serve the request posted last: ``("reply", the reply a worker would have sent)``."""
         message, self.pending = self.pending, None
         command, argument = protocol.REQUEST.unpack_from(message)
-        started = time.perf_counter()
-        try:
-            reply = self.hosted.serve(command, argument, message)
-        finally:
-            self.wait_seconds += time.perf_counter() - started
-        return protocol.DONE if reply is None else reply
+        reply = self.hosted.serve(command, argument, message)
+        return "reply", protocol.DONE if reply is None else reply
 
     def close(self) -> bytes | None:
         """Close the envs; a ``FAILED`` reply if some raised while closing, else ``None``."""

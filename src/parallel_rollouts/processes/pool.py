@@ -64,15 +64,17 @@ class _Resources:
     transport: PipeTransport = field(default_factory=PipeTransport)
     closed: bool = False
 
+    @property
+    def processes(self) -> list[WorkerHandle]:
+        """The workers that are processes of their own (not this process's share of the envs)."""
+        return [worker for worker in self.workers if not worker.is_local]
+
     def post(self, worker: WorkerHandle, request: bytes, step_row: int | None = None) -> None:
         """Send ``request`` to ``worker`` (``step_row``: a bare step of that row) through the
         transport. The main process's share keeps it, to serve when its reply is read. A
         worker that is gone is not an error here: receiving its reply reports how (and lets
         it be replaced)."""
-        if worker.is_local:
-            worker.post(request)
-            return
-        self.transport.post(worker, request, step_row)
+        worker.post(request, step_row, self.transport)
 
     def shutdown(self, graceful: bool = True) -> list[WorkerError]:
         """Stop every worker (bounded in time) and release the segment. Idempotent."""
@@ -81,9 +83,8 @@ class _Resources:
         self.closed = True
         errors: list[WorkerError] = []
         deadline = time.monotonic() + CLOSE_TIMEOUT
-        local = [worker for worker in self.workers if worker.is_local]
-        workers = [worker for worker in self.workers if not worker.is_local]
-        for share in local:
+        workers = self.processes
+        for share in (worker for worker in self.workers if worker.is_local):
             try:
                 reply = share.close()
                 if reply is not None and reply[:1] == protocol.FAILED:
@@ -114,7 +115,7 @@ class _Resources:
                     pass
                 except Exception:  # a reply this process cannot unpickle: closing goes on
                     logger.debug("unreadable close reply from a worker", exc_info=True)
-        workers = [worker for worker in self.workers if not worker.is_local]
+        workers = self.processes
         for worker in workers:
             worker.process.join(max(deadline - time.monotonic(), 0) if graceful else 0)
         for worker in workers:
@@ -298,9 +299,9 @@ class WorkerPool:
         if not workers:
             return []
         # The main process's share replies when its reply is read (it steps then): always ready.
-        local = [worker for worker in workers if worker.is_local]
-        if local:
-            return local
+        at_once = [worker for worker in workers if worker.replies_at_once]
+        if at_once:
+            return at_once
         timeout = self.step_timeout if self.step_timeout is not None else float("inf")
         deadline = time.monotonic() + timeout
         transport = self._resources.transport
@@ -317,9 +318,9 @@ class WorkerPool:
         says the policy failed, with :class:`~parallel_rollouts.policy.cancel.RolloutCancelled`)."""
         if protocol.CANCEL_SIGNAL is None:
             return
-        for worker in self.workers:
+        for worker in self._resources.processes:
             if (
-                not worker.is_local and worker.alive and worker.awaiting_reply and worker.phase == "rollout"
+                worker.alive and worker.awaiting_reply and worker.phase == "rollout"
                 and worker.process.is_alive()
             ):
                 try:
@@ -411,7 +412,7 @@ class WorkerPool:
     def found_dead(self) -> list[tuple[WorkerHandle, WorkerError]]:
         """``(worker, error)`` for each worker whose process has already ended, without
         waiting: checked before a request that would otherwise lose a whole rollout to it."""
-        sentinels = {worker.process.sentinel: worker for worker in self.workers if not worker.is_local}
+        sentinels = {worker.process.sentinel: worker for worker in self._resources.processes}
         ended = wait(list(sentinels), 0)
         losses = []
         for sentinel in ended:
@@ -457,13 +458,9 @@ class WorkerPool:
             raise error
 
     def _receive(self, worker: WorkerHandle, deadline: float | None) -> bytes:
-        if worker.is_local:
-            reply = worker.serve_pending()
-            worker.awaiting_reply = False
-            return reply
         started = time.perf_counter()
         try:
-            outcome, reply = self._resources.transport.wait_reply(worker, deadline)
+            outcome, reply = worker.take_reply(self._resources.transport, deadline)
         except (EOFError, ConnectionError):
             self._raise_died(worker)
         if outcome == DIED:

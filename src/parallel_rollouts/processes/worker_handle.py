@@ -56,6 +56,18 @@ class WorkerHandle:
     factories: tuple[int, int] = (0, 0)
     #: A worker process (the main process's own share is a :class:`~.local_share.LocalShare`).
     is_local = False
+    #: Its reply is there only once its process sends it (the share's is served when asked for).
+    replies_at_once = False
+
+    # The host interface the pool talks to, which LocalShare implements too.
+
+    def post(self, request: bytes, step_row: int | None, transport) -> None:
+        """Send ``request`` (``step_row``: a bare step of that row) through ``transport``."""
+        transport.post(self, request, step_row)
+
+    def take_reply(self, transport, deadline: float | None) -> tuple[str, bytes | None]:
+        """The reply to the request posted: ``("reply", bytes)``, or the transport's "died" / "late"."""
+        return transport.wait_reply(self, deadline)
 
     def describe(self) -> str:
         envs = f"env {self.start}" if self.stop - self.start == 1 else f"envs {self.start}..{self.stop - 1}"
