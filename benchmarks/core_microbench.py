@@ -41,6 +41,7 @@ import numpy as np
 
 from parallel_rollouts.conformance.rounds import run_rounds
 from parallel_rollouts.core.selector import load_core
+from parallel_rollouts.data.storage import RolloutStorage
 
 from .report import format_machine_record, machine_record, parse_counts, write_json
 
@@ -302,6 +303,9 @@ class _EndsOnly:
         self.reset_steps = np.zeros_like(terminations)
         self.rewards = np.zeros(terminations.shape)
         self.horizon = terminations.shape[0]
+
+    # The one rule of where an episode starts, read from these fields as from a rollout's.
+    episode_ends_and_starts = RolloutStorage.episode_ends_and_starts
 
 
 RECURRENT_CONTENDERS = ("library state", "hand-carried state", "policy alone", "bookkeeping alone")
