@@ -419,7 +419,7 @@ def test_episode_seeds_names_its_choices():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_step_async_starts_the_step_and_step_wait_takes_it(stack, backend):
     """step_async checks the actions and starts every env's step (a refused batch steps nothing);
-    step_wait returns it; a reset between them books the step and starts over; other calls wait."""
+    step_wait returns it; other calls between them ask for step_wait."""
     ours, control = open_pair(stack, cartpole, backend)
     ours.reset(), control.reset()
     rng = np.random.default_rng(6)
@@ -434,12 +434,50 @@ def test_step_async_starts_the_step_and_step_wait_takes_it(stack, backend):
     with pytest.raises(RuntimeError, match="call `step_async"):
         ours.step_wait()  # the refused batch started nothing
     ours.step_async(np.zeros(NUM_ENVS, dtype=np.int64))
-    control.step_async(np.zeros(NUM_ENVS, dtype=np.int64))
     with pytest.raises(ConfigurationError, match="step_wait"):
         ours.get_attr("spec")
-    control.step_wait()  # DummyVecEnv steps at step_wait; the adapter's step has run already
-    assert_same(ours.reset(), control.reset(), "reset after a step never waited for")
-    assert_same(ours.unwrapped.reset_infos, control.reset_infos, "reset_infos")
-    assert [seeds[:-1] for seeds in ours.episode_seeds()] == [
-        [episode_seed(0, index, k) for k in range(len(seeds) - 1)] for index, seeds in enumerate(ours.episode_seeds())
-    ]
+    ours.step_wait()
+    assert ours.get_attr("spec")[0].id == "CartPole-v1"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reset_between_step_async_and_step_wait_books_the_step_as_step_wait_would(stack, backend):
+    """The step left in flight ends an episode: reset takes it (its end and the next episode's seed
+    booked) and resets, exactly as step_wait then reset do."""
+    def run(wait: bool):
+        venv = ParallelVecEnv([cartpole] * NUM_ENVS, backend, seed=4)
+        stack.callback(venv.close)
+        venv.reset()
+        pushes = 0
+        while True:  # pushing left, a pole falls within a few steps: stop at the step that ends one
+            pushes += 1
+            venv.step_async(np.zeros(NUM_ENVS, dtype=np.int64))
+            if pushes == ends_at:
+                break
+            venv.step_wait()
+        if wait:
+            venv.step_wait()
+        return venv.reset(), venv.reset_infos, venv.episode_seeds()
+
+    probe = ParallelVecEnv([cartpole] * NUM_ENVS, "sync", seed=4)
+    stack.callback(probe.close)
+    probe.reset()
+    ends_at = 1
+    while not probe.step(np.zeros(NUM_ENVS, dtype=np.int64))[2].any():
+        ends_at += 1
+    waited, dropped = run(wait=True), run(wait=False)
+    assert_same(dropped[0], waited[0], "reset observations")
+    assert dropped[1:] == waited[1:]
+    assert any(len(seeds) == 3 for seeds in dropped[2])  # first episode, the one the step began, the reset's
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_close_with_a_step_in_flight_leaves_nothing_to_take(backend):
+    venv = ParallelVecEnv([cartpole] * NUM_ENVS, backend, seed=0)
+    venv.reset()
+    venv.step_async(np.zeros(NUM_ENVS, dtype=np.int64))
+    venv.close()
+    with pytest.raises(VectorEnvClosedError):
+        venv.step_wait()
+    with pytest.raises(VectorEnvClosedError):
+        venv.reset()

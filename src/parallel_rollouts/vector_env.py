@@ -296,9 +296,9 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
 
     def _handle(self, request: tuple) -> list:
         """``group.handle(request)`` on every group; the results in group order."""
+        self.check_usable()
         self._refuse_step_in_flight()
         if self._group is not None:
-            self.check_usable()
             return [self._guarded(self._group.handle, request)]
         if self._stepping:
             # Envs sent and not yet received: their steps finish first (booked for `recv`), as on
@@ -411,7 +411,12 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         first, then its reset info if that is not empty.
         """
         self._send_step(actions)
-        return self._receive_step()
+        try:
+            return self._receive_step()
+        except BaseException as error:
+            if self._step_in_flight:  # interrupted before the step was taken: its reply is owed
+                self._break(error)
+            raise
 
     def _send_step(self, actions: Any) -> None:
         """Check every env's action, write them and start the step of every env (on ``"sync"``
@@ -426,15 +431,18 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
                 "`recv()` them first (or `reset()`)."
             )
         self._action_writer.write(self._action_checker.check(actions))
+        # Set first: a failure below breaks this vector env, and an interruption after the
+        # request went out leaves a step owed, which the flag says.
+        self._step_in_flight = True
         if self._group is not None:
             self._sent_parts = [self._guarded(self._group.step, 0)]
         else:
             self._send_request(self._worker.STEP)
-        self._step_in_flight = True
 
     def _receive_step(self) -> tuple:
         """The result of the step :meth:`_send_step` started: ``(observations, rewards,
         terminations, truncations, parts)``."""
+        self.check_usable()
         if not self._step_in_flight:
             raise RuntimeError("no step of every env was started: `_send_step(actions)` first.")
         self._step_in_flight = False
@@ -540,6 +548,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         their indices in ``infos["env_id"]``; in the order they finished (or ``serve_order``'s)."""
         ready_first = self._ready_first_only("recv")
         self.check_usable()
+        self._refuse_step_in_flight()
         batch = ready_first.next_batch()
         while batch is None:
             self._take_finished()
@@ -648,6 +657,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         """Close every env and release the workers and shared memory (called once, by :meth:`close`)."""
+        self._step_in_flight, self._sent_parts = False, None  # a step in flight is finished by the close
         if self._backend is not None:
             # This object's views of the shared segment go first, so that closing the pool unmaps
             # it now rather than when this object is dropped.

@@ -171,8 +171,6 @@ class ParallelVecEnv(VecEnv):
                 else np.arange(len(env_fns), dtype=np.int64)
             )
             self._next_root: int | None = None
-            # Whether a step was started by step_async and not yet taken by step_wait.
-            self._stepping = False
             super().__init__(vector_env.num_envs, vector_env.single_observation_space, vector_env.single_action_space)
             # As DummyVecEnv: the envs' metadata (render_fps for VecVideoRecorder, among others).
             self.metadata = self.get_attr("metadata", 0)[0]
@@ -223,7 +221,7 @@ class ParallelVecEnv(VecEnv):
     def reset(self) -> VecEnvObs:
         """Reset every env with its next episode seed and the options of ``set_options``; return the observations."""
         vector_env = self._require_open()
-        if self._stepping:
+        if vector_env._step_in_flight:
             # A step started by step_async and never waited for: it has run (on "async" it is
             # running), so it is taken, its episodes and seeds booked, and its result dropped.
             self.step_wait()
@@ -284,15 +282,14 @@ class ParallelVecEnv(VecEnv):
         actions = batch_per_env_actions(self._action_layout, actions, self.num_envs)
         actions = whole_float_actions(self._action_layout, actions)
         vector_env._send_step(actions)
-        self._stepping = True
 
     def step_wait(self) -> VecEnvStepReturn:
         """Wait for the step :meth:`step_async` started; return ``(observations, rewards, dones,
         infos)`` in SB3's conventions."""
         vector_env = self._require_open()
-        if not self._stepping:
+        vector_env.check_usable()
+        if not vector_env._step_in_flight:
             raise RuntimeError("`step_wait()` needs actions: call `step_async(actions)` (or `step(actions)`) first.")
-        self._stepping = False
         observations, rewards, terminations, truncations, parts = vector_env._receive_step()
         if self.column_agents:
             dones, infos = self._agent_dones_and_infos(terminations, truncations, parts)
