@@ -306,7 +306,6 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
             self._finish_in_flight()
         return self._request(self._worker.HANDLE, 0, pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
 
-
     def _merge_infos(self, parts: list) -> dict:
         infos: dict = {}
         for events in parts:
