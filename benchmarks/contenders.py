@@ -488,8 +488,6 @@ class TwoProcesses:
     """
 
     def __init__(self, loop_name: str, workload: Workload, num_envs: int, horizon: int, seed: int) -> None:
-        import multiprocessing
-
         self.name = f"{loop_name}/2proc"
         self.processes = 3
         self._loop_name = loop_name
@@ -503,20 +501,12 @@ class TwoProcesses:
                 env.close()
             self.rewards = np.zeros((horizon, num_envs), dtype=np.float32)
             self.dones = np.zeros((horizon, num_envs), dtype=np.float32)
-        context = multiprocessing.get_context("spawn")
         self._connections, self._workers = [], []
         try:
-            for index, half in enumerate(self._halves):
-                parent, child = context.Pipe()
-                worker = context.Process(
-                    target=_loop_process,
-                    args=(child, loop_name, workload.name, half, index * self._halves[0], horizon, seed + index),
-                    daemon=True,
-                )
-                worker.start()
-                child.close()
-                self._connections.append(parent)
-                self._workers.append(worker)
+            _start_loops(self._connections, self._workers, _loop_process, [
+                (loop_name, workload.name, half, index * self._halves[0], horizon, seed + index)
+                for index, half in enumerate(self._halves)
+            ])
         except BaseException:
             self.close()
             raise
@@ -540,6 +530,22 @@ class TwoProcesses:
     def close(self) -> None:
         _stop_processes(self._connections, self._workers)
         self._connections, self._workers = [], []
+
+
+def _start_loops(connections: list, workers: list, target, arguments: list[tuple]) -> None:
+    """Start one spawned process per ``arguments`` entry running ``target(pipe end, *entry)``;
+    each is appended to ``workers`` and its other pipe end to ``connections`` as soon as it runs,
+    so that the caller's close stops whatever started before a failure."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    for entry in arguments:
+        parent, child = context.Pipe()
+        worker = context.Process(target=target, args=(child, *entry), daemon=True)
+        worker.start()
+        child.close()
+        connections.append(parent)
+        workers.append(worker)
 
 
 def _stop_processes(connections: list, workers: list) -> None:
@@ -599,7 +605,6 @@ class SharedMemoryLoops:
     """``hand-loop/shm/K``: K hand loops in K processes, their columns written into shared memory."""
 
     def __init__(self, workload: Workload, num_envs: int, horizon: int, seed: int, k: int) -> None:
-        import multiprocessing
         from multiprocessing import shared_memory
 
         self.name = f"hand-loop/shm/{k}"
@@ -618,19 +623,10 @@ class SharedMemoryLoops:
                 self.arrays[field] = np.ndarray(shape, dtype, segment.buf)
             names = {field: segment.name for field, segment in zip(fields, self._segments)}
             bounds = np.linspace(0, num_envs, k + 1).astype(int)
-            context = multiprocessing.get_context("spawn")
-            for index in range(k):
-                parent, child = context.Pipe()
-                share = (int(bounds[index]), int(bounds[index + 1]))
-                worker = context.Process(
-                    target=_shared_loop_process,
-                    args=(child, workload.name, names, num_envs, share, horizon, seed + index),
-                    daemon=True,
-                )
-                worker.start()
-                child.close()
-                self._connections.append(parent)
-                self._workers.append(worker)
+            _start_loops(self._connections, self._workers, _shared_loop_process, [
+                (workload.name, names, num_envs, (int(bounds[index]), int(bounds[index + 1])), horizon, seed + index)
+                for index in range(k)
+            ])
         except BaseException:
             self.close()
             raise

@@ -346,14 +346,19 @@ def test_a_ready_first_run_replays_exactly_from_its_served_record(backend, no_le
     assert len(served) == 80 and all(ids.size == 3 for ids in served)
     np.testing.assert_array_equal(np.concatenate(served), np.concatenate([entry[0] for entry in first]))
     for replay_backend in ("sync", "async"):
-        replay = ParallelVectorEnv(fns, backend=replay_backend, batch_size=3, serve_order=served)
-        try:
-            again = run_ready_first(replay, 80)
-        finally:
-            replay.close()
-        for live_entry, replayed in zip(first, again):
-            for a, b in zip(live_entry, replayed):
-                np.testing.assert_array_equal(a, b)
+        assert_replays(fns, replay_backend, served, first)
+
+
+def assert_replays(fns, backend: str, served: list, first: list) -> None:
+    """A vector env on ``backend`` given ``serve_order=served`` returns exactly the record ``first``."""
+    replay = ParallelVectorEnv(fns, backend=backend, batch_size=served[0].size, serve_order=served)
+    try:
+        again = run_ready_first(replay, len(first))
+    finally:
+        replay.close()
+    for live_entry, replayed in zip(first, again):
+        for a, b in zip(live_entry, replayed):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_ready_first_steps_a_share_given_to_this_process_and_replays_on_sync(monkeypatch, no_leaks):
@@ -374,14 +379,7 @@ def test_ready_first_steps_a_share_given_to_this_process_and_replays_on_sync(mon
     finally:
         live.close()
     assert {0, 1} <= set(np.concatenate(served).tolist())  # the share's envs were served too
-    replay = ParallelVectorEnv(fns, backend="sync", batch_size=3, serve_order=served)
-    try:
-        again = run_ready_first(replay, 60)
-    finally:
-        replay.close()
-    for live_entry, replayed in zip(first, again):
-        for a, b in zip(live_entry, replayed):
-            np.testing.assert_array_equal(a, b)
+    assert_replays(fns, "sync", served, first)
 
 
 def test_each_env_of_a_ready_first_run_follows_its_own_sync_vector_env_trajectory(no_leaks):

@@ -31,6 +31,7 @@ slices to its own envs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -51,19 +52,14 @@ __all__ = ["FinalEvent", "GymnasiumGroup", "build_gymnasium_group", "with_final_
 InfoEvents = list  # [(global env index, info dict), ...] in env order
 
 
+@dataclass(frozen=True)
 class FinalEvent:
     """How an env's episode ended (``SAME_STEP``), as the group reports it: the final info, and
     the terminal observation unless ``stored`` (it is then in ``final_observations`` row 0)."""
 
-    __slots__ = ("info", "observation", "stored")
-
-    def __init__(self, info: dict, observation: Any = None, stored: bool = False) -> None:
-        self.info = info
-        self.observation = observation
-        self.stored = stored
-
-    def __reduce__(self):
-        return FinalEvent, (self.info, self.observation, self.stored)
+    info: dict
+    observation: Any = None
+    stored: bool = False
 
 
 def with_final_observations(

@@ -71,9 +71,7 @@ class RolloutLoop:
         worker's updated copy) takes effect at the next run.
         """
         if policy_rows is None:
-            observations = storage.observations
-            copies = self.copy_inputs
-            policy_rows = lambda t: policy_rows_of(observations, t, copies=copies)  # noqa: E731
+            policy_rows = self.rows_of(storage)
         if is_recurrent(self.policy):
             self._run_recurrent(storage, step, policy_rows, on_step_error)
             return
@@ -150,6 +148,12 @@ class RolloutLoop:
         """A rollout driven row by row was dropped after ``steps_done`` steps of this loop's envs."""
         if self._carrier is not None:
             self._carrier.abandon(steps_done)
+
+    def rows_of(self, storage: RolloutStorage) -> Callable[[int], list[np.ndarray]]:
+        """``t`` -> row ``t`` of ``storage``'s observations as this loop hands it to the policy:
+        private read-only copies, or read-only views with ``policy_inputs="views"``."""
+        observations, copies = storage.observations, self.copy_inputs
+        return lambda t: policy_rows_of(observations, t, copies=copies)
 
     def act(self, t: int, storage: RolloutStorage, rows: list[np.ndarray] | None = None) -> None:
         """Call the policy on ``rows`` (default: row ``t`` as the loop hands it out, private

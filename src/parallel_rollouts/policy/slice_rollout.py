@@ -12,7 +12,6 @@ from typing import Any
 
 from ..groups import RolloutGroup
 from ..config.layout import RolloutLayout
-from ..data.policy_inputs import policy_rows_of
 from .cancel import cancellable
 from .loop import build_loop
 from ..data.recurrent_record import RecurrentRecord
@@ -79,8 +78,7 @@ class SliceRollout:
         self._env_failed = False
         # The loop's own rows: private read-only copies (unless policy_inputs="views"), whatever
         # storage this is (a worker's shared columns that the next rollout rewrites, an actor's batch).
-        observations, copies = storage.observations, loop.copy_inputs
-        rows = cancellable(lambda t: policy_rows_of(observations, t, copies=copies), cancel)
+        rows = cancellable(loop.rows_of(storage), cancel)
         try:
             loop.run(storage, group.step, rows, self._note_env_failure)
         except Exception as error:
