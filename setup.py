@@ -1,5 +1,7 @@
-"""Build the two compiled extensions: the hot path ``parallel_rollouts.core._core`` (from
-``src/parallel_rollouts/core/_core.pyx``) and the step doorbell's waits
+"""Build the compiled extensions: the hot path ``parallel_rollouts.core._core`` (Cython's
+build of ``src/parallel_rollouts/core/rows.py``, typed by ``_core.pxd``, the same file the
+interpreter runs as the pure-Python core), its typed kernels
+``parallel_rollouts.core._kernels`` (from ``_kernels.pyx``), and the step doorbell's waits
 ``parallel_rollouts.processes._doorbell`` (from ``_doorbell.pyx``).
 
 All package metadata lives in ``pyproject.toml``; this file only declares the
@@ -14,8 +16,8 @@ change the build:
 - ``PARALLEL_ROLLOUTS_NO_BUILD_CACHE=1`` compiles without reading or writing the
   cache below (``rm -rf build/extension-cache`` empties it).
 
-The extensions are always generated from their ``.pyx`` sources (shipped in the
-sdist, not in the wheel); the generated C lives under ``build/``, one copy per
+The extensions are always generated from their Cython sources (the ``.pyx`` and
+``.pxd`` files are shipped in the sdist, not in the wheel); the generated C lives under ``build/``, one copy per
 kind of build.
 
 A rebuild does not recompile what has not changed: each compiled extension is
@@ -266,9 +268,17 @@ class BuildExtWithHint(build_ext):
 
 
 EXTENSIONS = [
+    # The typed kernels first: the compiled core cimports them.
+    Extension(
+        "parallel_rollouts.core._kernels",
+        sources=["src/parallel_rollouts/core/_kernels.pyx"],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    ),
+    # The row code, `rows.py`, compiled with the types of `_core.pxd`; the interpreter runs the
+    # same file as the pure-Python core.
     Extension(
         "parallel_rollouts.core._core",
-        sources=["src/parallel_rollouts/core/_core.pyx"],
+        sources=["src/parallel_rollouts/core/rows.py"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     ),
     # The step doorbell of the worker processes (futex waits on Linux); optional like the core:

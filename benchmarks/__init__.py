@@ -3,6 +3,6 @@
 Entry points (see ``benchmarks/README.md``)::
 
     python -m benchmarks.run_rollout_benchmark   one backend, or --compare against hand-written loops
-    python -m benchmarks.core_microbench         the compiled core against its pure-Python twin
+    python -m benchmarks.core_microbench         the compiled core against the pure-Python one
     python -m benchmarks.soak                    memory and file descriptors over many collects
 """

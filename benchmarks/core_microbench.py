@@ -1,4 +1,4 @@
-"""The per-step hot path alone: the compiled core against its pure-Python twin.
+"""The per-step hot path alone: the compiled core against the pure-Python one (the same ``rows.py``, interpreted).
 
 One step's core work, as ``EnvGroup.step`` does it for ``num_envs`` envs:
 ``write_rows`` of one row of fresh observations, ``record_step`` of the rewards
@@ -11,7 +11,7 @@ really take are covered: float64 arrays into a float32 space (a common Box), Pyt
 ints for a ``Discrete`` observation, and Python lists of floats.
 
 Each case (env count x dtype x observation shape x source) times blocks of steps with
-the compiled core and the pure twin alternately, so machine drift hits both
+the compiled core and the pure-Python one alternately, so machine drift hits both
 alike, and reports the median time per step and the median per-block speed-up.
 
     python -m benchmarks.core_microbench [--quick] [--json PATH]
@@ -365,7 +365,7 @@ def format_recurrent(result: dict) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.core_microbench",
-        description="Time one step's core work with the compiled core and its pure-Python twin.",
+        description="Time one step's core work with the compiled core and the pure-Python one.",
     )
     parser.add_argument("--num-envs-list", default=None, help="env counts, comma-separated (default 16,64)")
     parser.add_argument("--repeats", type=int, default=None, help="timed blocks per core and case (default 51)")

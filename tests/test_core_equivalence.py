@@ -1,4 +1,5 @@
-"""The compiled core and its pure-Python twin: same names, same results, bit for bit."""
+"""The row code's two builds, compiled (``_core``, typed kernels) and interpreted (``rows``, NumPy
+kernels): same names, same results, bit for bit."""
 
 import inspect
 import itertools
@@ -12,7 +13,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from parallel_rollouts.core import _core as compiled
-from parallel_rollouts.core import twin as python_core
+from parallel_rollouts.core import _kernels as compiled_kernels
+from parallel_rollouts.core import kernels as python_kernels
+from parallel_rollouts.core import rows as python_core
 from parallel_rollouts.config.seeding import EpisodeSeedTable, episode_seed
 
 DTYPES = [
@@ -56,28 +59,33 @@ def _parameter_names(obj) -> list[str]:
     except (TypeError, ValueError):
         # A compiled extension type: Cython embeds "Name(arg, Py_ssize_t arg2)" in its docstring.
         first_line = obj.__doc__.splitlines()[0]
+        if not first_line.startswith(f"{obj.__name__}("):
+            return []  # no embedded signature: a class without __init__ takes no arguments
         inside = first_line[first_line.index("(") + 1 : first_line.rindex(")")]
         return [part.split()[-1].split("=")[0] for part in inside.split(",") if part.strip()]
 
 
-def _public_members(cls) -> set[str]:
-    return {name for name in dir(cls) if not name.startswith("_")}
+def _public_methods(cls) -> set[str]:
+    """Public callables of a class (a compiled class's C fields are descriptors, an interpreted one's
+    are set on the instance: neither is compared here)."""
+    return {name for name in dir(cls) if not name.startswith("_") and callable(getattr(cls, name))}
 
 
-def test_both_cores_expose_the_same_names_and_signatures():
-    assert sorted(python_core.__all__) == sorted(name for name in dir(compiled) if name in python_core.__all__)
-    for name in python_core.__all__:
-        python_object = getattr(python_core, name)
-        compiled_object = getattr(compiled, name)
+@pytest.mark.parametrize(
+    "compiled_module, python_module", [(compiled, python_core), (compiled_kernels, python_kernels)], ids=["rows", "kernels"]
+)
+def test_both_builds_expose_the_same_names_and_signatures(compiled_module, python_module):
+    assert sorted(python_module.__all__) == sorted(name for name in dir(compiled_module) if name in python_module.__all__)
+    for name in python_module.__all__:
+        python_object = getattr(python_module, name)
+        compiled_object = getattr(compiled_module, name)
         assert _parameter_names(compiled_object) == _parameter_names(python_object), name
         if inspect.isclass(python_object):
-            assert _public_members(compiled_object) == _public_members(python_object), name
-            for member in sorted(_public_members(python_object)):
-                python_member = getattr(python_object, member)
-                if callable(python_member):
-                    assert _parameter_names(getattr(compiled_object, member)) == _parameter_names(python_member), (
-                        f"{name}.{member}"
-                    )
+            assert _public_methods(compiled_object) == _public_methods(python_object), name
+            for member in sorted(_public_methods(python_object)):
+                assert _parameter_names(getattr(compiled_object, member)) == _parameter_names(
+                    getattr(python_object, member)
+                ), f"{name}.{member}"
 
 
 def test_the_signature_check_sees_a_renamed_parameter():
@@ -1058,14 +1066,25 @@ def test_both_cores_refuse_a_row_stepper_whose_parts_disagree(case):
     assert_both_refuse(build, error)
 
 
-def test_the_compiled_core_imports_its_slow_paths_from_its_own_floor_and_below_and_takes_none_injected():
-    # Its argument checks are the twin's (core.arguments); its general rules come from checks/.
-    source = (Path(__file__).resolve().parents[1] / "src" / "parallel_rollouts" / "core" / "_core.pyx").read_text(encoding="utf-8")
-    imported = re.findall(r"^\s*(?:from|import|cimport)\s+(parallel_rollouts[\w.]*)", source, re.MULTILINE)
-    assert imported and all(
-        name == "parallel_rollouts.core" or name.startswith("parallel_rollouts.checks.") for name in imported
-    ), imported
+def test_the_row_code_and_its_kernels_import_from_their_own_floor_and_below_and_take_none_injected():
+    # The argument checks and kernels are on the core's floor; the general rules come from checks/.
+    folder = Path(__file__).resolve().parents[1] / "src" / "parallel_rollouts" / "core"
+    for name in ("rows.py", "_core.pxd", "_kernels.pyx", "_kernels.pxd", "kernels.py"):
+        source = (folder / name).read_text(encoding="utf-8")
+        imported = re.findall(r"^\s*(?:from|import|cimport)\s+(parallel_rollouts[\w.]*)", source, re.MULTILINE)
+        assert all(
+            name in ("parallel_rollouts.core", "parallel_rollouts.core._kernels") or name.startswith("parallel_rollouts.checks.")
+            for name in imported
+        ), (name, imported)
     assert "use_slow_paths" not in dir(compiled) and not hasattr(compiled, "_slow")
+
+
+def test_the_compiled_core_is_rows_py_built_with_the_typed_kernels():
+    # One source: the extension's classes are rows.py's, and its kernels the compiled ones.
+    assert compiled.kernels is compiled_kernels and python_core.kernels is python_kernels
+    assert compiled.__doc__ == python_core.__doc__
+    # (Cython puts the signature before a class's docstring and strips its indentation.)
+    assert python_core.RowStepper.__doc__.splitlines()[0] in compiled.RowStepper.__doc__
 
 
 @pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])

@@ -29,7 +29,7 @@ def test_a_spec_resolves_the_layout_from_the_envs_spaces_and_changes_no_state_of
     assert (layout.num_envs, layout.horizon, layout.root_seed, layout.info_keys) == (6, 5, 7, ("x",))
     assert layout.observation_layout.leaves[0].shape == (3,)
     assert layout.action_layout.space == gym.spaces.Discrete(4)
-    assert layout.core.__name__ == "parallel_rollouts.core.twin"
+    assert layout.core.__name__ == "parallel_rollouts.core.rows"
     storage = layout.allocate_storage()
     assert storage.observations[0].shape == (6, 6, 3) and storage.rewards.shape == (5, 6)
     assert list(storage.infos) == ["x"]

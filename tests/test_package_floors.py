@@ -51,12 +51,18 @@ def module_name(path: Path, package_dir: Path = PACKAGE_DIR) -> str:
 PYX_IMPORT = re.compile(r"^\s*(from\s+[\w.]+\s+import\s+(?:\([^)]*\)|[^\n]+)|import\s+[\w., ]+)$", re.MULTILINE)
 
 
+#: A cimport of a package module's declarations (a ``.pxd``): a dependency like an import.
+PACKAGE_CIMPORT = re.compile(r"^\s*from\s+(parallel_rollouts[\w.]*)\s+cimport\s+([^\n]+)$", re.MULTILINE)
+
+
 def _tree_of(path: Path) -> ast.AST:
-    """The module's syntax tree; for a ``.pyx`` file, a tree of its Python-level import lines."""
+    """The module's syntax tree; for a Cython file (``.pyx``, ``.pxd``), a tree of its import lines:
+    Python-level imports, and cimports of the package's own declarations as imports of that module."""
     text = path.read_text(encoding="utf-8")
-    if path.suffix != ".pyx":
+    if path.suffix not in (".pyx", ".pxd"):
         return ast.parse(text)
     lines = [match.group(1) for match in PYX_IMPORT.finditer(text) if " cimport " not in match.group(1)]
+    lines += [f"import {match.group(1)}" for match in PACKAGE_CIMPORT.finditer(text)]
     return ast.parse("\n".join(lines))
 
 
@@ -82,7 +88,9 @@ def imports_of(path: Path, package_dir: Path = PACKAGE_DIR) -> set[str]:
             # `from .x import y` may import the submodule x.y.
             for alias in node.names:
                 submodule = package_dir.parent / (target + "." + alias.name).replace(".", "/")
-                if submodule.with_suffix(".py").exists() or (submodule / "__init__.py").exists():
+                if any(submodule.with_suffix(suffix).exists() for suffix in (".py", ".pyx")) or (
+                    submodule / "__init__.py"
+                ).exists():
                     found.add(target + "." + alias.name)
         elif isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name.startswith(PACKAGE + "."))
@@ -96,9 +104,12 @@ def floor_of(module: str) -> int:
 
 
 def package_modules() -> dict[str, Path]:
-    """Every module of the package, the Cython sources (``core/_core.pyx``, ...) included."""
-    paths = sorted(PACKAGE_DIR.rglob("*.py")) + sorted(PACKAGE_DIR.rglob("*.pyx"))
-    return {module_name(path): path for path in paths}
+    """Every module of the package, the Cython sources and declarations (``core/_kernels.pyx``,
+    ``core/_core.pxd``, ...) included."""
+    modules = {module_name(path): path for path in sorted(PACKAGE_DIR.rglob("*.py")) + sorted(PACKAGE_DIR.rglob("*.pyx"))}
+    # A .pxd shares its module's name; it is checked as a module of its own.
+    modules.update((module_name(path) + ".pxd", path) for path in sorted(PACKAGE_DIR.rglob("*.pxd")))
+    return modules
 
 
 def test_the_root_holds_only_the_public_face():
@@ -113,10 +124,14 @@ def test_every_folder_of_the_package_has_a_floor():
 
 
 def test_the_check_reads_the_cython_sources_and_type_only_imports(tmp_path):
-    # The compiled core's Python-level imports are seen (it reads the conversion rule from checks/).
+    # The row code's imports are seen (it reads the conversion rule from checks/, its kernels beside
+    # it), and so are the Cython files' imports and their cimports of the package's declarations.
     modules = package_modules()
-    assert "parallel_rollouts.core._core" in modules
-    assert "parallel_rollouts.checks.conversion" in imports_of(modules["parallel_rollouts.core._core"])
+    assert {"parallel_rollouts.checks.conversion", "parallel_rollouts.core._kernels"} <= imports_of(
+        modules["parallel_rollouts.core.rows"]
+    )
+    assert "parallel_rollouts.core.arguments" in imports_of(modules["parallel_rollouts.core._kernels"])
+    assert "parallel_rollouts.core._kernels" in imports_of(PACKAGE_DIR / "core" / "_core.pxd")
     # An import under TYPE_CHECKING counts.
     folder = tmp_path / PACKAGE / "data"
     folder.mkdir(parents=True)

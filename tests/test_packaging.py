@@ -144,7 +144,8 @@ def test_a_wheel_built_without_the_extension_runs_the_pure_python_core_and_says_
         archive.extractall(site)
     assert "parallel_rollouts/py.typed" in names
     assert "parallel_rollouts/make.py" in names
-    assert not [name for name in names if name.startswith("parallel_rollouts/core/_core.")]
+    assert not [name for name in names if name.startswith(("parallel_rollouts/core/_core.", "parallel_rollouts/core/_kernels."))]
+    assert "parallel_rollouts/core/rows.py" in names  # the row code: the pure-Python core is its source
     shutil.copytree(REPO_ROOT / "tests", tmp_path / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     output = _run(COLLECT_WITH_AUTO_AND_COMPILED, tmp_path, [site, tmp_path])
     assert "CORE python python" in output

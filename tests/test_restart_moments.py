@@ -163,7 +163,15 @@ def test_a_worker_lost_at_each_moment_of_a_per_step_collect_is_replaced(mode, mo
     judge(batches, lost_envs)
     lost = batches[1]
     if command == protocol.STEP:
-        assert lost.valid[:3, lost_envs].all() and not lost.valid[3:, lost_envs].any()
+        # Each lost env's rows are valid up to its loss and none after (a prefix).
+        rows_kept = lost.valid[:, lost_envs].sum(axis=0)
+        assert all(lost.valid[:kept, env].all() for env, kept in zip(lost_envs, rows_kept.tolist()))
+        if mode == "pipelined":
+            # The half the row-3 step went to stops at row 3; the other half's row-2 step may still be
+            # in flight (it overlaps the policy's row for the first half), so it stops at 2 or 3.
+            assert set(rows_kept.tolist()) <= {2, 3} and (rows_kept == 3).sum() >= NUM_ENVS // NUM_WORKERS
+        else:
+            assert (rows_kept == 3).all()
     else:
         # Every row was written before the loss: the rows stand, the books of their
         # episodes went with the worker.

@@ -1,1 +1,1 @@
-"""The per-step core: the selector, the compiled extension and its pure-Python twin, their argument checks."""
+"""The per-step core: the row code written once (``rows.py``, compiled as ``_core`` or run as it is), its kernels, their argument checks, the selector."""

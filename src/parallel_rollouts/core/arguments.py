@@ -1,15 +1,15 @@
-"""Argument checks shared by both cores, so that they accept and reject exactly the same inputs.
+"""Argument checks of the row code (``rows.py``), so that its two builds accept and reject exactly the same inputs.
 
-The compiled core runs with bounds checks compiled out: it trusts the arrays it
-was built with. These checks, run once when a writer or recorder is built, make
+The compiled build runs with bounds checks compiled out: it and its kernels trust
+the arrays they were built with. These checks, run once when a writer or recorder is built, make
 that trust safe: every array has the dtype the kernels assume, and every index
 the kernels can reach lies inside every array they touch.
 
-Every refusal of either core comes from here, the type checks of the
-arguments included, so that both cores raise the same exception with the same
-message for the same bad input. The compiled core tests only the common case
+Every refusal of either build comes from here, the type checks of the
+arguments included, so that both raise the same exception with the same
+message for the same bad input. The row code tests only the common case
 itself (an ``int`` in range, an exact ``list``) and hands anything else to the
-function here that decides it; the twin calls these functions directly.
+function here that decides it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,15 @@
-"""Chooses the implementation of the per-step hot path: compiled ``_core`` or its twin.
+"""Chooses the build of the per-step hot path: the compiled ``_core`` or the interpreted ``rows``.
+
+Both are the one source ``rows.py``: ``_core`` is Cython's build of it with typed kernels,
+``rows`` the same file run by the interpreter with NumPy kernels.
 
 ``core="auto"`` (the default) picks the compiled extension when it can be
 imported, unless the environment variable ``PARALLEL_ROLLOUTS_PURE_PYTHON`` is
-set to a non-empty value other than ``0``, which forces the pure-Python twin.
+set to a non-empty value other than ``0``, which forces the pure-Python core.
 When ``"auto"`` has to fall back because the extension cannot be imported, the
 first collector that does so emits a :class:`CoreFallbackWarning` saying why
 (not built, installed without it, shadowed by a source tree, built for another
-Python) and how to fix it; forcing the twin on purpose is silent.
+Python) and how to fix it; forcing the pure-Python core on purpose is silent.
 
 An explicit ``core="compiled"`` or ``core="python"`` is always honoured; asking
 for the compiled core when it cannot be imported raises
@@ -25,7 +28,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ..errors import ConfigurationError, CoreUnavailableError
-from . import twin
+from . import rows
 
 __all__ = [
     "CORE_CHOICES",
@@ -169,7 +172,7 @@ def load_core(choice: str = "auto") -> tuple[str, ModuleType]:
         if name == "python":
             _report_fallback()
     if name == "python":
-        return name, twin
+        return name, rows
     if _compiled_core is None:
         raise CoreUnavailableError(
             f"core='compiled' was requested but cannot be used. {_COMPILED_IMPORT_ERROR} "

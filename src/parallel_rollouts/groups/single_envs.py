@@ -6,8 +6,8 @@ rollout into a column slice of the storage. The serial backend uses one group
 per env, the sync backend one group for all envs, each async worker one group
 for its slice (on a view of shared memory), and each Ray actor one for its slice.
 
-Per step ``t`` the core's ``RowStepper`` (compiled in ``core/_core.pyx``, and its twin in
-``core/twin.py``), which the group builds for each rollout:
+Per step ``t`` the core's ``RowStepper`` (``core/rows.py``, compiled or interpreted), which
+the group builds for each rollout:
 
 1. reads its envs' actions from ``storage.actions[t]``;
 2. steps every env, collecting failures instead of stopping at the first;
