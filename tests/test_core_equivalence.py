@@ -1318,8 +1318,44 @@ def test_vector_row_recorder_copies_terminal_rows_only_where_the_vector_env_does
     assert n_done == 1 and state["done_columns"][0] == 1
     assert state["finals0"][0].tolist() == ([0, 0] if mode == "SameStep" else [0, 4])
     assert state["reset_steps"].tolist() == [[False, False]]
-    # The caller records the seed of the next episode (SameStep: unknown, Disabled: its own reset's).
-    assert state["running_seeds"].tolist() == [0, 10]
+    # SameStep: the vector env reset it with a seed of its own, unknown; Disabled: the caller resets
+    # it and records its seed.
+    assert state["running_seeds"].tolist() == ([0, -1] if mode == "SameStep" else [0, 10])
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+@pytest.mark.parametrize("mode", VECTOR_MODES)
+def test_vector_row_recorder_books_a_stored_row_as_it_records_one(core, mode):
+    """``book`` (the general path's row, stored by the caller) keeps the books ``record`` keeps."""
+    rows = [np.array([[1, 2], [3, 4]]), np.array([[5, 6], [7, 8]])]
+    steps = [
+        (np.array([1.0, 2.0]), np.array([True, False]), np.array([False, False])),
+        (np.array([5.0, 3.0]), np.array([False, False]), np.array([False, True])),
+    ]
+    states = []
+    for stored in (False, True):
+        recorder_rows, recorder, state = _vector_rows(core, 2, 2, mode, [(np.int64, (2,))], {})
+        returned = []
+        for t, (rewards, terminations, truncations) in enumerate(steps):
+            if stored:
+                state["observations0"][t + 1] = rows[t]
+                returned.append(recorder_rows.book(t, rewards, terminations, truncations, 2.0))
+            else:
+                returned.append(recorder_rows.record(t, rewards, terminations, truncations, [rows[t]], 2.0))
+        states.append((returned, recorder.completed_count, {name: np.array(value) for name, value in state.items()}))
+    (recorded, recorded_count, recorded_state), (booked, booked_count, booked_state) = states
+    assert recorded == booked and recorded_count == booked_count and recorded_count > 0
+    for name in recorded_state:
+        np.testing.assert_array_equal(recorded_state[name], booked_state[name], err_msg=name)
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+def test_vector_row_recorder_books_only_rows_as_the_storage_holds_them(core):
+    recorder_rows, _, _ = _vector_rows(core, 1, 2, "NextStep", [(np.int64, ())], {})
+    flags = np.zeros(2, bool)
+    for rewards, terminations in ((np.zeros(2, np.float32), flags), (np.zeros(3), flags), (np.zeros(2), flags.view(np.uint8))):
+        with pytest.raises(TypeError, match="contiguous float64 array of shape \\(2,\\)"):
+            recorder_rows.book(0, rewards, terminations, flags, 0.0)
 
 
 @pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])

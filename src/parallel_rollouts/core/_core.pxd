@@ -100,8 +100,12 @@ cdef class VectorRowRecorder:
     cdef list checked
     cdef bint next_step
     cdef bint scatter_finals
+    cdef bint seeds_unknown
     cdef Py_ssize_t num_envs
     cdef VectorRowBooks books
 
-    @cython.locals(leaf_index=Py_ssize_t, writer=ObservationWriter, bounds=LeafBounds, n_done=Py_ssize_t)
+    @cython.locals(leaf_index=Py_ssize_t, writer=ObservationWriter, bounds=LeafBounds)
     cdef Py_ssize_t _record(self, Py_ssize_t t, rewards, terminations, truncations, list leaves, double seconds) except -2
+
+    @cython.locals(n_done=Py_ssize_t, writer=ObservationWriter)
+    cdef Py_ssize_t _book(self, Py_ssize_t t, rewards, terminations, truncations, double seconds) except -1

@@ -113,7 +113,7 @@ cdef class RowBytes:
         cdef cnp.ndarray array
         cdef int axis, first = 1 if block else 0
         cdef cnp.npy_intp* dims
-        if type(source) is not np.ndarray:
+        if not cnp.PyArray_CheckExact(source):
             return False
         array = <cnp.ndarray>source
         if not self._same_dtype(array) or not cnp.PyArray_ISNOTSWAPPED(array):
@@ -278,7 +278,7 @@ cdef Py_ssize_t _first_int64_row_out_of_bounds(
 
 cdef inline bint _is_flat_float64(object bounds):
     return (
-        type(bounds) is np.ndarray
+        cnp.PyArray_CheckExact(bounds)
         and cnp.PyArray_TYPE(<cnp.ndarray>bounds) == cnp.NPY_FLOAT64
         and cnp.PyArray_NDIM(<cnp.ndarray>bounds) == 1
         and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>bounds)
@@ -349,7 +349,7 @@ def find_out_of_bounds(values, low, high):
     # The per-step path: a C-contiguous native array and flat float64 bounds (as the
     # space layout keeps them) go straight to the kernel, with no conversions.
     if (
-        type(values) is np.ndarray
+        cnp.PyArray_CheckExact(values)
         and cnp.PyArray_NDIM(<cnp.ndarray>values) >= 1
         and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>values)
         and cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>values)
@@ -545,7 +545,7 @@ cdef bint _tiled_outside(const float_value* values, Py_ssize_t total, Py_ssize_t
 cdef inline bint _is_vector(object values, Py_ssize_t length, int type_number):
     """A C-contiguous native 1-D array of ``length`` entries of dtype ``type_number``."""
     return (
-        type(values) is np.ndarray
+        cnp.PyArray_CheckExact(values)
         and cnp.PyArray_NDIM(<cnp.ndarray>values) == 1
         and cnp.PyArray_DIMS(<cnp.ndarray>values)[0] == length
         and cnp.PyArray_TYPE(<cnp.ndarray>values) == type_number

@@ -86,6 +86,14 @@ def refuse_full_buffers(capacity: int) -> None:
     raise ValueError(f"completed-episode buffers are full ({capacity} slots).")
 
 
+def refuse_vector_row(num_envs: int) -> None:
+    """Raise: a stored vector-env row to book is not its rewards and flags as the storage holds them."""
+    raise TypeError(
+        f"`rewards` must be a contiguous float64 array of shape ({num_envs},) and `terminations` and "
+        f"`truncations` contiguous bool arrays of that shape (the values stored in the row)."
+    )
+
+
 def refuse_returning_hook(name: str) -> None:
     """Raise: ``hooks.<name>`` returned, where it must raise."""
     raise RuntimeError(f"`hooks.{name}` returned; it must raise.")

@@ -627,10 +627,12 @@ class VectorRowRecorder:
     books (a reset step adds neither reward nor length); copies the terminal
     observations of the ended sub-envs into ``final_observations[t]`` unless the
     mode is ``"SameStep"`` (the vector env returns those in its info); and in
-    ``"NextStep"`` mode records the ended sub-envs' next seeds as unknown (-1),
-    since the vector env resets them with seeds of its own. It returns how many
-    episodes ended; their columns are at the front of the recorder's
-    ``done_columns``.
+    ``"NextStep"`` and ``"SameStep"`` modes records the ended sub-envs' next seeds
+    as unknown (-1), since the vector env resets them with seeds of its own
+    (``"Disabled"``: the caller resets them and records their seeds). It returns
+    how many episodes ended; their columns are at the front of the recorder's
+    ``done_columns``. :meth:`book` does the same for a row the caller has stored
+    under the general rules.
     """
 
     def __init__(self, recorder, writers, checked_leaves, reset_steps, counted, step_seconds, autoreset_mode):
@@ -647,6 +649,7 @@ class VectorRowRecorder:
         self.checked = [kernels.LeafBounds(writers[leaf_index].rows, low, high) for leaf_index, low, high in checked_leaves]
         self.next_step = autoreset_mode == "NextStep"
         self.scatter_finals = autoreset_mode != "SameStep"
+        self.seeds_unknown = autoreset_mode != "Disabled"
         self.num_envs = recorder.num_envs
         self.books = kernels.VectorRowBooks(recorder.books, reset_steps, counted, step_seconds, self.next_step)
 
@@ -684,12 +687,29 @@ class VectorRowRecorder:
         for bounds in self.checked:
             if bounds.row_outside(t + 1):
                 return -1
+        return self._book(t, rewards, terminations, truncations, seconds)
+
+    def book(self, t, rewards, terminations, truncations, seconds):
+        """Book row ``t``, whose observations the caller has stored into row ``t + 1`` under the
+        general rules, as :meth:`record` books a row it takes: ``rewards`` a contiguous float64
+        ``[num_envs]`` array, the flags contiguous bool ones (the values the caller stored).
+        Returns how many episodes ended."""
+        step = _index_in(t, self.recorder.horizon, "time step")
+        seconds = seconds if type(seconds) is float else arguments.seconds_argument(seconds)
+        if self.books.reward_kind(rewards, terminations, truncations) != 1:
+            arguments.refuse_vector_row(self.num_envs)
+        if not self.books.room_for(terminations, truncations):
+            arguments.refuse_full_buffers(self.recorder.books.capacity)
+        return self._book(step, rewards, terminations, truncations, seconds)
+
+    def _book(self, t, rewards, terminations, truncations, seconds):
+        """The books of a stored row (checked, with room): autoreset's bookkeeping for a vector env."""
         n_done = self.books.book(t, rewards, terminations, truncations, seconds / self.num_envs if self.num_envs else 0.0)
         if self.scatter_finals and n_done:
             # Row t + 1 holds the terminal observations until the vector env's reset overwrites it.
             for writer in self.writers:
                 writer.rows.scatter(t, self.recorder.done_columns, n_done)
-        if self.next_step:
-            # The vector env resets them at the next step with seeds of its own choosing.
+        if self.seeds_unknown:
+            # The vector env resets them (at the next step, or within this one) with seeds of its own.
             self.recorder.books.forget_seeds(n_done)
         return n_done

@@ -386,30 +386,11 @@ class VectorEnvGroup:
         leaves = self._fast_leaves(observations) if self._observation_layout.is_nested else [observations]
         if leaves is None:
             return self._step_general(t, observations, rewards, terminations, truncations, info, seconds)
-        # The info rows are stored after the row, as the general path does, with the reset-step
-        # marks of before the row (the compiled call moves them on in NEXT_STEP mode).
-        counted = self._counted.copy() if self._info_keys and mode is AutoresetMode.NEXT_STEP else None
         n_done = self._rows.record(t, rewards, terminations, truncations, leaves, seconds)
         if n_done < 0:
             return self._step_general(t, observations, rewards, terminations, truncations, info, seconds)
-        if self._info_keys:
-            self._store_infos(t, info, terminations | truncations, counted)
-        if not n_done or mode is AutoresetMode.NEXT_STEP:
-            # Row t + 1 is what the kernel checked; in NEXT_STEP it holds the terminal observations too.
-            return None
-        columns = self._done_columns[:n_done].copy()
-        if mode is AutoresetMode.SAME_STEP:
-            self._store_same_step_finals(t, columns, info)
-            self._running_seeds[columns] = UNKNOWN_SEED
-            self._check_finals(t, columns)
-            return None
-        # DISABLED: the kernel copied (and checked) the terminal observations; reset the ended sub-envs.
-        self._reset_ended(t, columns, terminations | truncations)
-        self._checker.check(
-            [leaf[t + 1] for leaf in storage.observations],
-            None,
-            lambda column: f"an observation at step t={t} (observations row t={t + 1})",
-        )
+        # The row was checked in place, and so were the terminal rows the books copied from it.
+        self._after_row(t, n_done, info, terminations | truncations, checked=True)
         return None
 
     def _fast_leaves(self, observations: Any) -> list | None:
@@ -424,10 +405,8 @@ class VectorEnvGroup:
     ) -> None:
         """One row under the general rules: conversions, warnings, and the errors that name the culprit."""
         storage = self._storage
-        # One batched call steps every sub-env: each is credited an equal share of it.
-        storage.env_step_seconds[0] += seconds / self.num_envs
         # Rewards and flags go straight into their rows (under the conversion rule), read back from there.
-        self._store_per_env(rewards, storage.rewards[t], "rewards")
+        stored_rewards = self._store_per_env(rewards, storage.rewards[t], "rewards")
         terminated = self._store_per_env(terminations, storage.terminations[t], "terminations")
         truncated = self._store_per_env(truncations, storage.truncations[t], "truncations")
         ended = terminated | truncated
@@ -436,41 +415,36 @@ class VectorEnvGroup:
         self._store_observations(
             [leaf[t + 1] for leaf in storage.observations], self._leaves_of(observations, "observation"), None, describe_row
         )
-        mode = self.autoreset_mode
-        if mode is AutoresetMode.NEXT_STEP:
-            counted = self._counted
-            np.logical_not(counted, out=storage.reset_steps[t])
-        else:
-            counted = None
-            storage.reset_steps[t] = False
-        self._store_infos(t, info, ended, counted)
-        n_done = self._recorder.record_rows(t, counted)
-        if mode is AutoresetMode.NEXT_STEP:
-            np.logical_not(ended, out=self._counted)
-        if n_done:
-            self._end_episodes(t, n_done, info, ended)
-        self._checker.check([leaf[t + 1] for leaf in storage.observations], None, describe_row)
+        # The books of the stored row, kept as for a row the fast path takes (copies: the call
+        # writes the rows it is given).
+        n_done = self._rows.book(t, stored_rewards.copy(), terminated.copy(), truncated.copy(), seconds)
+        self._after_row(t, n_done, info, ended, checked=False)
 
-    def _end_episodes(self, t: int, n_done: int, info: Any, ended: np.ndarray) -> None:
-        """Terminal observations of the ``n_done`` episodes that ended at step ``t`` (the books are kept), then resets."""
-        columns = self._done_columns[:n_done].copy()
+    def _after_row(self, t: int, n_done: int, info: Any, ended: np.ndarray, checked: bool) -> None:
+        """After a booked row: its infos, then the ended sub-envs by the autoreset mode. ``checked``:
+        row ``t + 1`` and the terminal rows copied from it were checked against the space already."""
+        storage = self._storage
+        if self._info_keys:
+            # NEXT_STEP: the reset steps (which may lack an info key) are the row's marks.
+            counted = ~storage.reset_steps[t] if self.autoreset_mode is AutoresetMode.NEXT_STEP else None
+            self._store_infos(t, info, ended, counted)
         mode = self.autoreset_mode
-        if mode is AutoresetMode.SAME_STEP:
+        columns = self._done_columns[:n_done].copy()
+        if n_done and mode is AutoresetMode.SAME_STEP:
+            # The terminal observations are the info's; the books forgot the next episodes' seeds.
             self._store_same_step_finals(t, columns, info)
-            self._running_seeds[columns] = UNKNOWN_SEED
-        else:
-            for writer in self._final_writers:
-                writer.scatter_final(t, self._done_columns, n_done)
-        if mode is not AutoresetMode.NEXT_STEP:
-            # (NEXT_STEP: they are row t + 1's own values, which the row check covers.)
             self._check_finals(t, columns)
-        if mode is AutoresetMode.SAME_STEP:
-            return
-        if mode is AutoresetMode.NEXT_STEP:
-            # The vector env resets them at the next step, with seeds of its own choosing.
-            self._running_seeds[columns] = UNKNOWN_SEED
-            return
-        self._reset_ended(t, columns, ended)
+        elif n_done and mode is AutoresetMode.DISABLED:
+            # The books copied the terminal observations from row t + 1; we reset the sub-envs.
+            if not checked:
+                self._check_finals(t, columns)
+            self._reset_ended(t, columns, ended)
+        # (NEXT_STEP: the terminal observations are row t + 1's own values; the vector env resets
+        # the sub-envs at their next step, with seeds of its own.)
+        if not checked or (n_done and mode is AutoresetMode.DISABLED):
+            self._checker.check([leaf[t + 1] for leaf in storage.observations], None, lambda column: (
+                f"an observation at step t={t} (observations row t={t + 1})"
+            ))
 
     def _check_finals(self, t: int, columns: np.ndarray) -> None:
         self._checker.check(
