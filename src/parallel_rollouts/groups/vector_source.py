@@ -389,8 +389,9 @@ class VectorEnvGroup:
         n_done = self._rows.record(t, rewards, terminations, truncations, leaves, seconds)
         if n_done < 0:
             return self._step_general(t, observations, rewards, terminations, truncations, info, seconds)
-        # The row was checked in place, and so were the terminal rows the books copied from it.
-        self._after_row(t, n_done, info, terminations | truncations, checked=True)
+        if n_done or self._info_keys:
+            # The row was checked in place, and so were the terminal rows the books copied from it.
+            self._after_row(t, n_done, info, terminations | truncations, checked=True)
         return None
 
     def _fast_leaves(self, observations: Any) -> list | None:
@@ -423,12 +424,14 @@ class VectorEnvGroup:
     def _after_row(self, t: int, n_done: int, info: Any, ended: np.ndarray, checked: bool) -> None:
         """After a booked row: its infos, then the ended sub-envs by the autoreset mode. ``checked``:
         row ``t + 1`` and the terminal rows copied from it were checked against the space already."""
+        mode = self.autoreset_mode
+        if checked and not self._info_keys and (not n_done or mode is AutoresetMode.NEXT_STEP):
+            return  # the common row: nothing follows
         storage = self._storage
         if self._info_keys:
             # NEXT_STEP: the reset steps (which may lack an info key) are the row's marks.
-            counted = ~storage.reset_steps[t] if self.autoreset_mode is AutoresetMode.NEXT_STEP else None
+            counted = ~storage.reset_steps[t] if mode is AutoresetMode.NEXT_STEP else None
             self._store_infos(t, info, ended, counted)
-        mode = self.autoreset_mode
         columns = self._done_columns[:n_done].copy()
         if n_done and mode is AutoresetMode.SAME_STEP:
             # The terminal observations are the info's; the books forgot the next episodes' seeds.
