@@ -74,7 +74,7 @@ COMPILER_DIRECTIVES = {
 }
 
 NO_COMPILER_HINT = (
-    "Building the compiled core `parallel_rollouts.core._core` failed. It needs a C compiler "
+    "Building the compiled core (`parallel_rollouts.core._core` and its kernels `_kernels`) failed. It needs a C compiler "
     "(Linux: gcc, e.g. `apt install build-essential`; macOS: `xcode-select --install`; Windows: "
     "the 'Desktop development with C++' workload of Visual Studio Build Tools). To install "
     "without it, set PARALLEL_ROLLOUTS_NO_EXTENSION=1 and run the install again: the package "

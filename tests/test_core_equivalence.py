@@ -38,10 +38,10 @@ def _built(obj):
     return type(obj).__name__
 
 
-def assert_same_outcome(call_compiled, call_twin):
-    """Both cores did the same: returned equal values, or raised the same type with the same message."""
-    compiled_outcome, twin_outcome = _outcome(call_compiled), _outcome(call_twin)
-    assert compiled_outcome == twin_outcome, f"compiled: {compiled_outcome!r}; twin: {twin_outcome!r}"
+def assert_same_outcome(call_compiled, call_interpreted):
+    """Both builds did the same: returned equal values, or raised the same type with the same message."""
+    compiled_outcome, interpreted_outcome = _outcome(call_compiled), _outcome(call_interpreted)
+    assert compiled_outcome == interpreted_outcome, f"compiled: {compiled_outcome!r}; interpreted: {interpreted_outcome!r}"
     return compiled_outcome
 
 
@@ -707,6 +707,27 @@ def test_env_stepper_names_the_first_observation_it_cannot_store(bad):
         assert not stepper.failures and np.isnan(state["rewards"]).all()
 
 
+@pytest.mark.parametrize("leaves", [1, 3], ids=["too-few", "too-many"])
+def test_env_stepper_names_an_observation_with_another_number_of_leaves(leaves):
+    """A ``flatten`` that gives another number of leaves than the writers is the env's bad
+    observation (leaf -1), in both builds, with the same message; nothing is recorded."""
+    outcomes = []
+    for core in CORES:
+        recorder, state = _recorder_state(core, 1, 2, 0)
+        writers = [core.ObservationWriter(np.zeros((2, 2, 2), np.float32), np.zeros((1, 2, 2), np.float32)) for _ in range(2)]
+        good = (_obs(0.5), 1.0, False, False, {})
+        envs = [_ScriptedEnv([good]), _ScriptedEnv([good])]
+        flatten = lambda observation: [observation] * leaves  # noqa: E731
+        stepper = core.EnvStepper(envs, writers, recorder, flatten, (), [])
+        assert stepper.step(0, [0, 1]) == -1
+        column, leaf_index, error = stepper.bad_observation
+        outcomes.append((column, leaf_index, type(error), str(error)))
+        assert recorder.completed_count == 0 and np.isnan(state["rewards"]).all()
+    assert outcomes[0] == outcomes[1] == (
+        0, -1, ValueError, f"the observation has {leaves} leaves; the observation space has 2"
+    )
+
+
 ENV_STEPPER_PARTS_THAT_DISAGREE = {
     # name: (writers by name, number of envs or a tuple of envs, info storage, info keys)
     "writer-too-short": (["short"], 2, [], ()),
@@ -1077,6 +1098,20 @@ def test_the_row_code_and_its_kernels_import_from_their_own_floor_and_below_and_
             for name in imported
         ), (name, imported)
     assert "use_slow_paths" not in dir(compiled) and not hasattr(compiled, "_slow")
+
+
+def test_a_compiled_core_built_from_another_version_of_rows_py_is_refused_by_name():
+    from types import SimpleNamespace
+
+    from parallel_rollouts.core import selector
+
+    assert selector.interface_difference(compiled) is None
+    parts = {name: getattr(compiled, name) for name in python_core.__all__}
+    # A build from before `VectorRowRecorder.book` existed: its recorder lacks the method.
+    stale = dict(parts, VectorRowRecorder=type("VectorRowRecorder", (), {"record": lambda self: None}))
+    assert selector.interface_difference(SimpleNamespace(**stale)) == "`VectorRowRecorder` lacks ['book']"
+    missing = {name: part for name, part in parts.items() if name != "EnvStepper"}
+    assert selector.interface_difference(SimpleNamespace(**missing)) == "it has no `EnvStepper`"
 
 
 def test_the_compiled_core_is_rows_py_built_with_the_typed_kernels():
@@ -1512,7 +1547,7 @@ any_step_value = st.one_of(
 
 
 def test_a_fractional_env_offset_is_refused_alike_by_both_cores():
-    """The issue's case: the twin recorded env 1 where the compiled core raised TypeError."""
+    """A case once found: the pure-Python core recorded env 1 where the compiled core raised TypeError."""
     kind, message = assert_both_refuse(lambda core: core.StepRecorder(*_recorder_state(core, 2, 2, 0)[1].values(), 1.5))
     assert kind is TypeError and message == "`env_offset` must be an integer; got float 1.5."
 
@@ -1597,12 +1632,6 @@ def test_both_cores_record_or_refuse_every_vector_row_alike(t, seconds):
 
 def test_both_cores_refuse_a_split_of_the_wrong_length_alike():
     good = (_obs(0.5), 1.0, False, False, {})
-
-    def step(core, split):
-        row_stepper, *_ = _row_setup(core, [[good], [good]], [[], []], horizon=1)
-        row_stepper._split_nested = split  # the twin's; the compiled one is given it below
-        return row_stepper
-
     for split in (lambda t: [0], lambda t: (0, 0), lambda t: None):
         steppers = {}
         for core in CORES:

@@ -256,3 +256,28 @@ def test_the_compiled_clock_reads_the_reference_s_monotonic_clock():
     after = time.perf_counter()
     assert before <= now <= after
     assert reference.Clock().now() >= after
+
+
+@pytest.mark.parametrize("name", sorted(BUILDS))
+def test_a_bool_byte_other_than_one_is_true_for_the_bounds_checks(name):
+    build = BUILDS[name]
+    raw = np.array([[[0], [2]], [[1], [255]]], np.uint8)  # two rows of two envs, one element
+    flags = raw.view(np.bool_)
+    inside = (np.zeros(1), np.ones(1))
+    assert build.find_out_of_bounds(flags.reshape(2, 2), np.zeros(2), np.ones(2)) == -1
+    rows = build.RowBytes(flags.copy(), np.zeros((1, 2, 1), bool))
+    bounds = build.LeafBounds(rows, *inside)
+    assert bounds.typed and not bounds.row_outside(0) and not bounds.row_outside(1)
+    # True (any nonzero byte) is 1.0: outside bounds that end below one.
+    assert build.LeafBounds(rows, np.zeros(1), np.full(1, 0.5)).row_outside(0)
+
+
+@pytest.mark.parametrize("name", sorted(BUILDS))
+def test_storage_in_the_other_byte_order_is_checked_by_its_values(name):
+    build = BUILDS[name]
+    observations = np.full((2, 3, 1), 5.0, np.dtype(">f4"))
+    rows = build.RowBytes(observations, np.zeros((1, 3, 1), np.dtype(">f4")))
+    bounds = build.LeafBounds(rows, np.zeros(1), np.ones(1))
+    assert not bounds.typed and bounds.row_outside(0)
+    observations[1] = 0.5
+    assert not bounds.row_outside(1)

@@ -10,7 +10,6 @@ import threading
 import time
 from functools import partial
 
-import gymnasium as gym
 import numpy as np
 import pytest
 

@@ -8,7 +8,6 @@ promptly and cleanly as the pipes did.
 
 from __future__ import annotations
 
-import os
 import time
 from functools import partial
 

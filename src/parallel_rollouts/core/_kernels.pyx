@@ -290,13 +290,15 @@ cdef inline bint _is_flat_float64(object bounds):
 # `_first_row_out_of_bounds` (int64 has its integer-compare variant).
 cdef enum BoundsKernel:
     NO_KERNEL = -1
-    UINT8_KERNEL, INT8_KERNEL, UINT16_KERNEL, INT16_KERNEL, UINT32_KERNEL, INT32_KERNEL
+    BOOL_KERNEL, UINT8_KERNEL, INT8_KERNEL, UINT16_KERNEL, INT16_KERNEL, UINT32_KERNEL, INT32_KERNEL
     UINT64_KERNEL, INT64_KERNEL, FLOAT32_KERNEL, FLOAT64_KERNEL
 
 
 cdef inline int _kernel_of(int type_number, Py_ssize_t itemsize) noexcept nogil:
-    """The bounds kernel for values of this NumPy type number and item size (bool as uint8)."""
-    if type_number == cnp.NPY_BOOL or type_number == cnp.NPY_UBYTE:
+    """The bounds kernel for values of this NumPy type number and item size."""
+    if type_number == cnp.NPY_BOOL:
+        return BOOL_KERNEL
+    if type_number == cnp.NPY_UBYTE:
         return UINT8_KERNEL
     if type_number == cnp.NPY_BYTE:
         return INT8_KERNEL
@@ -315,11 +317,28 @@ cdef inline int _kernel_of(int type_number, Py_ssize_t itemsize) noexcept nogil:
     return NO_KERNEL
 
 
+cdef Py_ssize_t _first_bool_row_out_of_bounds(
+    const unsigned char* values, Py_ssize_t rows, Py_ssize_t row_elements, const double* low, const double* high
+) noexcept nogil:
+    """``_first_row_out_of_bounds`` for bool values: any nonzero byte is True, 1.0 (a bool array
+    may hold other bytes than 0 and 1, as a view of uint8 data does), as NumPy reads it."""
+    cdef Py_ssize_t row, k
+    cdef double value
+    for row in range(rows):
+        for k in range(row_elements):
+            value = 1.0 if values[row * row_elements + k] != 0 else 0.0
+            if not (value >= low[k] and value <= high[k]):
+                return row
+    return -1
+
+
 cdef Py_ssize_t _first_outside(
     int kernel, const void* data, Py_ssize_t rows, Py_ssize_t k, const double* lo, const double* hi
 ) noexcept nogil:
     """``rows`` contiguous rows of ``k`` elements at ``data``: the first with an element outside
     ``[lo, hi]`` (NaN included), or -1; -2 for ``NO_KERNEL``."""
+    if kernel == BOOL_KERNEL:
+        return _first_bool_row_out_of_bounds(<const unsigned char*>data, rows, k, lo, hi)
     if kernel == UINT8_KERNEL:
         return _first_row_out_of_bounds[cython.uchar](<const unsigned char*>data, rows, k, lo, hi)
     if kernel == INT8_KERNEL:
@@ -374,9 +393,7 @@ def find_out_of_bounds(values, low, high):
     rows, row_elements = array.shape
     if row_elements == 0 or rows == 0:
         return -1
-    if array.dtype == np.bool_:
-        array = array.view(np.uint8)
-    elif array.dtype.kind == "f" and array.dtype.itemsize not in (4, 8):
+    if array.dtype.kind == "f" and array.dtype.type not in (np.float32, np.float64):
         # float16 / longdouble: no kernel of their own; float64 holds every value
         # the comparison needs, as the NumPy reference compares in float64 too.
         array = array.astype(np.float64)
@@ -428,6 +445,9 @@ cdef class LeafBounds:
         self.type_number = (<cnp.dtype>rows.dtype).type_num
         self.elements = low.shape[0]
         self.kernel = _kernel_of(self.type_number, (<cnp.dtype>rows.dtype).itemsize)
+        if not (<cnp.dtype>rows.dtype).isnative:
+            # Storage in the other byte order (never the library's own): the general rule reads it.
+            self.kernel = NO_KERNEL
         self.typed = self.kernel != NO_KERNEL
         # Float leaves (no NaN bound): the bounds repeated over `tile` values (0: no tile). For
         # float32 leaves they are rounded outwards to float32, which decides every float32 value

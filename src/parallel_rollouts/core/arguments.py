@@ -35,6 +35,7 @@ __all__ = [
     "index_argument",
     "refuse_full_buffers",
     "refuse_returning_hook",
+    "refuse_vector_row",
     "require_instance",
     "require_instances",
     "require_list",

@@ -63,12 +63,15 @@ class RowBytes:
 
 
 def _has_typed_kernel(dtype: np.dtype) -> bool:
-    """Whether the compiled bounds check has a kernel for ``dtype`` (bool, 1-8 byte integers, float32/64)."""
+    """Whether the compiled bounds check has a kernel for ``dtype``: native bool, 1-8 byte integers,
+    float32 or float64 (not a long double, even where it has 8 bytes)."""
+    if not dtype.isnative:
+        return False
     if dtype.kind == "b":
         return True
     if dtype.kind in "iu":
         return dtype.itemsize in (1, 2, 4, 8)
-    return dtype.kind == "f" and dtype.itemsize in (4, 8)
+    return dtype.type in (np.float32, np.float64)
 
 
 class LeafBounds:

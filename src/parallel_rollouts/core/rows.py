@@ -39,7 +39,7 @@ from parallel_rollouts.checks.conversion import convert_row
 from parallel_rollouts.checks.env_returns import check_reset_result, check_step_result, end_flag, info_number, reward_value
 from parallel_rollouts.core import arguments
 
-if __name__ == "parallel_rollouts.core._core":
+if __name__.endswith("._core"):  # the compiled build; the interpreter imports this file as `rows`
     from parallel_rollouts.core import _kernels as kernels
 else:
     from parallel_rollouts.core import kernels
@@ -405,6 +405,11 @@ class EnvStepper:
             values = self.flatten(observation)
         except Exception as error:
             self.bad_observation = (column, -1, error)
+            return
+        if len(values) != len(self.writers):
+            self.bad_observation = (column, -1, ValueError(
+                f"the observation has {len(values)} leaves; the observation space has {len(self.writers)}"
+            ))
             return
         for leaf_index in range(len(self.writers)):
             writer = self.writers[leaf_index]

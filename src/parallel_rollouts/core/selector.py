@@ -9,7 +9,7 @@ set to a non-empty value other than ``0``, which forces the pure-Python core.
 When ``"auto"`` has to fall back because the extension cannot be imported, the
 first collector that does so emits a :class:`CoreFallbackWarning` saying why
 (not built, installed without it, shadowed by a source tree, built for another
-Python) and how to fix it; forcing the pure-Python core on purpose is silent.
+Python, built from another version of ``rows.py``) and how to fix it; forcing the pure-Python core on purpose is silent.
 
 An explicit ``core="compiled"`` or ``core="python"`` is always honoured; asking
 for the compiled core when it cannot be imported raises
@@ -112,12 +112,40 @@ def _import_compiled() -> tuple[ModuleType | None, CoreUnavailableError | None]:
     if spec is None or spec.origin is None or Path(spec.origin).resolve().parent != _EXTENSION_DIR:
         return None, CoreUnavailableError(_why_missing())
     try:
-        return importlib.import_module(_EXTENSION), None
+        compiled = importlib.import_module(_EXTENSION)
     except ImportError as error:
         return None, CoreUnavailableError(
             f"The compiled extension `{_EXTENSION}` exists but cannot be imported ({error}); it was "
             f"probably built against another NumPy or Python. Rebuild it. {HOW_TO_BUILD}"
         )
+    difference = interface_difference(compiled)
+    if difference is not None:
+        return None, CoreUnavailableError(
+            f"The compiled extension `{_EXTENSION}` at {spec.origin} was built from another version of "
+            f"core/rows.py than the one beside it ({difference}). Rebuild it. {HOW_TO_BUILD}"
+        )
+    return compiled, None
+
+
+def _public_methods(owner: object) -> tuple[str, ...]:
+    return tuple(sorted(name for name in dir(owner) if not name.startswith("_") and callable(getattr(owner, name))))
+
+
+def interface_difference(compiled: ModuleType) -> str | None:
+    """How a compiled core's names and methods differ from ``rows.py``'s, or None when they agree.
+
+    The extension is ``rows.py`` compiled; a build left over from an earlier version of the file
+    (a source checkout that was updated but not rebuilt) would otherwise run old code.
+    """
+    for name in rows.__all__:
+        if not hasattr(compiled, name):
+            return f"it has no `{name}`"
+        built, source = _public_methods(getattr(compiled, name)), _public_methods(getattr(rows, name))
+        if built != source:
+            missing = sorted(set(source) - set(built))
+            extra = sorted(set(built) - set(source))
+            return f"`{name}` lacks {missing}" if missing else f"`{name}` has {extra} beyond the source"
+    return None
 
 
 _compiled_core, _COMPILED_IMPORT_ERROR = _import_compiled()
