@@ -102,10 +102,12 @@ cdef class VectorRowRecorder:
     cdef bint scatter_finals
     cdef bint seeds_unknown
     cdef Py_ssize_t num_envs
-    cdef VectorRowBooks books
+    cdef VectorRowBooks row_books
 
     @cython.locals(leaf_index=Py_ssize_t, writer=ObservationWriter, bounds=LeafBounds)
     cdef Py_ssize_t _record(self, Py_ssize_t t, rewards, terminations, truncations, list leaves, double seconds) except -2
+
+    cdef int _require_room(self, terminations, truncations) except -1
 
     @cython.locals(n_done=Py_ssize_t, writer=ObservationWriter)
     cdef Py_ssize_t _book(self, Py_ssize_t t, rewards, terminations, truncations, double seconds) except -1

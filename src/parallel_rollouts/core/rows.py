@@ -656,7 +656,7 @@ class VectorRowRecorder:
         self.scatter_finals = autoreset_mode != "SameStep"
         self.seeds_unknown = autoreset_mode != "Disabled"
         self.num_envs = recorder.num_envs
-        self.books = kernels.VectorRowBooks(recorder.books, reset_steps, counted, step_seconds, self.next_step)
+        self.row_books = kernels.VectorRowBooks(recorder.books, reset_steps, counted, step_seconds, self.next_step)
 
     def record(self, t, rewards, terminations, truncations, leaves, seconds):
         """Store, check and book row ``t``; return how many episodes ended, or -1 (declined; see the class)."""
@@ -670,7 +670,7 @@ class VectorRowRecorder:
 
     def _record(self, t, rewards, terminations, truncations, leaves, seconds):
         # Every condition of the fast path but the bounds is checked before anything is written.
-        if not self.books.reward_kind(rewards, terminations, truncations):
+        if not self.row_books.reward_kind(rewards, terminations, truncations):
             return -1
         for leaf_index in range(len(self.writers)):
             writer = self.writers[leaf_index]
@@ -679,10 +679,9 @@ class VectorRowRecorder:
         for bounds in self.checked:
             if not bounds.typed:
                 return -1
-        if self.books.ended_uncounted(terminations, truncations):
+        if self.row_books.ended_uncounted(terminations, truncations):
             return -1
-        if not self.books.room_for(terminations, truncations):
-            arguments.refuse_full_buffers(self.recorder.books.capacity)
+        self._require_room(terminations, truncations)
         # The observations go straight into row t + 1 and are checked there (one pass over the
         # values, not a copy to check and another to store). A value outside the bounds declines
         # with that row written; the general path writes it again.
@@ -701,15 +700,20 @@ class VectorRowRecorder:
         Returns how many episodes ended."""
         step = _index_in(t, self.recorder.horizon, "time step")
         seconds = seconds if type(seconds) is float else arguments.seconds_argument(seconds)
-        if self.books.reward_kind(rewards, terminations, truncations) != 1:
+        if self.row_books.reward_kind(rewards, terminations, truncations) != 1:
             arguments.refuse_vector_row(self.num_envs)
-        if not self.books.room_for(terminations, truncations):
-            arguments.refuse_full_buffers(self.recorder.books.capacity)
+        self._require_room(terminations, truncations)
         return self._book(step, rewards, terminations, truncations, seconds)
+
+    def _require_room(self, terminations, truncations):
+        """Refuse, writing nothing, a row whose ended episodes the completed-episode buffers cannot hold."""
+        if not self.row_books.room_for(terminations, truncations):
+            arguments.refuse_full_buffers(self.recorder.books.capacity)
+        return 0
 
     def _book(self, t, rewards, terminations, truncations, seconds):
         """The books of a stored row (checked, with room): autoreset's bookkeeping for a vector env."""
-        n_done = self.books.book(t, rewards, terminations, truncations, seconds / self.num_envs if self.num_envs else 0.0)
+        n_done = self.row_books.book(t, rewards, terminations, truncations, seconds / self.num_envs if self.num_envs else 0.0)
         if self.scatter_finals and n_done:
             # Row t + 1 holds the terminal observations until the vector env's reset overwrites it.
             for writer in self.writers:

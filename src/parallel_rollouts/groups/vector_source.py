@@ -389,7 +389,7 @@ class VectorEnvGroup:
         n_done = self._rows.record(t, rewards, terminations, truncations, leaves, seconds)
         if n_done < 0:
             return self._step_general(t, observations, rewards, terminations, truncations, info, seconds)
-        if n_done or self._info_keys:
+        if self._info_keys or (n_done and self.autoreset_mode is not AutoresetMode.NEXT_STEP):
             # The row was checked in place, and so were the terminal rows the books copied from it.
             self._after_row(t, n_done, info, terminations | truncations, checked=True)
         return None
@@ -425,8 +425,6 @@ class VectorEnvGroup:
         """After a booked row: its infos, then the ended sub-envs by the autoreset mode. ``checked``:
         row ``t + 1`` and the terminal rows copied from it were checked against the space already."""
         mode = self.autoreset_mode
-        if checked and not self._info_keys and (not n_done or mode is AutoresetMode.NEXT_STEP):
-            return  # the common row: nothing follows
         storage = self._storage
         if self._info_keys:
             # NEXT_STEP: the reset steps (which may lack an info key) are the row's marks.
