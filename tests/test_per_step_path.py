@@ -78,6 +78,48 @@ def test_a_wait_times_out_when_nothing_comes():
     assert time.monotonic() - start >= 0.04
 
 
+class _SilentBells:
+    """Stands in for the compiled doorbells: no reply ever comes; each wait's time-out is kept."""
+
+    def __init__(self):
+        self.timeouts = []
+
+    def wait_reply(self, slot, number, spin, timeout):
+        self.timeouts.append(timeout)
+        return 0
+
+    def completions(self):
+        return 0
+
+    def replied(self, slot, number):
+        return False
+
+    def wait_completion(self, seen, spin, timeout):
+        self.timeouts.append(timeout)
+        return 0
+
+
+@pytest.mark.parametrize("waiting", ["reply", "any"])
+def test_a_long_wait_checks_the_worker_ever_less_often_up_to_a_bound(waiting, monkeypatch):
+    # Each check wakes the main process while the workers step: the checks start at 2 ms (a
+    # death in a step is noticed at once) and double up to 64 ms (a whole rollout wakes it a few times).
+    checks = []
+
+    def check_sentinels(sentinels, timeout):
+        checks.append(sentinels)
+        return sentinels if len(checks) == 9 else []  # the worker "dies" at the ninth check
+
+    monkeypatch.setattr(doorbell, "wait", check_sentinels)
+    main = doorbell.MainDoorbells.__new__(doorbell.MainDoorbells)
+    main._bells, main._spin = _SilentBells(), 0.0
+    if waiting == "reply":
+        assert main.wait_reply(0, 1, sentinel=3, deadline=None) == ("died", None)
+    else:
+        assert main.wait_any([(0, 1, 3)], timeout=60.0) == [0]
+    assert [round(timeout, 6) for timeout in main._bells.timeouts] == [0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.064, 0.064, 0.064]
+    assert checks == [[3]] * 9
+
+
 def test_slots_out_of_range_and_short_buffers_are_refused():
     from parallel_rollouts.processes import _doorbell as extension
 

@@ -76,17 +76,25 @@ class DoorbellTransport(PipeTransport):
 
     def __init__(self, doorbells: MainDoorbells) -> None:
         self.doorbells = doorbells
+        #: The slots whose request in flight is a bare step: only its reply is waited for with a
+        #: spin first. The others (a whole rollout, a reset, a call) sleep at once: they take
+        #: long, or are rare, and a spinning main process takes a core the workers step on.
+        self._stepping: set[int] = set()
 
     def post(self, worker, request: bytes, step_row: int | None) -> bool:
         # Rung first: the worker then reads the pipe while this writes to it, so a request
         # larger than the pipe's buffer (a policy snapshot, a large `call`) flows.
         worker.request_number = self.doorbells.ring(worker.index, step_row)
         if step_row is None:
+            self._stepping.discard(worker.index)
             return super().post(worker, request, None)
+        self._stepping.add(worker.index)
         return True
 
     def wait_reply(self, worker, deadline: float | None) -> tuple[str, bytes | None]:
-        outcome, reply = self.doorbells.wait_reply(worker.index, worker.request_number, worker.process.sentinel, deadline)
+        outcome, reply = self.doorbells.wait_reply(
+            worker.index, worker.request_number, worker.process.sentinel, deadline, spin=worker.index in self._stepping
+        )
         if outcome == "pipe":
             return "reply", worker.connection.recv_bytes()
         if outcome == "reply":
@@ -105,6 +113,7 @@ class DoorbellTransport(PipeTransport):
 
     def forget(self, worker) -> None:
         self.doorbells.clear(worker.index)
+        self._stepping.discard(worker.index)
         worker.request_number = 0
 
     def release(self) -> None:
