@@ -78,6 +78,37 @@ def test_a_wait_times_out_when_nothing_comes():
     assert time.monotonic() - start >= 0.04
 
 
+def test_only_a_bare_step_is_waited_for_with_a_spin_first(monkeypatch):
+    # A whole rollout's reply (or a reset's, a call's: anything over the pipe) takes long or is
+    # rare: the main process sleeps at once instead of spinning on a core the workers step on.
+    from types import SimpleNamespace
+
+    class Doorbells:
+        def __init__(self):
+            self.spins = []
+
+        def ring(self, slot, step_row):
+            return 7
+
+        def wait_reply(self, slot, number, sentinel, deadline, spin=True):
+            self.spins.append(spin)
+            return "reply", b""
+
+    bells = Doorbells()
+    transport = DoorbellTransport(bells)
+    monkeypatch.setattr(PipeTransport, "post", lambda self, worker, request, step_row: True)
+    worker = SimpleNamespace(index=1, request_number=0, process=SimpleNamespace(sentinel=5))
+    for step_row in (3, None, 4, 5, None):
+        transport.post(worker, b"request", step_row)
+        assert transport.wait_reply(worker, None)[0] == "reply"
+    assert bells.spins == [True, False, True, True, False]
+    transport.post(worker, b"request", 6)
+    bells.clear = lambda slot: None
+    transport.forget(worker)  # replaced mid-step: what its replacement answers first is no step's reply
+    transport.wait_reply(worker, None)
+    assert bells.spins[-1] is False
+
+
 class _SilentBells:
     """Stands in for the compiled doorbells: no reply ever comes; each wait's time-out is kept."""
 
