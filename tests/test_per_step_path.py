@@ -90,9 +90,12 @@ def test_only_a_bare_step_is_waited_for_with_a_spin_first(monkeypatch):
         def ring(self, slot, step_row):
             return 7
 
-        def wait_reply(self, slot, number, sentinel, deadline, spin=True):
-            self.spins.append(spin)
+        def wait_reply(self, slot, number, sentinel, deadline, spin_first=True):
+            self.spins.append(spin_first)
             return "reply", b""
+
+        def clear(self, slot):
+            pass
 
     bells = Doorbells()
     transport = DoorbellTransport(bells)
@@ -103,20 +106,24 @@ def test_only_a_bare_step_is_waited_for_with_a_spin_first(monkeypatch):
         assert transport.wait_reply(worker, None)[0] == "reply"
     assert bells.spins == [True, False, True, True, False]
     transport.post(worker, b"request", 6)
-    bells.clear = lambda slot: None
-    transport.forget(worker)  # replaced mid-step: what its replacement answers first is no step's reply
-    transport.wait_reply(worker, None)
-    assert bells.spins[-1] is False
+    assert transport.read_in_flight(worker, deadline=0.0) and bells.spins[-1] is True
+    transport.post(worker, b"request", 7)
+    transport.forget(worker)  # nothing of a replaced worker is kept: its slot is no longer stepping
+    assert transport.read_in_flight(worker, deadline=0.0) and bells.spins[-1] is False
 
 
 class _SilentBells:
-    """Stands in for the compiled doorbells: no reply ever comes; each wait's time-out is kept."""
+    """Stands in for the compiled doorbells: no reply ever comes; each wait's time-out is kept
+    (and, given a ``clock``, lets that much time pass on it)."""
 
-    def __init__(self):
+    def __init__(self, clock=None):
         self.timeouts = []
+        self.clock = clock
 
     def wait_reply(self, slot, number, spin, timeout):
         self.timeouts.append(timeout)
+        if self.clock is not None:
+            self.clock[0] += timeout
         return 0
 
     def completions(self):
@@ -133,7 +140,7 @@ class _SilentBells:
 @pytest.mark.parametrize("waiting", ["reply", "any"])
 def test_a_long_wait_checks_the_worker_ever_less_often_up_to_a_bound(waiting, monkeypatch):
     # Each check wakes the main process while the workers step: the checks start at 2 ms (a
-    # death in a step is noticed at once) and double up to 64 ms (a whole rollout wakes it a few times).
+    # death early in a wait is noticed at once) and double up to 64 ms (a rollout wakes it a few times).
     checks = []
 
     def check_sentinels(sentinels, timeout):
@@ -141,14 +148,26 @@ def test_a_long_wait_checks_the_worker_ever_less_often_up_to_a_bound(waiting, mo
         return sentinels if len(checks) == 9 else []  # the worker "dies" at the ninth check
 
     monkeypatch.setattr(doorbell, "wait", check_sentinels)
-    main = doorbell.MainDoorbells.__new__(doorbell.MainDoorbells)
-    main._bells, main._spin = _SilentBells(), 0.0
+    main = doorbell.MainDoorbells(bytearray(doorbell.doorbell_bytes(1)), 1)
+    main._bells = _SilentBells()
     if waiting == "reply":
         assert main.wait_reply(0, 1, sentinel=3, deadline=None) == ("died", None)
     else:
         assert main.wait_any([(0, 1, 3)], timeout=60.0) == [0]
     assert [round(timeout, 6) for timeout in main._bells.timeouts] == [0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.064, 0.064, 0.064]
     assert checks == [[3]] * 9
+
+
+def test_the_growing_checks_never_wait_past_the_deadline(monkeypatch):
+    # `step_timeout`: each wait is cut to the time left, and the wait ends "late" at the deadline.
+    now = [100.0]
+    bells = _SilentBells(clock=now)
+    monkeypatch.setattr(doorbell.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(doorbell, "wait", lambda sentinels, timeout: [])
+    main = doorbell.MainDoorbells(bytearray(doorbell.doorbell_bytes(1)), 1)
+    main._bells = bells
+    assert main.wait_reply(0, 1, sentinel=3, deadline=100.05) == ("late", None)
+    assert [round(timeout, 6) for timeout in bells.timeouts] == [0.002, 0.004, 0.008, 0.016, 0.02]
 
 
 def test_slots_out_of_range_and_short_buffers_are_refused():

@@ -42,10 +42,11 @@ REPLIED_DONE, REPLIED_ON_PIPE, REPLIED_INLINE = 0, 1, 2
 #: observation or a few) skips the pipe's system calls; a larger one takes the pipe.
 INLINE_REPLY_BYTES = 65536
 #: The main process checks a waited-for worker's sentinel after this long (seconds), then after
-#: twice as long each time, up to ``DEATH_CHECK_MAX_SECONDS``: a worker that dies during a step is
-#: noticed within 2 ms, one that dies during a whole rollout within 64 ms. Each check wakes this
-#: process (a system call or two and a few tens of microseconds of Python): at a flat 2 ms, a
-#: 15 ms rollout of CartPoles woke it 7 times, taking cores the workers were stepping on.
+#: twice as long each time, up to ``DEATH_CHECK_MAX_SECONDS``: a worker that dies is noticed
+#: within about as long as the wait had lasted (2 ms early in a wait, 64 ms at most). Each check
+#: wakes this process (a system call or two and a few tens of microseconds of Python): at a flat
+#: 2 ms, a 15 ms rollout of CartPoles woke it about 7 times a collect, taking cores the workers
+#: were stepping on.
 DEATH_CHECK_SECONDS = 0.002
 DEATH_CHECK_MAX_SECONDS = 0.064
 #: A worker with nothing to do checks that the main process still exists this often.
@@ -106,13 +107,13 @@ class MainDoorbells:
         return self._bells.ring(slot, STEP, step_row)
 
     def wait_reply(
-        self, slot: int, number: int, sentinel: int, deadline: float | None, spin: bool = True
+        self, slot: int, number: int, sentinel: int, deadline: float | None, spin_first: bool = True
     ) -> tuple[str, bytes | None]:
         """Wait for the reply to request ``number``: ``("reply", bytes)`` (``b""``: a bare "done"),
         ``("pipe", None)`` (read the reply there), ``("died", None)`` (the worker's process
-        ended) or ``("late", None)`` (past ``deadline``). ``spin=False`` sleeps at once (a reply
-        that takes long, such as a whole rollout's, is not worth a core spent spinning)."""
-        bells, spin = self._bells, self._spin if spin else 0.0
+        ended) or ``("late", None)`` (past ``deadline``). ``spin_first=False`` sleeps at once (a
+        reply that takes long, such as a whole rollout's, is not worth a core spent spinning)."""
+        bells, spin = self._bells, self._spin if spin_first else 0.0
         check = DEATH_CHECK_SECONDS
         while True:
             timeout = check

@@ -77,8 +77,9 @@ class DoorbellTransport(PipeTransport):
     def __init__(self, doorbells: MainDoorbells) -> None:
         self.doorbells = doorbells
         #: The slots whose request in flight is a bare step: only its reply is waited for with a
-        #: spin first. The others (a whole rollout, a reset, a call) sleep at once: they take
-        #: long, or are rare, and a spinning main process takes a core the workers step on.
+        #: spin first. A request sent over the pipe (a whole rollout, begin and finish, a reset, a
+        #: call) is waited for asleep: it takes long, or is rare, and a spinning main process takes
+        #: a core the workers step on. (Ready-first batches, waited for with ``wait_any``, spin.)
         self._stepping: set[int] = set()
 
     def post(self, worker, request: bytes, step_row: int | None) -> bool:
@@ -93,7 +94,7 @@ class DoorbellTransport(PipeTransport):
 
     def wait_reply(self, worker, deadline: float | None) -> tuple[str, bytes | None]:
         outcome, reply = self.doorbells.wait_reply(
-            worker.index, worker.request_number, worker.process.sentinel, deadline, spin=worker.index in self._stepping
+            worker.index, worker.request_number, worker.process.sentinel, deadline, worker.index in self._stepping
         )
         if outcome == "pipe":
             return "reply", worker.connection.recv_bytes()
@@ -102,7 +103,9 @@ class DoorbellTransport(PipeTransport):
         return (DIED, None) if outcome == "died" else (LATE, None)
 
     def read_in_flight(self, worker, deadline: float) -> bool:
-        outcome, _ = self.doorbells.wait_reply(worker.index, worker.request_number, worker.process.sentinel, deadline)
+        outcome, _ = self.doorbells.wait_reply(
+            worker.index, worker.request_number, worker.process.sentinel, deadline, worker.index in self._stepping
+        )
         if outcome == "pipe":
             return super().read_in_flight(worker, deadline)
         return outcome == "reply"
