@@ -99,7 +99,7 @@ def test_only_a_bare_step_is_waited_for_with_a_spin_first(monkeypatch):
 
     bells = Doorbells()
     transport = DoorbellTransport(bells)
-    monkeypatch.setattr(PipeTransport, "post", lambda self, worker, request, step_row: True)
+    monkeypatch.setattr(PipeTransport, "_send", lambda self, worker, request: True)
     worker = SimpleNamespace(index=1, request_number=0, process=SimpleNamespace(sentinel=5))
     for step_row in (3, None, 4, 5, None):
         transport.post(worker, b"request", step_row)
@@ -110,6 +110,34 @@ def test_only_a_bare_step_is_waited_for_with_a_spin_first(monkeypatch):
     transport.post(worker, b"request", 7)
     transport.forget(worker)  # nothing of a replaced worker is kept: its slot is no longer stepping
     assert transport.read_in_flight(worker, deadline=0.0) and bells.spins[-1] is False
+
+
+def test_over_the_pipes_too_only_a_bare_steps_reply_is_spun_for(monkeypatch):
+    # The same rule without the doorbell (the pure-Python core, macOS, Windows).
+    from types import SimpleNamespace
+
+    spins = []
+
+    class Connection:
+        def send_bytes(self, request):
+            pass
+
+        def recv_bytes(self):
+            return b"reply"
+
+    worker = SimpleNamespace(
+        index=1, connection=Connection(), process=SimpleNamespace(sentinel=5),
+        waiter=SimpleNamespace(spin=lambda: spins.append(True) or True),
+    )
+    transport = PipeTransport()
+    for step_row in (3, None, 4, None):
+        transport.post(worker, b"request", step_row)
+        assert transport.wait_reply(worker, None) == ("reply", b"reply")
+    assert len(spins) == 2, "a spin for each of the two steps' replies, none for the others"
+    transport.post(worker, b"request", 5)
+    transport.forget(worker)
+    transport.wait_reply(worker, None)
+    assert len(spins) == 2, "nothing of a replaced worker is kept"
 
 
 class _SilentBells:

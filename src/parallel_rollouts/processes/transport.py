@@ -30,20 +30,38 @@ DIED, LATE = "died", "late"
 class PipeTransport:
     """Every request and every reply over the worker's pipe."""
 
-    def post(self, worker, request: bytes, step_row: int | None) -> bool:
-        """Send ``request`` (``step_row``: a bare step of that row); False when the pipe is gone
-        (the worker died: reading its reply then says how)."""
+    def __init__(self) -> None:
+        #: The workers (by index) whose request in flight is a bare step: only its reply is waited
+        #: for with a spin first. Any other request (a whole rollout, begin and finish, a reset, a
+        #: call) is waited for asleep: it takes long, or is rare, and a spinning main process takes
+        #: a core the workers step on. (Ready-first batches, waited for with ``wait_any``, spin.)
+        self._stepping: set[int] = set()
+
+    def _note(self, worker, step_row: int | None) -> None:
+        if step_row is None:
+            self._stepping.discard(worker.index)
+        else:
+            self._stepping.add(worker.index)
+
+    def _send(self, worker, request: bytes) -> bool:
         try:
             worker.connection.send_bytes(request)
         except OSError:
             return False
         return True
 
+    def post(self, worker, request: bytes, step_row: int | None) -> bool:
+        """Send ``request`` (``step_row``: a bare step of that row); False when the pipe is gone
+        (the worker died: reading its reply then says how)."""
+        self._note(worker, step_row)
+        return self._send(worker, request)
+
     def wait_reply(self, worker, deadline: float | None) -> tuple[str, bytes | None]:
         """``("reply", bytes)``, ``(DIED, None)`` or ``(LATE, None)`` (past ``deadline``); EOFError or
         ConnectionError when the pipe ends."""
         connection = worker.connection
-        if not worker.waiter.spin() and deadline is not None:
+        spun = worker.index in self._stepping and worker.waiter.spin()
+        if not spun and deadline is not None:
             remaining = deadline - time.monotonic()
             ready = wait([connection, worker.process.sentinel], max(remaining, 0))
             if connection not in ready:
@@ -66,6 +84,7 @@ class PipeTransport:
 
     def forget(self, worker) -> None:
         """``worker`` is being replaced: nothing of it is kept here."""
+        self._stepping.discard(worker.index)
 
     def release(self) -> None:
         """Drop what views the pool's segment (before the pool releases it)."""
@@ -75,22 +94,15 @@ class DoorbellTransport(PipeTransport):
     """Bare steps on the step doorbell, every other request over the pipe (rung first)."""
 
     def __init__(self, doorbells: MainDoorbells) -> None:
+        super().__init__()
         self.doorbells = doorbells
-        #: The slots whose request in flight is a bare step: only its reply is waited for with a
-        #: spin first. A request sent over the pipe (a whole rollout, begin and finish, a reset, a
-        #: call) is waited for asleep: it takes long, or is rare, and a spinning main process takes
-        #: a core the workers step on. (Ready-first batches, waited for with ``wait_any``, spin.)
-        self._stepping: set[int] = set()
 
     def post(self, worker, request: bytes, step_row: int | None) -> bool:
+        self._note(worker, step_row)
         # Rung first: the worker then reads the pipe while this writes to it, so a request
         # larger than the pipe's buffer (a policy snapshot, a large `call`) flows.
         worker.request_number = self.doorbells.ring(worker.index, step_row)
-        if step_row is None:
-            self._stepping.discard(worker.index)
-            return super().post(worker, request, None)
-        self._stepping.add(worker.index)
-        return True
+        return True if step_row is not None else self._send(worker, request)
 
     def wait_reply(self, worker, deadline: float | None) -> tuple[str, bytes | None]:
         outcome, reply = self.doorbells.wait_reply(
@@ -115,8 +127,8 @@ class DoorbellTransport(PipeTransport):
         return [workers[position] for position in self.doorbells.wait_any(pending, timeout)]
 
     def forget(self, worker) -> None:
+        super().forget(worker)
         self.doorbells.clear(worker.index)
-        self._stepping.discard(worker.index)
         worker.request_number = 0
 
     def release(self) -> None:
