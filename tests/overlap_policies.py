@@ -57,3 +57,20 @@ def overlapped(collector, policy, collects: int) -> list:
 
 def without_versions(batch):
     return dataclasses.replace(batch, policy_versions=None)
+
+
+#: A network a module holds, for the policies below that reach it through this module.
+MODULE_NETWORK = SamplingLinear()
+
+
+def act_with_the_module_network(observations: np.ndarray):
+    """Reads the network from this module's globals."""
+    return MODULE_NETWORK(observations)
+
+
+def scaled_module_network(scale: float, observations: np.ndarray):
+    """Reads the network as an attribute of this module, imported in the body (`from pkg import models`)."""
+    from tests import overlap_policies
+
+    del scale
+    return overlap_policies.MODULE_NETWORK(observations)

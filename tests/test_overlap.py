@@ -16,8 +16,12 @@ import pytest
 from parallel_rollouts import ConfigurationError, ParallelRolloutCollector, RunnerState
 from tests.batch_compare import assert_batches_identical
 from tests.envs import CountingEnv, CrashingCartPole, cartpole
+from tests import overlap_policies
 from tests.overlap_policies import (
+    MODULE_NETWORK,
     SamplingLinear,
+    act_with_the_module_network,
+    scaled_module_network,
     learn,
     overlapped,
     turn_taking_with_delayed_updates,
@@ -232,6 +236,86 @@ def test_a_policy_function_reading_a_network_from_its_globals_is_refused_with_th
     # The same functions are fine without the lag, and a function that reads only modules is fine with it.
     ParallelRolloutCollector([cartpole], reads_a_global, "sync").close()
     ParallelRolloutCollector([cartpole], lambda o: np.zeros(len(o), dtype=np.int64), "sync", max_policy_lag=1).close()
+
+
+class _CallsTheModuleNetwork:
+    """A policy object whose ``__call__`` reads the network from a module's globals."""
+
+    def __call__(self, observations):
+        return MODULE_NETWORK(observations)
+
+
+class _HoldsTheNetwork:
+    def __init__(self):
+        self.network = SamplingLinear()
+
+    def act(self, observations):
+        return self.network(observations)
+
+
+def _default_argument(observations, network=MODULE_NETWORK):
+    return network(observations)
+
+
+def _reads_the_module_attribute(observations):
+    return overlap_policies.MODULE_NETWORK(observations)
+
+
+@pytest.mark.parametrize(
+    "policy, found",
+    [
+        (_default_argument, r"`_default_argument` holds `network` \(a SamplingLinear\) as the default of its argument `network`"),
+        (lambda observations, network=MODULE_NETWORK: network(observations), r"`<lambda>` holds `network` \(a SamplingLinear\) as the default"),
+        (_reads_the_module_attribute, r"`_reads_the_module_attribute` reads `overlap_policies.MODULE_NETWORK` \(a SamplingLinear\) through the module `tests.overlap_policies`"),
+        (partial(scaled_module_network, 2.0), r"`scaled_module_network` reads `tests.overlap_policies.MODULE_NETWORK` \(a SamplingLinear\) through the module"),
+        (act_with_the_module_network, r"`act_with_the_module_network` reads `MODULE_NETWORK` \(a SamplingLinear\) from its module's globals"),
+        (_CallsTheModuleNetwork(), r"`_CallsTheModuleNetwork.__call__` reads `MODULE_NETWORK` \(a SamplingLinear\) from its module's globals"),
+    ],
+    ids=["default argument", "lambda over a default", "module attribute", "partial over a module attribute",
+         "a module's function", "__call__ reading a module global"],
+)
+def test_a_policy_reaching_a_network_a_copy_would_share_is_refused_naming_it(policy, found):
+    """``copy.deepcopy`` copies functions and classes as they are, so a network reached through a
+    default, a module attribute or a method's globals would be the live one in the background
+    rollout: refused at construction, naming what was found and how to pass the network instead."""
+    with pytest.raises(ConfigurationError, match=found) as refused:
+        ParallelRolloutCollector([cartpole], policy, "sync", max_policy_lag=1)
+    assert "functools.partial(function, network)" in str(refused.value)
+    ParallelRolloutCollector([cartpole], policy, "sync").close()  # without the lag nothing is copied
+
+
+@pytest.mark.parametrize("shape", ["bound method", "partial over the network", "torch module"])
+def test_policies_that_hold_their_network_are_snapshotted_and_the_update_never_reaches_the_batch(shape):
+    """A bound method of an object holding the network, and ``functools.partial`` over the
+    network, are copied whole: lag 1 gives the turn-taking loop's batches."""
+    def make():
+        if shape == "bound method":
+            holder = _HoldsTheNetwork()
+            return holder.act, holder.network
+        if shape == "partial over the network":
+            network = SamplingLinear()
+            return partial(lambda net, observations: net(observations), network), network
+        import torch
+
+        class Linear(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = SamplingLinear()
+
+            def forward(self, observations):
+                return self.inner(observations)
+
+        module = Linear()
+        return module, module.inner
+
+    policy, network = make()
+    with _collector(policy, "sync", 0) as collector:
+        expected = turn_taking_with_delayed_updates(collector, network, COLLECTS)
+    policy, network = make()
+    with _collector(policy, "sync", 1) as collector:
+        got = overlapped(collector, network, COLLECTS)
+    for first, second in zip(expected, got):
+        assert_batches_identical(without_versions(first), without_versions(second))
 
 
 def test_max_policy_lag_is_checked_with_what_to_do():

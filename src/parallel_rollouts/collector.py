@@ -538,8 +538,9 @@ def check_policy_lag(max_policy_lag: Any, policy: Any, policy_placement: str, re
                 f"`max_policy_lag=1` runs the next batch on a copy of the policy taken at each hand-out, while the "
                 f"caller updates the policy itself; but {problem}, which a copy cannot take with it, so the "
                 "background rollout would see the learner's changes as they happen. Make the policy an object that "
-                "holds what it reads (a class with `__call__`, a `torch.nn.Module`, or "
-                "`functools.partial(function, network)`), or use max_policy_lag=0."
+                "holds what it reads as an attribute (a class with `__call__`, a `torch.nn.Module`, a bound method "
+                "of an object holding the network, or `functools.partial(function, network)`), or use "
+                "max_policy_lag=0."
             )
         try:
             rollout_copy(policy)

@@ -14,6 +14,7 @@ policy that samples from them gives batches that depend on how the two threads i
 from __future__ import annotations
 
 import copy
+import dis
 import functools
 import sys
 import types
@@ -30,9 +31,10 @@ __all__ = ["held_generators", "rollout_copy", "uncopyable_state"]
 _MAX_OBJECTS = 200_000
 
 
-def _reachable(policy: Any):
+def _reachable(policy: Any, arrays: bool = False):
     """Every object reachable from ``policy`` through attributes, containers, closures and
-    ``functools.partial`` (arrays and tensors are not searched), each once."""
+    ``functools.partial``, each once (arrays and tensors are not searched; with ``arrays`` they
+    are yielded, as soon as one is met)."""
     seen, pending = set(), [policy]
     torch = sys.modules.get("torch")
     leaves = (np.ndarray, type, types.ModuleType, str, bytes, int, float, complex, bool, type(None))
@@ -40,6 +42,9 @@ def _reachable(policy: Any):
         leaves = leaves + (torch.Tensor,)
     while pending and len(seen) < _MAX_OBJECTS:
         obj = pending.pop()
+        if arrays and _is_array(obj):
+            yield obj
+            continue
         if id(obj) in seen or isinstance(obj, leaves):
             continue
         seen.add(id(obj))
@@ -73,45 +78,191 @@ _IMMUTABLE = (types.ModuleType, type, types.BuiltinFunctionType, str, bytes, int
 
 def uncopyable_state(policy: Any) -> str | None:
     """Where ``policy`` reads state that ``copy.deepcopy`` leaves shared, described for an error
-    message; ``None`` if nowhere. Functions are copied as they are: what one reads from its
-    module's globals or its closure (a network, a dict) is the live object, not a copy."""
-    checked: set[int] = set()
-    functions = [obj for obj in _reachable(policy) if isinstance(obj, types.FunctionType)]
-    while functions:
-        function = functions.pop()
-        if id(function) in checked:
-            continue
-        checked.add(id(function))
+    message; ``None`` if nowhere.
+
+    ``copy.deepcopy`` copies a function as it is, and a class with it: what a function reads
+    from its module's globals, its closure, its default arguments or a module's attributes is
+    the live object, not a copy. So every function the policy reaches is read for such state:
+    the functions in its object graph (a ``functools.partial``'s, a bound method's), the methods
+    of the classes of the objects in it, and the functions those read in turn. The policy's own
+    functions may read nothing mutable from their globals or closure (they are what the user
+    wrote for this policy); methods, defaults and module attributes are held to what a learner
+    changes in place: an object that holds arrays or tensors, so that a class's bookkeeping
+    (a registry of hooks, a cache) is no reason to refuse a policy.
+    """
+    return _Inspection().run(policy)
+
+
+class _Inspection:
+    """One search of a policy's functions for live state (see :func:`uncopyable_state`)."""
+
+    def __init__(self) -> None:
+        self._checked: set[int] = set()
+        self._holds_arrays: dict[int, bool] = {}
+        self._pending: list[tuple[types.FunctionType, bool]] = []
+
+    def run(self, policy: Any) -> str | None:
+        for obj in _reachable(policy):
+            if isinstance(obj, types.FunctionType):
+                self._pending.append((obj, True))
+            elif isinstance(obj, types.MethodType):
+                self._pending.append((obj.__func__, False))
+            elif not isinstance(obj, (types.BuiltinFunctionType, functools.partial, dict, list, tuple, set, frozenset)):
+                self._pending.extend((function, False) for function in _methods_of(type(obj)))
+        while self._pending:
+            function, strict = self._pending.pop()
+            if id(function) in self._checked:
+                continue
+            self._checked.add(id(function))
+            problem = self._function_problem(function, strict)
+            if problem is not None:
+                return problem
+        return None
+
+    def _function_problem(self, function: types.FunctionType, strict: bool) -> str | None:
+        what = f"the function `{function.__qualname__}`"
+        for argument, value in _defaults(function):
+            if self._live(value, strict=False):
+                return f"{what} holds `{argument}` (a {type(value).__name__}) as the default of its argument `{argument}`"
         for name, value, where in _read_by(function):
             if isinstance(value, types.FunctionType):
-                functions.append(value)
-            elif not _immutable(value):
-                return (
-                    f"the function `{function.__qualname__}` reads `{name}` (a {type(value).__name__}) from its {where}"
-                )
-    return None
+                self._pending.append((value, strict))
+            elif isinstance(value, types.ModuleType):
+                problem = self._module_problem(what, function, name, value)
+                if problem is not None:
+                    return problem
+            elif self._live(value, strict):
+                return f"{what} reads `{name}` (a {type(value).__name__}) from its {where}"
+        return None
+
+    def _module_problem(self, what: str, function: types.FunctionType, name: str, module: types.ModuleType) -> str | None:
+        """What ``function`` reads through ``module`` (``models.net``, ``models.sub.net``): the
+        attributes named in its code, followed through modules a few levels deep."""
+        names = _names_in(function.__code__)[1]
+        pending, seen = [(name, module, 0)], set()
+        while pending:
+            path, module, depth = pending.pop()
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            for attribute in sorted(names):
+                value = getattr(module, attribute, None) if attribute in vars(module) else None
+                if value is None:
+                    continue
+                if isinstance(value, types.ModuleType):
+                    if depth < 3:
+                        pending.append((f"{path}.{attribute}", value, depth + 1))
+                elif isinstance(value, types.FunctionType):
+                    self._pending.append((value, False))
+                elif self._live(value, strict=False):
+                    return f"{what} reads `{path}.{attribute}` (a {type(value).__name__}) through the module `{module.__name__}`"
+        return None
+
+    def _live(self, value: Any, strict: bool) -> bool:
+        """Whether ``value`` is state a copy of the policy would still share: anything mutable when
+        ``strict``, otherwise only an object that holds arrays or tensors."""
+        if _immutable(value) or isinstance(value, (types.FunctionType, types.MethodType, functools.partial)):
+            return False
+        if strict:
+            return True
+        key = id(value)
+        if key not in self._holds_arrays:
+            self._holds_arrays[key] = any(_is_array(obj) for obj in _reachable(value, arrays=True))
+        return self._holds_arrays[key]
+
+
+#: Methods a rollout never runs: the copy is made with ``copy.deepcopy`` and then only called.
+_NOT_RUN_BY_A_ROLLOUT = frozenset({
+    "__init__", "__new__", "__init_subclass__", "__class_getitem__", "__getstate__", "__setstate__",
+    "__reduce__", "__reduce_ex__", "__copy__", "__deepcopy__", "__repr__", "__str__", "__del__",
+})
+
+
+def _methods_of(cls: type) -> list[types.FunctionType]:
+    """The functions a class and its bases define (methods, static and class methods, properties)
+    that a rollout may run."""
+    functions = []
+    for base in cls.__mro__:
+        if base is object:
+            continue
+        for name, member in vars(base).items():
+            if name in _NOT_RUN_BY_A_ROLLOUT:
+                continue
+            if isinstance(member, (staticmethod, classmethod)):
+                member = member.__func__
+            if isinstance(member, property):
+                functions.extend(part for part in (member.fget, member.fset) if isinstance(part, types.FunctionType))
+            elif isinstance(member, types.FunctionType):
+                functions.append(member)
+    return functions
+
+
+def _defaults(function: types.FunctionType):
+    """``(argument, value)`` for each default of ``function``'s arguments."""
+    code = function.__code__
+    positional = code.co_varnames[: code.co_argcount]
+    defaults = function.__defaults__ or ()
+    yield from zip(positional[len(positional) - len(defaults) :], defaults)
+    yield from (function.__kwdefaults__ or {}).items()
+
+
+def _names_in(code: types.CodeType) -> tuple[set[str], set[str]]:
+    """The global names ``code`` loads and the attribute names it reads (nested functions and
+    lambdas included): ``self.net`` reads the attribute ``net``, not the global."""
+    code_objects, globals_read, attributes, imported = [code], set(), set(), set()
+    while code_objects:
+        code = code_objects.pop()
+        for instruction in dis.get_instructions(code):
+            if instruction.opname in _GLOBAL_LOADS:
+                globals_read.add(instruction.argval)
+            elif instruction.opname in _ATTRIBUTE_LOADS:
+                attributes.add(instruction.argval)
+            elif instruction.opname == "IMPORT_NAME":
+                imported.add(instruction.argval)
+        code_objects.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
+    return globals_read, attributes, imported
+
+
+_GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
+#: ``from package import module`` in a function's body reads ``module`` as an attribute.
+_ATTRIBUTE_LOADS = frozenset({"LOAD_ATTR", "LOAD_METHOD", "IMPORT_FROM"})
 
 
 def _read_by(function: types.FunctionType):
-    """``(name, value, "module's globals" | "closure")`` for what ``function`` reads (nested
-    functions and lambdas in its body included)."""
-    code_objects, names = [function.__code__], set()
-    while code_objects:
-        code = code_objects.pop()
-        names.update(code.co_names)
-        code_objects.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
-    for name in sorted(names):
+    """``(name, value, "module's globals" | "closure" | "imports")`` for what ``function`` reads
+    (nested functions and lambdas in its body included; a module imported in its body is read
+    as the module)."""
+    globals_read, _, imported = _names_in(function.__code__)
+    for name in sorted(globals_read):
         if name in function.__globals__:
             yield name, function.__globals__[name], "module's globals"
+    for name in sorted(imported):
+        if name in sys.modules:
+            yield name, sys.modules[name], "imports"
     for name, cell in zip(function.__code__.co_freevars, function.__closure__ or ()):
         if _filled(cell):
             yield name, cell.cell_contents, "closure"
 
 
+def _is_array(obj: Any) -> bool:
+    if isinstance(obj, np.ndarray):
+        return True
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
 def _immutable(value: Any) -> bool:
     if isinstance(value, (tuple, frozenset)):
         return all(_immutable(item) for item in value)
-    return isinstance(value, _IMMUTABLE)
+    return isinstance(value, _IMMUTABLE) or _is_scalar_constant(value)
+
+
+def _is_scalar_constant(value: Any) -> bool:
+    """A NumPy scalar, or one of PyTorch's dtypes and devices: values, never changed in place."""
+    if isinstance(value, np.generic):
+        return True
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, (torch.dtype, torch.device))
 
 
 def _filled(cell: types.CellType) -> bool:
