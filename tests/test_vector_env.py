@@ -106,17 +106,6 @@ def test_seed_lists_masked_resets_and_disabled_autoreset_match_sync_vector_env(b
         ours.close()
 
 
-@pytest.mark.parametrize("backend", ["sync", "async"])
-def test_disabled_autoreset_refuses_to_step_an_ended_env(backend):
-    extra = {"num_workers": 2} if backend == "async" else {}
-    with_env = ParallelVectorEnv([cartpole] * 2, backend=backend, autoreset_mode="Disabled", **extra)
-    try:
-        with_env.reset(seed=0)
-        with pytest.raises(WorkerError, match=r"env \d ended its episode at the previous step and autoreset_mode is DISABLED"):
-            for _ in range(200):
-                with_env.step(np.zeros(2, dtype=np.int64))
-    finally:
-        with_env.close()
 
 
 @pytest.mark.parametrize("backend", ["sync", "async"])

@@ -29,6 +29,7 @@ from .groups.single_envs import close_each
 from .groups import make_all, resolve_layout, spaces_per_env
 from .groups.agents import is_parallel_env
 from .groups.gymnasium_envs import GymnasiumGroup, build_gymnasium_group, with_final_observations
+from .groups.requests import raise_any_refusal
 from .core.selector import load_core
 from .errors import ConfigurationError, ResetNeededError, VectorEnvClosedError
 from .runners.lifecycle import Lifecycle, RunnerState
@@ -195,6 +196,8 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         # Envs not reset since they were made: stepping them first is refused here, before
         # their own order check (gymnasium's OrderEnforcing) would break the vector env.
         self._never_reset = np.ones(self.num_envs, dtype=bool)
+        #: DISABLED mode: envs whose episode ended and that no reset has restarted yet.
+        self._ended_unreset = np.zeros(self.num_envs, dtype=bool)
         self._action_checker = ActionBatchChecker(
             self._action_layout, self.num_envs, core_module, "the", float_box_bounds="pass"
         )
@@ -361,6 +364,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
                 self._check_whole_envs(reset_mask)
         parts = self._handle(("reset", seeds, options, reset_mask))
         self._never_reset[slice(None) if reset_mask is None else reset_mask] = False
+        self._ended_unreset[slice(None) if reset_mask is None else reset_mask] = False
         return self._observations(), parts
 
     def _check_whole_envs(self, reset_mask: np.ndarray) -> None:
@@ -449,6 +453,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
             parts, self._sent_parts = self._sent_parts, None
         else:
             parts = self._receive_request()
+        self._note_ended(slice(None), [event for part in parts for event in part or ()])
         if self._stores_finals():
             ended = np.flatnonzero(self._storage.terminations[0] | self._storage.truncations[0]).tolist()
             # One part in env order (the groups' parts follow one another in env order).
@@ -473,18 +478,41 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
 
     def _finished(self, ids: np.ndarray, events: list | None) -> None:
         """Book envs ``ids`` (sorted) as stepped, with their events (terminal observations restored)."""
+        self._note_ended(ids, events or ())
         if self._stores_finals():
             storage = self._storage
             ended = np.sort(ids[storage.terminations[0][ids] | storage.truncations[0][ids]]).tolist()
             events = self._with_finals(events, ended)
         self._ready_first.finished(ids, events)
 
-    def _check_reset(self, method: str) -> None:
+    def _note_ended(self, ids: Any, events: list) -> None:
+        """DISABLED mode: mark the envs of ``ids`` whose episode ended at this step (a multi-agent
+        env: all its columns, once ``infos["env_done"]`` says its episode ended)."""
+        if self.autoreset_mode is not AutoresetMode.DISABLED:
+            return
+        if not self._column_envs.size:
+            storage = self._storage
+            self._ended_unreset[ids] = storage.terminations[0][ids] | storage.truncations[0][ids]
+            return
+        for index, info in events:
+            if info.get("env_done"):
+                self._ended_unreset[self._column_envs == self._column_envs[index]] = True
+
+    def _check_reset(self, method: str, ids: np.ndarray | None = None) -> None:
+        """Refuse, changing nothing, a step of an env that was never reset or (DISABLED mode) whose
+        episode ended: a mistake of the caller's, which leaves this vector env usable."""
         if self._never_reset.any():
             unreset = np.flatnonzero(self._never_reset).tolist()
             raise ResetNeededError(
                 f"`{method}` was called before envs {unreset!r} were ever reset; call `reset()` first. "
                 "Nothing was stepped."
+            )
+        ended = self._ended_unreset if ids is None else np.isin(np.arange(self.num_envs), ids) & self._ended_unreset
+        if ended.any():
+            raise ResetNeededError(
+                f"`{method}` would step envs {np.flatnonzero(ended).tolist()!r}, whose episode ended at their last "
+                "step, and autoreset_mode is DISABLED; reset them first with "
+                "`reset(options={'reset_mask': mask})`, mask true at those envs. Nothing was stepped."
             )
 
     # -- ready-first stepping ----------------------------------------------------------------
@@ -508,8 +536,8 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         ready_first = self._ready_first_only("send")
         self.check_usable()
         self._refuse_step_in_flight()
-        self._check_reset("send")
         ids = self._last_served if env_ids is None else self._env_ids(env_ids)
+        self._check_reset("send", ids)
         checker = self._subset_checkers.get(ids.size)
         if checker is None:
             checker = ActionBatchChecker(self._action_layout, ids.size, self._core_module, "the", float_box_bounds="pass")
@@ -627,8 +655,13 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
             self._queued.clear()
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
-        """Call method ``name`` of every env (or read the attribute); one result per env."""
-        return tuple(result for part in self._handle(("call", name, args, kwargs)) for result in part)
+        """Call method ``name`` of every env (or read the attribute); one result per env.
+
+        What an env raises (a missing attribute, a wrong argument) is raised as it is, with a note
+        naming the env, and leaves this vector env usable, as ``SyncVectorEnv`` does."""
+        parts = self._handle(("call", name, args, kwargs))
+        raise_any_refusal(parts)
+        return tuple(result for part in parts for result in part)
 
     def get_attr(self, name: str) -> tuple:
         """Attribute ``name`` of every env."""
@@ -640,7 +673,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
             values = [values] * self.num_envs
         if len(values) != self.num_envs:
             raise ValueError(f"`values` must have one entry per env (num_envs={self.num_envs}); got {len(values)}.")
-        self._handle(("set_attr", name, list(values)))
+        raise_any_refusal(self._handle(("set_attr", name, list(values))))
 
     def render(self) -> tuple:
         return self.call("render")

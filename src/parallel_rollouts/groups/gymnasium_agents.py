@@ -37,6 +37,7 @@ from ..data.storage import RolloutStorage
 from ..data.typed_actions import TypedActionReader
 from ..errors import ObservationError, SpaceError, WorkerError
 from .agents import agent_env_attribute, agent_spaces, check_parallel_env
+from .requests import RaisedByEnv, answer_each
 from .single_envs import close_each, describe_failure
 
 __all__ = ["AgentGymnasiumGroup"]
@@ -288,24 +289,34 @@ class AgentGymnasiumGroup:
             raise WorkerError.from_failures([failure for failure, _ in failures]) from failures[0][1]
         return events
 
-    def call(self, name: str, args: tuple, kwargs: dict) -> list:
+    def call(self, name: str, args: tuple, kwargs: dict) -> list | RaisedByEnv:
         """One result per column: each env's answer, repeated for each of its agents."""
-        results = []
-        for index, env in enumerate(self.envs):
+        def answer(indexed_env):
+            index, env = indexed_env
             if name == "np_random_seed":
                 # The seed of the env's last reset (-1: unseeded), as a Gymnasium env reports it.
-                results.extend([self._seeds[index]] * len(self._agents[index]))
-                continue
+                return self._seeds[index]
             attribute = agent_env_attribute(env, name)
-            result = attribute(*args, **kwargs) if callable(attribute) else attribute
-            results.extend([result] * len(self._agents[index]))
-        return results
+            return attribute(*args, **kwargs) if callable(attribute) else attribute
 
-    def set_attr(self, name: str, values: Sequence) -> None:
+        answers = answer_each(list(enumerate(self.envs)), self._first_columns, f"call({name!r})", answer)
+        if isinstance(answers, RaisedByEnv):
+            return answers
+        return [result for index, result in enumerate(answers) for _ in self._agents[index]]
+
+    def set_attr(self, name: str, values: Sequence) -> RaisedByEnv | None:
         """Each env takes the value of its first column."""
         values = self._mine(values)
-        for index, env in enumerate(self.envs):
-            setattr(env, name, values[self._starts[index]])
+        answered = answer_each(
+            [(env, values[start]) for env, start in zip(self.envs, self._starts)], self._first_columns,
+            f"set_attr({name!r})", lambda setting: setattr(setting[0], name, setting[1]),
+        )
+        return answered if isinstance(answered, RaisedByEnv) else None
+
+    @property
+    def _first_columns(self) -> list[int]:
+        """Each env's first column, as a global index."""
+        return [self.env_offset + start for start in self._starts]
 
     def _split_actions(self, leaf_rows: list[np.ndarray]) -> list:
         per_leaf = [list(row) for row in leaf_rows]

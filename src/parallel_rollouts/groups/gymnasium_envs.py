@@ -45,6 +45,7 @@ from ..data.spaces import SpaceLayout
 from ..data.storage import RolloutStorage
 from ..data.typed_actions import TypedActionReader
 from .agents import is_parallel_env
+from .requests import RaisedByEnv, answer_each
 from .single_envs import close_each, describe_failure
 
 __all__ = ["FinalEvent", "GymnasiumGroup", "build_gymnasium_group", "with_final_observations"]
@@ -252,16 +253,23 @@ class GymnasiumGroup:
         self._autoreset[columns] = False
         return events or None
 
-    def call(self, name: str, args: tuple, kwargs: dict) -> list:
-        results = []
-        for env in self.envs:
+    def call(self, name: str, args: tuple, kwargs: dict) -> list | RaisedByEnv:
+        def answer(env):
             attribute = env.get_wrapper_attr(name)
-            results.append(attribute(*args, **kwargs) if callable(attribute) else attribute)
-        return results
+            return attribute(*args, **kwargs) if callable(attribute) else attribute
 
-    def set_attr(self, name: str, values: Sequence) -> None:
-        for env, value in zip(self.envs, self._mine(values)):
-            env.set_wrapper_attr(name, value)
+        return answer_each(self.envs, self._env_indices, f"call({name!r})", answer)
+
+    def set_attr(self, name: str, values: Sequence) -> RaisedByEnv | None:
+        answered = answer_each(
+            list(zip(self.envs, self._mine(values))), self._env_indices, f"set_attr({name!r})",
+            lambda setting: setting[0].set_wrapper_attr(name, setting[1]),
+        )
+        return answered if isinstance(answered, RaisedByEnv) else None
+
+    @property
+    def _env_indices(self) -> range:
+        return range(self.env_offset, self.env_offset + self.num_envs)
 
     # -- helpers ---------------------------------------------------------------------------
 
