@@ -86,7 +86,8 @@ def with_final_observations(
             event = next(pending, None)
         final_info, observation = final.info, final.observation
         if final.stored:
-            observation = layout.unflatten([leaf[index].copy() for leaf in final_leaves])
+            # Only an array is stored: `leaf[index, ...]` keeps a 0-d one an array, not a NumPy scalar.
+            observation = layout.unflatten([leaf[index, ...].copy() for leaf in final_leaves])
         restored.append((index, {"final_obs": observation, "final_info": final_info}))
     while event is not None:
         restored.append(event)

@@ -381,6 +381,7 @@ class ParallelVecEnv(VecEnv):
             ) from None
         leaves = []
         for leaf, value in zip(layout.leaves, values):
+            given_an_array = isinstance(value, np.ndarray)
             converted = convert_row(value, leaf.shape, leaf.dtype)
             if converted is None:
                 where = f" at {leaf.name}" if layout.is_nested else ""
@@ -389,7 +390,9 @@ class ParallelVecEnv(VecEnv):
                     f"{explain_rejected_row(value, leaf.shape, leaf.dtype)}."
                 )
             value = np.array(converted, dtype=leaf.dtype)
-            leaves.append(value[()] if value.ndim == 0 else value)  # a Discrete leaf as a NumPy scalar, as envs give it
+            # A 0-d leaf as the env gave it: a 0-d array stays one (a `Box` of shape ()), a number
+            # (a `Discrete` leaf) is a NumPy scalar.
+            leaves.append(value[()] if value.ndim == 0 and not given_an_array else value)
         return _in_env_key_order(layout.unflatten(leaves), observation)
 
     def _as_sb3_observations(self, observations: Any) -> VecEnvObs:
