@@ -133,6 +133,20 @@ def test_a_hanging_env_raises_a_timeout_and_the_collector_never_returns_stale_da
     assert_returns(partial(assert_broken_then_closes, collector))
 
 
+def test_a_hanging_env_under_rollout_workers_names_the_whole_rollout_s_bound(no_leaks):
+    """A rollout worker replies once a rollout, so its bound is ``horizon * step_timeout``; the
+    message states that bound, not the per-step one."""
+    fns = fns_with_fault(2, 1, phase="step", at=3, how="hang")
+    collector = make("async", fns, step_timeout=0.05, policy_placement="workers")
+    with pytest.raises(
+        StepTimeoutError,
+        match=rf"did not finish a rollout of horizon={collector.horizon} within horizon \* step_timeout = "
+        rf"{collector.horizon * 0.05:g} s",
+    ):
+        collector.collect()
+    assert_returns(partial(assert_broken_then_closes, collector))
+
+
 def test_async_close_is_bounded_even_if_an_env_hangs_in_its_own_close(no_leaks):
     collector = make("async", [partial(CountingEnv, env_id=0), HangingCloseEnv])
     collector.collect()

@@ -270,7 +270,7 @@ class WorkerPool:
     def receive(self, workers: list[WorkerHandle] | None = None, steps: int = 1) -> list[bytes]:
         """One reply from each of ``workers`` (all by default), in order, within ``steps`` step timeouts."""
         deadline = None if self.step_timeout is None else time.monotonic() + self.step_timeout * steps
-        return [self._receive(worker, deadline) for worker in (self.workers if workers is None else workers)]
+        return [self._receive(worker, deadline, steps) for worker in (self.workers if workers is None else workers)]
 
     def receive_all(
         self, workers: list[WorkerHandle] | None = None, steps: int = 1
@@ -286,7 +286,7 @@ class WorkerPool:
         losses: list[tuple[WorkerHandle, WorkerError]] = []
         for worker in self.workers if workers is None else workers:
             try:
-                replies.append(self._receive(worker, deadline))
+                replies.append(self._receive(worker, deadline, steps))
             except (WorkerDiedError, StepTimeoutError) as loss:
                 replies.append(None)
                 losses.append((worker, loss))
@@ -457,7 +457,7 @@ class WorkerPool:
         if error is not None:
             raise error
 
-    def _receive(self, worker: WorkerHandle, deadline: float | None) -> bytes:
+    def _receive(self, worker: WorkerHandle, deadline: float | None, steps: int) -> bytes:
         started = time.perf_counter()
         try:
             outcome, reply = worker.take_reply(self._resources.transport, deadline)
@@ -466,7 +466,7 @@ class WorkerPool:
         if outcome == DIED:
             self._raise_died(worker)
         if outcome == LATE:
-            raise self._timed_out(worker)
+            raise self._timed_out(worker, steps)
         worker.wait_seconds += time.perf_counter() - started
         worker.awaiting_reply = False
         if reply[:1] == protocol.WARNED:
@@ -474,10 +474,16 @@ class WorkerPool:
             self._forwarded.extend(records)
         return reply
 
-    def _timed_out(self, worker: WorkerHandle) -> StepTimeoutError:
+    def _timed_out(self, worker: WorkerHandle, steps: int) -> StepTimeoutError:
+        """The error for a worker that did not reply within the bound of ``steps`` steps (a
+        rollout worker's whole rollout: ``horizon`` of them)."""
+        bound = (
+            f"within step_timeout={self.step_timeout} s per step" if steps <= 1
+            else f"a rollout of horizon={steps} within horizon * step_timeout = {steps * self.step_timeout:g} s"
+        )
         return timed_out(
             worker.describe(),
-            f"within step_timeout={self.step_timeout} s per step",
+            bound,
             range(worker.start, worker.stop),
             outcome=(
                 "It is replaced while restarts are left (max_restarts)." if self._restarts.max_restarts
