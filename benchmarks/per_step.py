@@ -288,10 +288,10 @@ def measure_ready_first(num_envs: int, steps: int, rounds: int) -> dict:
     fns = [HeavyTailEnv] * num_envs
     contenders = []
     try:
-        sync_step = _VectorSteps("synchronous step", ParallelVectorEnv(fns, main_process_envs=0), steps, sb3=False)
+        sync_step = _VectorSteps("synchronous step", ParallelVectorEnv(fns, backend="async", main_process_envs=0), steps, sb3=False)
         sync_step.actions = [np.zeros(num_envs, dtype=np.int64)] * steps
         contenders.append(sync_step)
-        contenders.append(_ReadyFirstSteps(ParallelVectorEnv(fns, batch_size=num_envs // 2), 2 * steps))
+        contenders.append(_ReadyFirstSteps(ParallelVectorEnv(fns, backend="async", batch_size=num_envs // 2), 2 * steps))
         seconds = _interleaved(contenders, rounds, warmup=1)
     finally:
         for contender in contenders:

@@ -463,7 +463,7 @@ def build_groups(selected: set[str], quick: bool = False) -> dict[str, Callable[
         steps = ADAPTER_STEPS[env_name]
         groups[f"adapter_{env_name}_16"] = partial(
             lambda env_fn, steps: [
-                stepping_loop("ParallelVectorEnv async", ParallelVectorEnv([env_fn] * 16, num_workers=2, copy=False), steps),
+                stepping_loop("ParallelVectorEnv async", ParallelVectorEnv([env_fn] * 16, backend="async", num_workers=2, copy=False), steps),
                 stepping_loop("ParallelVectorEnv sync", ParallelVectorEnv([env_fn] * 16, backend="sync", copy=False), steps),
                 stepping_loop("SyncVectorEnv", gym.vector.SyncVectorEnv([env_fn] * 16, copy=False), steps),
                 stepping_loop(

@@ -270,7 +270,7 @@ def test_a_reply_far_larger_than_a_pipe_buffer_comes_back_whole(no_leaks):
     # Same-step autoreset: each step's reply holds the ended episodes' final infos
     # (4 x 160 KB), which the worker writes while the main process reads.
     # A time limit makes a reply stuck in a full pipe a failure, not a hang.
-    env = ParallelVectorEnv([BigFrameEnv] * 4, autoreset_mode="SameStep", num_workers=1, main_process_envs=0, step_timeout=60)
+    env = ParallelVectorEnv([BigFrameEnv] * 4, backend="async", autoreset_mode="SameStep", num_workers=1, main_process_envs=0, step_timeout=60)
     try:
         assert pool_of(env)._resources.transport.__class__ is DoorbellTransport
         env.reset(seed=0)
@@ -294,7 +294,7 @@ class WarningBigFrameEnv(BigFrameEnv):
 
 
 def test_warnings_travel_with_a_reply_too_large_for_the_reply_area(no_leaks):
-    env = ParallelVectorEnv([WarningBigFrameEnv] * 2, autoreset_mode="SameStep", num_workers=1, main_process_envs=0, step_timeout=60)
+    env = ParallelVectorEnv([WarningBigFrameEnv] * 2, backend="async", autoreset_mode="SameStep", num_workers=1, main_process_envs=0, step_timeout=60)
     try:
         env.reset(seed=0)
         with pytest.warns(UserWarning, match="a big frame"):
@@ -308,7 +308,7 @@ def test_a_request_far_larger_than_a_pipe_buffer_reaches_an_idle_worker(doorbell
     # The worker waits on its doorbell while the main process writes 8 MiB to its pipe, for
     # longer than the worker's check that the main process still exists.
     monkeypatch.setenv(doorbell.DOORBELL_ENV_VAR, doorbell_on)
-    env = ParallelVectorEnv([partial(CountingEnv, env_id=i) for i in range(2)], num_workers=1, main_process_envs=0)
+    env = ParallelVectorEnv([partial(CountingEnv, env_id=i) for i in range(2)], backend="async", num_workers=1, main_process_envs=0)
     try:
         time.sleep(0.3)
         payload = np.arange(2**20, dtype=np.float64)
@@ -421,7 +421,7 @@ def test_a_factory_failing_in_the_main_process_share_is_reported_with_the_worker
 def test_the_vector_env_and_its_share_step_like_sync_vector_env(monkeypatch, no_leaks):
     two_cores(monkeypatch)
     fns = cartpoles(6)
-    ours = ParallelVectorEnv(fns)
+    ours = ParallelVectorEnv(fns, backend="async")
     reference = gym.vector.SyncVectorEnv(fns)
     try:
         assert pool_of(ours).workers[0].is_local
@@ -504,7 +504,7 @@ def test_ready_first_steps_a_share_given_to_this_process_and_replays_on_sync(mon
 def test_each_env_of_a_ready_first_run_follows_its_own_sync_vector_env_trajectory(no_leaks):
     """Whatever the order, env i's steps are those SyncVectorEnv gives env i for the same actions."""
     fns = cartpoles(4)
-    env = ParallelVectorEnv(fns, batch_size=2)
+    env = ParallelVectorEnv(fns, backend="async", batch_size=2)
     try:
         record = run_ready_first(env, 120, seed=7)
     finally:
@@ -524,7 +524,7 @@ def test_each_env_of_a_ready_first_run_follows_its_own_sync_vector_env_trajector
 
 
 def test_ready_first_misuse_is_refused_with_what_to_do(no_leaks):
-    env = ParallelVectorEnv(cartpoles(4), batch_size=2)
+    env = ParallelVectorEnv(cartpoles(4), backend="async", batch_size=2)
     try:
         with pytest.raises(gym.error.ResetNeeded):
             env.send(np.zeros(4, dtype=np.int64))
@@ -557,7 +557,7 @@ def test_ready_first_misuse_is_refused_with_what_to_do(no_leaks):
 
 
 def test_a_reset_in_the_middle_of_ready_first_stepping_waits_for_the_envs_in_flight(no_leaks):
-    env = ParallelVectorEnv(cartpoles(4), batch_size=2)
+    env = ParallelVectorEnv(cartpoles(4), backend="async", batch_size=2)
     try:
         env.reset(seed=0)
         env.send(np.zeros(4, dtype=np.int64))
@@ -573,7 +573,7 @@ def test_a_reset_in_the_middle_of_ready_first_stepping_waits_for_the_envs_in_fli
 
 def test_an_ended_env_is_reset_by_its_next_send_in_next_step_mode(no_leaks):
     fns = [partial(CountingEnv, env_id=i, episode_length=2) for i in range(2)]
-    env = ParallelVectorEnv(fns, batch_size=2)
+    env = ParallelVectorEnv(fns, backend="async", batch_size=2)
     try:
         env.reset(seed=0)
         steps = []
@@ -592,7 +592,7 @@ def test_an_ended_env_is_reset_by_its_next_send_in_next_step_mode(no_leaks):
 def test_a_worker_dying_during_ready_first_stepping_is_named_and_breaks_the_env(no_leaks):
     fns = cartpoles(4)
     fns[3] = partial(CrashingCartPole, 3, "kill")
-    env = ParallelVectorEnv(fns, batch_size=2)
+    env = ParallelVectorEnv(fns, backend="async", batch_size=2)
     try:
         env.reset(seed=0)
         env.send(np.zeros(4, dtype=np.int64))

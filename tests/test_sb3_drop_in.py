@@ -113,13 +113,14 @@ def test_sb3_trains_on_multibinary_through_the_adapter_as_on_dummy_vec_env(algor
     assert any(not torch.equal(untrained[name], value) for name, value in weights.items())
 
 
-@pytest.mark.parametrize("start_method", ["spawn", None])
-def test_make_vec_env_passes_subproc_vec_envs_start_method(start_method, no_leaks):
+@pytest.mark.parametrize("start_method, backend", [("spawn", "async"), (None, "sync")])
+def test_make_vec_env_passes_subproc_vec_envs_start_method(start_method, backend, no_leaks):
+    """A start method asks for worker processes, as of SubprocVecEnv; without one the default, sync."""
     venv = make_vec_env(MatchBitsEnv, n_envs=2, seed=3, vec_env_cls=ParallelVecEnv,
                         vec_env_kwargs=dict(start_method=start_method))
     try:
         assert isinstance(venv, ParallelVecEnv)
-        assert venv.backend == "async"
+        assert venv.backend == backend
         assert venv.reset().shape == (2, 4)
         _, rewards, _, _ = venv.step(np.ones((2, 4), np.float32))
         assert rewards.shape == (2,)

@@ -306,9 +306,20 @@ def dataclass_parser(args_class: type, description: str, epilog: str) -> argpars
     )
     helps = field_help(args_class)
     for field in dataclasses.fields(args_class):
-        parser.add_argument(f"--{field.name.replace('_', '-')}", type=type(field.default), default=field.default,
+        kind = _boolean if isinstance(field.default, bool) else type(field.default)
+        parser.add_argument(f"--{field.name.replace('_', '-')}", type=kind, default=field.default,
                             help=helps.get(field.name, "(undocumented)"))
     return parser
+
+
+def _boolean(text: str) -> bool:
+    """``true``/``false`` (or 1/0, yes/no) as a flag's value: ``bool("false")`` would be true."""
+    lowered = text.lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false; got {text!r}")
 
 
 def parse_args(argv: list[str] | None = None) -> Args:

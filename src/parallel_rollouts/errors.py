@@ -24,7 +24,8 @@ leaves its declared bounds and ``observation_check="warn"`` (the default);
 actors is a function they import by name, whose module globals never follow this
 process's; ``BatchMemoryWarning`` (UserWarning) when one batch of the collector
 would need more memory than the machine has available, said before the envs are
-built.
+built; ``OversubscriptionWarning`` (UserWarning) when PyTorch's threads and the worker
+processes together want more cores than this process may use, said once, with the fix.
 
 Errors raised by the policy itself are not wrapped: they reach the caller as the
 policy raised them.
@@ -45,6 +46,7 @@ __all__ = [
     "EnvFailure",
     "ObservationError",
     "ObservationWarning",
+    "OversubscriptionWarning",
     "ParallelRolloutsError",
     "PolicyTransferError",
     "ResetNeededError",
@@ -87,6 +89,11 @@ class ObservationWarning(ParallelRolloutsError, UserWarning):
 
 class BatchMemoryWarning(ParallelRolloutsError, UserWarning):
     """One batch would take more memory than is available (``num_envs x horizon x`` its bytes per row)."""
+
+
+class OversubscriptionWarning(ParallelRolloutsError, UserWarning):
+    """PyTorch's threads plus the worker processes exceed the usable cores: PyTorch's threads
+    then wait actively for cores the workers hold, and a training loop can run many times slower."""
 
 
 class StalePolicyWarning(ParallelRolloutsError, UserWarning):

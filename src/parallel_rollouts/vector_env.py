@@ -56,8 +56,11 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         One zero-argument callable per env, each returning a ``gymnasium.Env``
         with the same spaces (picklable for ``"async"``, as for the collector).
     backend:
-        ``"async"`` (worker processes writing into shared memory, default) or
-        ``"sync"`` (every env in this process).
+        ``"sync"`` (every env in this process, default) or ``"async"`` (worker
+        processes writing into shared memory). ``"sync"`` is the default because it is
+        never slower than ``SyncVectorEnv`` in a training loop, whatever else runs on the
+        machine; ``"async"`` pays when a step costs about half a millisecond or more and a
+        core is free per worker (``docs/vector-envs.md``).
     autoreset_mode:
         ``AutoresetMode.NEXT_STEP`` (Gymnasium's default), ``SAME_STEP`` (the
         terminal observation and info in ``info["final_obs"]`` / ``info["final_info"]``)
@@ -131,7 +134,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         self,
         env_fns: Sequence[Callable[[], Env]],
         *,
-        backend: str = "async",
+        backend: str = "sync",
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         copy: bool = True,
         num_workers: int | None = None,

@@ -35,6 +35,7 @@ __all__ = [
     "PURE_PYTHON_ENV_VAR",
     "CoreFallbackWarning",
     "active_core",
+    "caller_stacklevel",
     "compiled_core_error",
     "load_core",
 ]
@@ -180,11 +181,11 @@ def _report_fallback() -> None:
         f"{_COMPILED_IMPORT_ERROR} Set {PURE_PYTHON_ENV_VAR}=1 to choose the pure-Python core "
         "on purpose and silence this warning.",
         CoreFallbackWarning,
-        stacklevel=_caller_stacklevel(),
+        stacklevel=caller_stacklevel(),
     )
 
 
-def _caller_stacklevel() -> int:
+def caller_stacklevel() -> int:
     """The ``stacklevel`` of the first frame outside this package: the user's line."""
     frame, level = sys._getframe(1), 1
     while frame is not None and Path(frame.f_code.co_filename).resolve().is_relative_to(_PACKAGE_ROOT):

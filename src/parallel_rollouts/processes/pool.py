@@ -37,6 +37,7 @@ from .forwarded_warnings import raise_again
 from .doorbell import doorbells_available
 from .local_share import LocalShare, resolve_main_share
 from .shared_memory import SharedStorage
+from .oversubscription import warn_if_oversubscribed
 from .slicing import pickle_env_fns, resolve_num_workers, split_envs, usable_cores
 from .transport import DIED, LATE, PipeTransport
 from .startup import attach, exit_if_importing_the_main_script, raise_startup_errors, startup_reply
@@ -227,6 +228,7 @@ class WorkerPool:
                 num_workers = max(1, min(usable_cores() - 1, remote_factories))
             else:
                 num_workers = resolve_num_workers(options.num_workers, remote_factories)
+            warn_if_oversubscribed(num_workers)
             mp_context = options.multiprocessing_context()
             pickled = pickle_env_fns(spec.env_fns, "a worker process")
             for index, (start, stop) in enumerate(split_envs(remote_factories, num_workers), start=1 if local else 0):

@@ -61,8 +61,10 @@ class ParallelVecEnv(VecEnv):
         One zero-argument callable per env, each returning a ``gymnasium.Env``
         with the same spaces (picklable for ``"async"``), as for ``DummyVecEnv``.
     backend:
-        ``"async"`` (worker processes on shared memory, default) or ``"sync"``
-        (every env in this process).
+        ``"sync"`` (every env in this process; the default, unless ``start_method`` is
+        given) or ``"async"`` (worker processes on shared memory). ``"sync"`` is never
+        slower than ``DummyVecEnv`` in SB3's PPO; ``"async"`` pays from about half a
+        millisecond a step with a free core per worker (``docs/sb3.md``).
     seed:
         Root seed of the episode seeds; ``None`` draws one (see :attr:`root_seed`).
         ``seed(s)`` later starts a new stream at root ``s`` from the next ``reset()``.
@@ -90,8 +92,9 @@ class ParallelVecEnv(VecEnv):
         ``SubprocVecEnv``'s name for ``context`` (a multiprocessing start method:
         ``"spawn"``, ``"forkserver"``, ``"fork"``), so that
         ``make_vec_env(..., vec_env_cls=ParallelVecEnv, vec_env_kwargs=dict(start_method="spawn"))``
-        works as it does for ``SubprocVecEnv``. ``None`` (and the default) starts
-        the workers with ``"spawn"``. Give ``start_method`` or ``context``, not both.
+        works as it does for ``SubprocVecEnv``; given without ``backend``, it selects
+        ``"async"``. ``None`` (the default) starts the workers with ``"spawn"``. Give
+        ``start_method`` or ``context``, not both.
     main_process_envs:
         As for :class:`~parallel_rollouts.ParallelVectorEnv`: how many envs (the first
         ones) this process steps itself while ``"async"``'s workers step the rest.
@@ -108,7 +111,7 @@ class ParallelVecEnv(VecEnv):
     def __init__(
         self,
         env_fns: Sequence[Callable[[], gym.Env]],
-        backend: str = "async",
+        backend: str | None = None,
         *,
         seed: int | None = None,
         episode_seeds: str = "every",
@@ -120,6 +123,9 @@ class ParallelVecEnv(VecEnv):
         main_process_envs: int | None = None,
     ) -> None:
         self._vector_env: ParallelVectorEnv | None = None
+        if backend is None:
+            # A start method asks for worker processes, as it does of SubprocVecEnv.
+            backend = "async" if start_method is not None else "sync"
         if start_method is not None:
             if context is not None:
                 raise ConfigurationError(
