@@ -9,13 +9,14 @@ workload run interleaved, one run each per round, and every ratio is taken withi
 Contenders, per workload (CleanRL's hyper-parameters: 4 envs, 128 steps, 4 epochs of 4
 minibatches):
 
-- ``cleanrl``: CleanRL's ``ppo.py`` loop (:mod:`benchmarks.cleanrl_ppo`) on ``SyncVectorEnv``,
+- ``cleanrl``: CleanRL's ``ppo.py`` loop (:mod:`examples.ppo_recipe.cleanrl_loop`) on ``SyncVectorEnv``,
   torch's default threads: the baseline. ``cleanrl_1t``: the same with one torch thread.
 - ``swap``: the same loop with the one-line swap to ``ParallelVectorEnv(fns)`` at its defaults;
   ``swap_1t`` with one thread; ``swap_async``: ``backend="async"`` asked for.
 - ``recipe``: :mod:`examples.ppo_recipe.train` at its defaults (rollout workers, lag 1);
   ``recipe_lag0``: the same taking turns; ``recipe_cleanrl_policy``: acting through CleanRL's
-  ``get_action_and_value``.
+  ``get_action_and_value``; ``recipe_all_threads``: the learner on torch's default threads;
+  ``recipe_sync``: lag 1 with the envs and the policy on a background thread of this process.
 - ``sb3_dummy``, ``sb3_subproc``, ``sb3_parallel``: Stable-Baselines3's PPO (its defaults,
   ``make_vec_env`` with 4 envs) on ``DummyVecEnv``, ``SubprocVecEnv`` and ``ParallelVecEnv``.
 
@@ -47,7 +48,7 @@ ENV_IDS = {"cartpole": "CartPole-v1", "frames": "frames", "half_ms": "half_ms"}
 
 
 def _cleanrl(vector_env: str, threads: int = 0) -> list[str]:
-    return ["benchmarks.cleanrl_ppo", "--vector-env", vector_env, "--torch-threads", str(threads)]
+    return ["examples.ppo_recipe.cleanrl_loop", "--vector-env", vector_env, "--torch-threads", str(threads)]
 
 
 CONTENDERS = {
@@ -59,6 +60,8 @@ CONTENDERS = {
     "recipe": ["examples.ppo_recipe.train"],
     "recipe_lag0": ["examples.ppo_recipe.train", "--max-policy-lag", "0"],
     "recipe_cleanrl_policy": ["examples.ppo_recipe.train", "--lean-policy", "false"],
+    "recipe_all_threads": ["examples.ppo_recipe.train", "--torch-threads", "0"],
+    "recipe_sync": ["examples.ppo_recipe.train", "--backend", "sync"],
     "sb3_dummy": ["benchmarks.training_loop", "--sb3", "DummyVecEnv"],
     "sb3_subproc": ["benchmarks.training_loop", "--sb3", "SubprocVecEnv"],
     "sb3_parallel": ["benchmarks.training_loop", "--sb3", "ParallelVecEnv"],
@@ -112,8 +115,15 @@ def start_competitor():
 
 
 def baseline_of(name: str) -> str:
-    """What a contender is compared with: SB3's PPO with ``DummyVecEnv``, or CleanRL's loop."""
-    return "sb3_dummy" if name.startswith("sb3") else "cleanrl"
+    """What a contender is compared with: SB3's PPO with ``DummyVecEnv``, CleanRL's loop with one
+    torch thread for the swap with one thread, else CleanRL's loop at torch's default."""
+    if name.startswith("sb3"):
+        return "sb3_dummy"
+    return "cleanrl_1t" if name == "swap_1t" else "cleanrl"
+
+
+#: Further per-round ratios reported when both contenders ran: (faster?, than what).
+EXTRA_PAIRS = (("recipe", "recipe_lag0"), ("swap_1t", "cleanrl"))
 
 
 def measure_workload(workload: str, names: list[str], rounds: int, steps: int, seed: int) -> dict:
@@ -139,6 +149,11 @@ def measure_workload(workload: str, names: list[str], rounds: int, steps: int, s
             if baseline and len(baseline) == len(seconds):
                 record["speedup"] = summarize_ratios(baseline, seconds)
         entry["contenders"][name] = record
+    entry["pairs"] = {
+        f"{first} vs {second}": summarize_ratios(times[second], times[first])
+        for first, second in EXTRA_PAIRS
+        if times.get(first) and times.get(second) and len(times[first]) == len(times[second])
+    }
     return entry
 
 
@@ -152,6 +167,8 @@ def format_workload(workload: str, entry: dict) -> str:
         ratio = record.get("speedup")
         ratio_text = f"{ratio['median']:.2f}x ({ratio['min']:.2f}-{ratio['max']:.2f}) vs {record['baseline']}" if ratio else ""
         lines.append(f"| {name} | {record['median_seconds']:.2f} | {ratio_text} | {record['cliff']:.2f} |")
+    for pair, ratio in entry.get("pairs", {}).items():
+        lines.append(f"\n{pair}: {ratio['median']:.2f}x ({ratio['min']:.2f}-{ratio['max']:.2f})")
     return "\n".join(lines)
 
 

@@ -17,14 +17,16 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from benchmarks import core_microbench, per_step, report, run_rollout_benchmark, soak, vector_envs
+from benchmarks import core_microbench, per_step, report, run_rollout_benchmark, soak, training_loop, vector_envs
 from benchmarks.contenders import COLLECTOR_CONTENDERS, PEER_CONTENDERS, unavailable_reason
 from benchmarks.envs import SlowStep
 from benchmarks.workloads import STRAGGLER_EVERY, WORKLOADS
 from parallel_rollouts.conformance.rounds import round_order, run_rounds, summarize_ratios
 
 ROOT = Path(__file__).resolve().parent.parent
-MAX_BENCHMARK_MODULES = 12
+#: The entry points of benchmarks/README.md and their shared modules (the end-to-end training
+#: loops, benchmarks/training_loop.py, made it 13).
+MAX_BENCHMARK_MODULES = 13
 
 THROUGHPUT_KEYS = {"median", "min", "max", "best", "spread", "samples"}
 
@@ -369,3 +371,20 @@ def test_vector_env_peers_groups_run_every_peer_here_and_skip_a_missing_one_sayi
     torchrl_labels = {label for label, package, _ in vector_envs.PEERS if package == "torchrl"}
     assert set(half_ms["throughputs"]) == installed - torchrl_labels
     assert all(half_ms["skipped"][label] == "torchrl is not installed" for label in torchrl_labels)
+
+
+def test_training_loop_quick_run_reports_every_contender_against_its_baseline(tmp_path):
+    """One round of one iteration per contender, each a fresh process: the report gives each its
+    time, its speed-up over its baseline and the cliff statistic."""
+    out = tmp_path / "loops.json"
+    assert training_loop.main(["--quick", "--contenders", "cleanrl,swap,recipe", "--json", str(out)]) == 0
+    entry = json.loads(out.read_text())["workloads"]["cartpole"]
+    assert entry["steps"] == 512
+    for name in ("cleanrl", "swap", "recipe"):
+        record = entry["contenders"][name]
+        assert "error" not in record, record.get("error")
+        assert len(record["loop_seconds"]) == 2 and record["cliff"] >= 1.0
+        assert record["baseline"] == "cleanrl" and len(record["speedup"]["per_round"]) == 2
+    # The swap trains the same: same episodes, same returns, whatever the vector env.
+    swap, cleanrl = entry["contenders"]["swap"]["runs"][0], entry["contenders"]["cleanrl"]["runs"][0]
+    assert (swap["episodes"], swap["final_return"]) == (cleanrl["episodes"], cleanrl["final_return"])

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--timesteps", type=int, default=30_000)
     parser.add_argument("--backend", default="async")
-    parser.add_argument("--policy-placement", default="main")
+    parser.add_argument("--policy-placement", default="workers")
     parser.add_argument("--torch-threads", type=int, default=1, help="PyTorch's threads in both runs (0: its default)")
     parser.add_argument("--update-epochs", type=int, default=Args.update_epochs, help="PPO's passes over each batch")
     parser.add_argument("--output", type=Path, default=Path("benchmark-results/overlap_ppo.json"))

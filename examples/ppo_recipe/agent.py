@@ -2,7 +2,7 @@
 Nature CNN trunk) define them, and the envs the PPO comparisons train on.
 
 Shared by the recipe (:mod:`examples.ppo_recipe.train`) and the hand-written CleanRL loop it
-is measured against (:mod:`benchmarks.cleanrl_ppo`), so that the two differ only in how they
+is measured against (:mod:`.cleanrl_loop`), so that the two differ only in how they
 collect."""
 
 from __future__ import annotations

@@ -201,6 +201,8 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         self._never_reset = np.ones(self.num_envs, dtype=bool)
         #: DISABLED mode: envs whose episode ended and that no reset has restarted yet.
         self._ended_unreset = np.zeros(self.num_envs, dtype=bool)
+        #: Whether either mask above marks an env: the check before a step is then one test.
+        self._some_env_unsteppable = True
         self._action_checker = ActionBatchChecker(
             self._action_layout, self.num_envs, core_module, "the", float_box_bounds="pass"
         )
@@ -368,6 +370,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         parts = self._handle(("reset", seeds, options, reset_mask))
         self._never_reset[slice(None) if reset_mask is None else reset_mask] = False
         self._ended_unreset[slice(None) if reset_mask is None else reset_mask] = False
+        self._some_env_unsteppable = bool(self._never_reset.any() or self._ended_unreset.any())
         return self._observations(), parts
 
     def _check_whole_envs(self, reset_mask: np.ndarray) -> None:
@@ -456,7 +459,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
             parts, self._sent_parts = self._sent_parts, None
         else:
             parts = self._receive_request()
-        self._note_ended(slice(None), [event for part in parts for event in part or ()])
+        self._note_ended(slice(None), parts)
         if self._stores_finals():
             ended = np.flatnonzero(self._storage.terminations[0] | self._storage.truncations[0]).tolist()
             # One part in env order (the groups' parts follow one another in env order).
@@ -481,39 +484,42 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
 
     def _finished(self, ids: np.ndarray, events: list | None) -> None:
         """Book envs ``ids`` (sorted) as stepped, with their events (terminal observations restored)."""
-        self._note_ended(ids, events or ())
+        self._note_ended(ids, [events])
         if self._stores_finals():
             storage = self._storage
             ended = np.sort(ids[storage.terminations[0][ids] | storage.truncations[0][ids]]).tolist()
             events = self._with_finals(events, ended)
         self._ready_first.finished(ids, events)
 
-    def _note_ended(self, ids: Any, events: list) -> None:
+    def _note_ended(self, ids: Any, parts: list) -> None:
         """DISABLED mode: mark the envs of ``ids`` whose episode ended at this step (a multi-agent
-        env: all its columns, once ``infos["env_done"]`` says its episode ended)."""
+        env: all its columns, once ``infos["env_done"]`` in the parts' events says its episode ended)."""
         if self.autoreset_mode is not AutoresetMode.DISABLED:
             return
         if not self._column_envs.size:
             storage = self._storage
             self._ended_unreset[ids] = storage.terminations[0][ids] | storage.truncations[0][ids]
-            return
-        for index, info in events:
-            if info.get("env_done"):
-                self._ended_unreset[self._column_envs == self._column_envs[index]] = True
+        else:
+            for index, info in (event for part in parts for event in part or ()):
+                if info.get("env_done"):
+                    self._ended_unreset[self._column_envs == self._column_envs[index]] = True
+        self._some_env_unsteppable = bool(self._never_reset.any() or self._ended_unreset.any())
 
     def _check_reset(self, method: str, ids: np.ndarray | None = None) -> None:
         """Refuse, changing nothing, a step of an env that was never reset or (DISABLED mode) whose
         episode ended: a mistake of the caller's, which leaves this vector env usable."""
+        if not self._some_env_unsteppable:
+            return
         if self._never_reset.any():
             unreset = np.flatnonzero(self._never_reset).tolist()
             raise ResetNeededError(
                 f"`{method}` was called before envs {unreset!r} were ever reset; call `reset()` first. "
                 "Nothing was stepped."
             )
-        ended = self._ended_unreset if ids is None else np.isin(np.arange(self.num_envs), ids) & self._ended_unreset
-        if ended.any():
+        if self._ended_unreset[slice(None) if ids is None else ids].any():
+            ended = np.flatnonzero(self._ended_unreset) if ids is None else np.unique(ids[self._ended_unreset[ids]])
             raise ResetNeededError(
-                f"`{method}` would step envs {np.flatnonzero(ended).tolist()!r}, whose episode ended at their last "
+                f"`{method}` would step envs {ended.tolist()!r}, whose episode ended at their last "
                 "step, and autoreset_mode is DISABLED; reset them first with "
                 "`reset(options={'reset_mask': mask})`, mask true at those envs. Nothing was stepped."
             )

@@ -126,6 +126,7 @@ class GymnasiumGroup:
         self._action_layout = layout.action_layout
         self._core = layout.core
         self._autoreset = np.zeros(self.num_envs, dtype=bool)
+        self._all_columns = list(range(self.num_envs))
         # A terminal observation that is an array of exactly this (single leaf's) dtype and shape
         # is stored, not sent: see with_final_observations.
         leaf = layout.observation_layout.leaves[0]
@@ -155,43 +156,45 @@ class GymnasiumGroup:
         events: InfoEvents = []
         observations, rewards, terminations, truncations = [], [], [], []
         failures = []
+        # The loop runs once per env per step: what it reads is looked up once, as plain Python values.
+        envs, offset, autoreset = self.envs, self.env_offset, self._autoreset.tolist()
+        next_step, same_step = mode is AutoresetMode.NEXT_STEP, mode is AutoresetMode.SAME_STEP
         # In column order: a row written whole takes its columns in order.
-        stepped = range(self.num_envs) if columns is None else sorted(columns)
+        stepped = self._all_columns if columns is None else sorted(columns)
         for column in stepped:
-            env = self.envs[column]
-            index = self.env_offset + column
+            env = envs[column]
             try:
-                if self._autoreset[column] and mode is AutoresetMode.NEXT_STEP:
+                if autoreset[column] and next_step:
                     observation, info = env.reset()
                     reward, terminated, truncated = 0.0, False, False
                 else:
-                    if self._autoreset[column] and mode is AutoresetMode.DISABLED:
+                    if autoreset[column] and mode is AutoresetMode.DISABLED:
                         raise RuntimeError(
-                            f"env {index} ended its episode at the previous step and autoreset_mode is DISABLED; "
-                            "call `reset(options={'reset_mask': mask})` for it before `step`."
+                            f"env {offset + column} ended its episode at the previous step and autoreset_mode is "
+                            "DISABLED; call `reset(options={'reset_mask': mask})` for it before `step`."
                         )
                     observation, reward, terminated, truncated, info = env.step(actions[column])
-                    if mode is AutoresetMode.SAME_STEP and (terminated or truncated):
+                    if same_step and (terminated or truncated):
                         if self._stores_final(observation):
                             storage.final_observations[0][0, column] = observation
                             if info:
-                                events.append((index, FinalEvent(info, stored=True)))
+                                events.append((offset + column, FinalEvent(info, stored=True)))
                         else:
-                            events.append((index, FinalEvent(info, observation)))
+                            events.append((offset + column, FinalEvent(info, observation)))
                         observation, info = env.reset()
             except Exception as error:
-                failures.append((describe_failure(index, "step", error), error))
+                failures.append((describe_failure(offset + column, "step", error), error))
                 continue
             observations.append(observation)
             rewards.append(reward)
             terminations.append(terminated)
             truncations.append(truncated)
             if info:
-                events.append((index, info))
+                events.append((offset + column, info))
         if failures:
             raise WorkerError.from_failures([failure for failure, _ in failures]) from failures[0][1]
         if columns is None:
-            self._write_observations(list(range(self.num_envs)), observations)
+            self._write_observations(stepped, observations)
             storage.rewards[0] = rewards
             storage.terminations[0] = terminations
             storage.truncations[0] = truncations

@@ -23,14 +23,15 @@ _warned = False
 
 
 def warn_if_oversubscribed(worker_processes: int) -> None:
-    """Warn (once per process) if PyTorch, when imported, runs more threads than the usable
-    cores leave once each of ``worker_processes`` has one."""
+    """Warn (once per process) if PyTorch, when imported, runs a pool of more threads than the
+    usable cores leave once each of ``worker_processes`` has one."""
     global _warned
     torch = sys.modules.get("torch")
     if _warned or torch is None or worker_processes < 1:
         return
     threads, cores = torch.get_num_threads(), usable_cores()
-    if threads + worker_processes <= cores:
+    # One thread has no barrier to wait at: only a pool of them spins.
+    if threads <= 1 or threads + worker_processes <= cores:
         return
     _warned = True
     fits = max(1, cores - worker_processes)

@@ -1,7 +1,7 @@
-"""CleanRL's ``ppo.py`` training loop as its users run it: the baseline of the training-loop
-benchmark (:mod:`benchmarks.training_loop`).
+"""CleanRL's ``ppo.py`` training loop as its users run it: what the recipe (:mod:`.train`)
+replaces, and the baseline of the training-loop benchmark (:mod:`benchmarks.training_loop`).
 
-    python -m benchmarks.cleanrl_ppo --vector-env SyncVectorEnv --total-timesteps 16384
+    python -m examples.ppo_recipe.cleanrl_loop --vector-env SyncVectorEnv --total-timesteps 16384
 
 The loop is CleanRL's, trimmed of its command line, logging and video code: torch storage of
 ``(num_steps, num_envs)``, one ``agent.get_action_and_value`` per step, ``envs.step`` on the
