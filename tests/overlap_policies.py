@@ -74,3 +74,10 @@ def scaled_module_network(scale: float, observations: np.ndarray):
 
     del scale
     return overlap_policies.MODULE_NETWORK(observations)
+
+
+def act_through_a_relative_import(observations: np.ndarray):
+    """Reads the network through a relative import in the body (`from . import models`)."""
+    from . import overlap_policies
+
+    return overlap_policies.MODULE_NETWORK(observations)

@@ -5,6 +5,7 @@ only an env's own failure in `step` or `reset` (or a dead or hung worker) breaks
 from __future__ import annotations
 
 import re
+import threading
 from contextlib import closing
 
 import gymnasium as gym
@@ -98,6 +99,10 @@ class _Strict(gym.Wrapper):
     def read_only(self):
         return 1
 
+    @property
+    def lock(self):
+        return threading.Lock()
+
 
 def _strict_cartpole():
     return _Strict(gym.make("CartPole-v1"))
@@ -151,3 +156,48 @@ def test_the_sb3_adapter_s_per_env_requests_raise_and_stay_usable(backend):
         assert vec_env.env_method("scaled", 3) == [6, 6]
     finally:
         vec_env.close()
+
+
+def test_an_answer_that_cannot_leave_its_worker_is_refused_and_the_vector_env_stays_usable(no_leaks):
+    with closing(_vector_env([_strict_cartpole] * 2, "async", main_process_envs=0)) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(TypeError, match=r"the answer to call\('lock'\) cannot be sent from a worker process"):
+            envs.get_attr("lock")
+        assert envs.state is RunnerState.READY
+        envs.step(np.zeros(2, dtype=np.int64))
+
+
+def test_set_attr_failing_at_a_later_env_names_it_and_keeps_the_vector_env_usable():
+    class RefusesOnEnvTwo(gym.Wrapper):
+        def __setattr__(self, name, value):
+            if name == "target" and getattr(self, "index", None) == 2:
+                raise ValueError("env two takes no target")
+            super().__setattr__(name, value)
+
+    def factory(index):
+        env = RefusesOnEnvTwo(gym.make("CartPole-v1"))
+        env.index = index
+        return env
+
+    with closing(ParallelVectorEnv([lambda i=i: factory(i) for i in range(3)], backend="sync")) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError, match="env two takes no target") as raised:
+            envs.set_attr("target", 5)
+        assert any("raised by env 2 answering set_attr('target')" in note for note in raised.value.__notes__)
+        # The envs before it took the value (as with SyncVectorEnv); the episodes are untouched.
+        assert envs.get_attr("index") == (0, 1, 2)
+        envs.step(np.zeros(3, dtype=np.int64))
+        assert envs.state is RunnerState.READY
+
+
+def test_the_default_backend_is_sync_unless_an_option_only_workers_use_is_given(no_leaks):
+    from parallel_rollouts.sb3 import ParallelVecEnv
+
+    with closing(ParallelVectorEnv([cartpole] * 2)) as envs:
+        assert envs.backend == "sync"
+    with closing(ParallelVectorEnv([cartpole] * 2, num_workers=1)) as envs:
+        assert envs.backend == "async"
+    with ParallelVecEnv([cartpole] * 2) as vec_env:
+        assert vec_env.backend == "sync"
+    with ParallelVecEnv([cartpole] * 2, main_process_envs=0) as vec_env:
+        assert vec_env.backend == "async"

@@ -20,6 +20,7 @@ from tests import overlap_policies
 from tests.overlap_policies import (
     MODULE_NETWORK,
     SamplingLinear,
+    act_through_a_relative_import,
     act_with_the_module_network,
     scaled_module_network,
     learn,
@@ -245,6 +246,15 @@ class _CallsTheModuleNetwork:
         return MODULE_NETWORK(observations)
 
 
+class _HoldsItInTheClass:
+    """The network on the class: ``copy.deepcopy`` of an instance shares it."""
+
+    network = SamplingLinear()
+
+    def __call__(self, observations):
+        return self.network(observations)
+
+
 class _HoldsTheNetwork:
     def __init__(self):
         self.network = SamplingLinear()
@@ -264,15 +274,17 @@ def _reads_the_module_attribute(observations):
 @pytest.mark.parametrize(
     "policy, found",
     [
-        (_default_argument, r"`_default_argument` holds `network` \(a SamplingLinear\) as the default of its argument `network`"),
-        (lambda observations, network=MODULE_NETWORK: network(observations), r"`<lambda>` holds `network` \(a SamplingLinear\) as the default"),
+        (_default_argument, r"`_default_argument` holds a SamplingLinear as the default of its argument `network`"),
+        (lambda observations, network=MODULE_NETWORK: network(observations), r"`<lambda>` holds a SamplingLinear as the default"),
+        (act_through_a_relative_import, r"`act_through_a_relative_import` reads `tests.overlap_policies.MODULE_NETWORK` \(a SamplingLinear\)"),
+        (_HoldsItInTheClass(), r"the class `_HoldsItInTheClass` holds `network` \(a SamplingLinear\) as a class attribute"),
         (_reads_the_module_attribute, r"`_reads_the_module_attribute` reads `overlap_policies.MODULE_NETWORK` \(a SamplingLinear\) through the module `tests.overlap_policies`"),
         (partial(scaled_module_network, 2.0), r"`scaled_module_network` reads `tests.overlap_policies.MODULE_NETWORK` \(a SamplingLinear\) through the module"),
         (act_with_the_module_network, r"`act_with_the_module_network` reads `MODULE_NETWORK` \(a SamplingLinear\) from its module's globals"),
         (_CallsTheModuleNetwork(), r"`_CallsTheModuleNetwork.__call__` reads `MODULE_NETWORK` \(a SamplingLinear\) from its module's globals"),
     ],
-    ids=["default argument", "lambda over a default", "module attribute", "partial over a module attribute",
-         "a module's function", "__call__ reading a module global"],
+    ids=["default argument", "lambda over a default", "relative import", "class attribute", "module attribute",
+         "partial over a module attribute", "a module's function", "__call__ reading a module global"],
 )
 def test_a_policy_reaching_a_network_a_copy_would_share_is_refused_naming_it(policy, found):
     """``copy.deepcopy`` copies functions and classes as they are, so a network reached through a
@@ -376,3 +388,16 @@ def test_an_exit_with_a_batch_in_flight_and_no_close_ends_cleanly():
     assert_no_resource_tracker_warning(result.stderr)
     pid = result.stdout.split()[-1]
     assert not [name for name in os.listdir("/dev/shm") if name.startswith(f"prl{pid}_")]
+
+
+def test_a_stable_baselines3_policy_passes_the_check():
+    """An SB3 ``ActorCriticPolicy`` holds its networks as attributes and its classes' methods read
+    nothing a learner changes from their modules: copied whole, never refused."""
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+
+    from parallel_rollouts.policy.snapshot import uncopyable_state
+
+    policy = PPO("MlpPolicy", gym.make("CartPole-v1"), device="cpu").policy
+    assert uncopyable_state(policy) is None
+    assert uncopyable_state(lambda observations: policy.predict(observations)[0]) is not None  # reads `policy` from its closure

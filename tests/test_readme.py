@@ -159,3 +159,28 @@ def test_the_examples_quick_runs_are_the_trainers_own_and_cover_every_trainer():
         assert match, f"{trainer.relative_to(REPO_ROOT)} names no QUICK_RUN"
         own.append(match.group(1))
     assert sorted(quoted) == sorted(own)
+
+
+def test_the_training_loop_table_is_the_committed_runs_it_names():
+    # Every ratio of the README's training-loop table, recomputed from the runs its link names.
+    import json
+    import statistics
+
+    runs = REPO_ROOT / "benchmarks" / "results" / "training_loop_2026-12-07"
+
+    def speed(path: str, name: str, baseline: str, bold: bool = False) -> str:
+        contenders = json.loads((runs / path).read_text())["workloads"]["cartpole"]["contenders"]
+        ratios = [b / c for b, c in zip(contenders[baseline]["loop_seconds"], contenders[name]["loop_seconds"])]
+        median = f"**{statistics.median(ratios):.2f}x**" if bold else f"{statistics.median(ratios):.2f}x"
+        return f"{median} ({min(ratios):.2f}-{max(ratios):.2f})"
+
+    def seconds(path: str, name: str) -> str:
+        contenders = json.loads((runs / path).read_text())["workloads"]["cartpole"]["contenders"]
+        return f"{statistics.median(contenders[name]['loop_seconds']):.2f} s"
+
+    rows = [line for line in _section("## In a training loop").splitlines() if line.startswith("| ") and "---" not in line]
+    quiet, busy = "after_step_change/cartpole_quiet.json", "after_step_change/cartpole_competitor.json"
+    assert f"| 1.00x ({seconds(quiet, 'cleanrl')}) | 1.00x ({seconds(busy, 'cleanrl')}) |" in rows[1]
+    assert f"| {speed(quiet, 'swap', 'cleanrl')} | {speed(busy, 'swap', 'cleanrl')} |" in rows[2]
+    assert f"| {speed(quiet, 'recipe', 'cleanrl', True)} | {speed(busy, 'recipe', 'cleanrl', True)} |" in rows[3]
+    assert f"| {speed('sb3_cartpole_quiet.json', 'sb3_parallel', 'sb3_dummy')} | |" in rows[4]

@@ -15,8 +15,10 @@ the update (CleanRL's, unchanged) are the same. What changed is the collection, 
 3. ``max_policy_lag=1`` with ``policy_placement="workers"``: a worker process collects the next
    batch, with the policy as it was when this one was handed out, while this process updates.
    PPO's ratio is taken against the log-probabilities the acting policy recorded, so the one
-   update of lag needs no correction. Truncated episodes are bootstrapped from their final
-   observation (CleanRL treats a truncation as a termination).
+   update of lag needs no correction there; the advantages use the values the acting critic
+   recorded, with the final and bootstrap values from the current one (one update newer).
+   Truncated episodes are bootstrapped from their final observation (CleanRL treats a
+   truncation as a termination).
 
 ``--torch-threads`` defaults to the cores this process may use minus the worker processes, so
 the learner's threads and the workers never want more cores than there are.

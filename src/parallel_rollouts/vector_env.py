@@ -56,11 +56,12 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         One zero-argument callable per env, each returning a ``gymnasium.Env``
         with the same spaces (picklable for ``"async"``, as for the collector).
     backend:
-        ``"sync"`` (every env in this process, default) or ``"async"`` (worker
-        processes writing into shared memory). ``"sync"`` is the default because it is
-        never slower than ``SyncVectorEnv`` in a training loop, whatever else runs on the
-        machine; ``"async"`` pays when a step costs about half a millisecond or more and a
-        core is free per worker (``docs/vector-envs.md``).
+        ``"sync"`` (every env in this process) or ``"async"`` (worker processes writing
+        into shared memory). ``None`` (default): ``"async"`` if an option only it uses is
+        given (``num_workers``, ``context``, ``step_timeout``, ``main_process_envs``,
+        ``batch_size``), else ``"sync"``, which measured as fast as ``SyncVectorEnv`` in a
+        training loop, quiet or busy; ``"async"`` pays when a step costs about half a
+        millisecond or more and a core is free per worker (``docs/vector-envs.md``).
     autoreset_mode:
         ``AutoresetMode.NEXT_STEP`` (Gymnasium's default), ``SAME_STEP`` (the
         terminal observation and info in ``info["final_obs"]`` / ``info["final_info"]``)
@@ -134,7 +135,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         self,
         env_fns: Sequence[Callable[[], Env]],
         *,
-        backend: str = "sync",
+        backend: str | None = None,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         copy: bool = True,
         num_workers: int | None = None,
@@ -148,6 +149,11 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         self._backend = None
         self._group: GymnasiumGroup | None = None
         self._ready_first: ReadyFirst | None = None
+        if backend is None:
+            backend = default_backend(
+                num_workers=num_workers, context=context, step_timeout=step_timeout,
+                main_process_envs=main_process_envs, batch_size=batch_size,
+            )
         if backend not in _BACKENDS:
             raise ConfigurationError(f"`backend` must be one of {_BACKENDS!r}; got {backend!r}.")
         check_env_factories(env_fns)
@@ -726,6 +732,12 @@ class _BatchInfos:
 
     def __init__(self, num_envs: int) -> None:
         self.num_envs = num_envs
+
+
+def default_backend(**async_options: Any) -> str:
+    """``"async"`` when any of ``async_options`` (options only worker processes use) is given,
+    else ``"sync"``: in this process, as fast as ``SyncVectorEnv`` in a training loop."""
+    return "async" if any(value is not None for value in async_options.values()) else "sync"
 
 
 def check_env_factories(env_fns: Any) -> None:

@@ -1,10 +1,12 @@
 """Requests to envs other than a step or a reset (``call``, ``get_attr``, ``set_attr``).
 
 What an env raises while answering one is a mistake in the request (a missing attribute, a
-wrong argument), not a failure of the env's episode: every env is where it was. So the group
-hands the exception back as a :class:`RaisedByEnv` instead of raising it, in a worker process
-as in this one, and the front door raises it as the env's own exception without marking itself
-broken (as ``SyncVectorEnv`` raises ``AttributeError`` and stays usable).
+wrong argument), not a failure of the env's episode: every env's episode is where it was (a
+``set_attr`` may have set the envs answered before). So the group hands the exception back as a
+:class:`RaisedByEnv` instead of raising it, in a worker process as in this one, and the front
+door raises it as the env's own exception without marking itself broken (as ``SyncVectorEnv``
+raises ``AttributeError`` and stays usable). An answer that cannot travel back from a worker
+(it does not pickle) is such a mistake too.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ import pickle
 from dataclasses import dataclass
 from typing import Any, Callable, NoReturn, Sequence
 
-__all__ = ["RaisedByEnv", "answer_each", "raise_any_refusal"]
+__all__ = ["ANSWERED_REQUESTS", "RaisedByEnv", "answer_each", "raise_any_refusal"]
+
+#: The requests whose failures come back as a :class:`RaisedByEnv`.
+ANSWERED_REQUESTS = ("call", "set_attr")
 
 
 @dataclass(frozen=True)
@@ -35,7 +40,10 @@ class RaisedByEnv:
 
     def raise_again(self) -> NoReturn:
         error = self.error
-        error.add_note(f"(raised by env {self.env_index} answering {self.request}; every env is where it was)")
+        error.add_note(
+            f"(raised by env {self.env_index} answering {self.request}; no episode was touched and the vector env "
+            "is still usable)"
+        )
         raise error
 
 

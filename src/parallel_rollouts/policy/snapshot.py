@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import dis
 import functools
+import importlib.util
 import sys
 import types
 from typing import Any
@@ -109,6 +110,9 @@ class _Inspection:
                 self._pending.append((obj.__func__, False))
             elif not isinstance(obj, (types.BuiltinFunctionType, functools.partial, dict, list, tuple, set, frozenset)):
                 self._pending.extend((function, False) for function in _methods_of(type(obj)))
+                problem = self._class_problem(type(obj))
+                if problem is not None:
+                    return problem
         while self._pending:
             function, strict = self._pending.pop()
             if id(function) in self._checked:
@@ -119,11 +123,26 @@ class _Inspection:
                 return problem
         return None
 
+    def _class_problem(self, cls: type) -> str | None:
+        """A network held by the class itself (``class Policy: net = Net()``): ``copy.deepcopy``
+        copies an instance's attributes, never its class's."""
+        for base in cls.__mro__[:-1]:
+            if id(base) in self._checked:
+                continue
+            self._checked.add(id(base))
+            for name, member in vars(base).items():
+                if not name.startswith("__") and self._live(member, strict=False):
+                    return (
+                        f"the class `{base.__qualname__}` holds `{name}` (a {type(member).__name__}) as a class "
+                        "attribute, which a copy of an instance shares"
+                    )
+        return None
+
     def _function_problem(self, function: types.FunctionType, strict: bool) -> str | None:
         what = f"the function `{function.__qualname__}`"
         for argument, value in _defaults(function):
             if self._live(value, strict=False):
-                return f"{what} holds `{argument}` (a {type(value).__name__}) as the default of its argument `{argument}`"
+                return f"{what} holds a {type(value).__name__} as the default of its argument `{argument}`"
         for name, value, where in _read_by(function):
             if isinstance(value, types.FunctionType):
                 self._pending.append((value, strict))
@@ -209,7 +228,7 @@ def _defaults(function: types.FunctionType):
 def _names_in(code: types.CodeType) -> tuple[set[str], set[str]]:
     """The global names ``code`` loads and the attribute names it reads (nested functions and
     lambdas included): ``self.net`` reads the attribute ``net``, not the global."""
-    code_objects, globals_read, attributes, imported = [code], set(), set(), set()
+    code_objects, globals_read, attributes = [code], set(), set()
     while code_objects:
         code = code_objects.pop()
         for instruction in dis.get_instructions(code):
@@ -217,10 +236,28 @@ def _names_in(code: types.CodeType) -> tuple[set[str], set[str]]:
                 globals_read.add(instruction.argval)
             elif instruction.opname in _ATTRIBUTE_LOADS:
                 attributes.add(instruction.argval)
-            elif instruction.opname == "IMPORT_NAME":
-                imported.add(instruction.argval)
         code_objects.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
-    return globals_read, attributes, imported
+    return globals_read, attributes
+
+
+def _imports_in(code: types.CodeType, package: str | None) -> set[str]:
+    """The absolute names of the modules ``code`` imports (``from .models import net`` included,
+    resolved against ``package``)."""
+    code_objects, names = [code], set()
+    while code_objects:
+        code = code_objects.pop()
+        level = 0
+        for instruction in dis.get_instructions(code):
+            if instruction.opname == "LOAD_CONST" and isinstance(instruction.argval, int):
+                level = instruction.argval
+            elif instruction.opname == "IMPORT_NAME":
+                relative = "." * level + instruction.argval
+                try:
+                    names.add(importlib.util.resolve_name(relative, package) if level else instruction.argval)
+                except (ImportError, ValueError):
+                    pass  # a relative import outside a package fails when the function runs, not here
+        code_objects.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
+    return names
 
 
 _GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
@@ -232,11 +269,11 @@ def _read_by(function: types.FunctionType):
     """``(name, value, "module's globals" | "closure" | "imports")`` for what ``function`` reads
     (nested functions and lambdas in its body included; a module imported in its body is read
     as the module)."""
-    globals_read, _, imported = _names_in(function.__code__)
+    globals_read = _names_in(function.__code__)[0]
     for name in sorted(globals_read):
         if name in function.__globals__:
             yield name, function.__globals__[name], "module's globals"
-    for name in sorted(imported):
+    for name in sorted(_imports_in(function.__code__, function.__globals__.get("__package__"))):
         if name in sys.modules:
             yield name, sys.modules[name], "imports"
     for name, cell in zip(function.__code__.co_freevars, function.__closure__ or ()):

@@ -31,6 +31,7 @@ from multiprocessing.connection import wait
 
 from ..errors import ObservationError, WorkerError
 from ..groups import GroupChain, RolloutGroup, build_groups, make_all, spaces_per_env
+from ..groups.requests import ANSWERED_REQUESTS, RaisedByEnv
 from ..groups.single_envs import close_each, describe_failure
 from ..policy.cancel import CancelFlag
 from ..policy.shipping import PolicyReplica
@@ -295,7 +296,18 @@ class HostedSlice:
                 group.abandon(argument)
                 return None
             if command == HANDLE:
-                return FINISHED + pickle.dumps(group.handle(pickle.loads(message[REQUEST.size :])))
+                request = pickle.loads(message[REQUEST.size :])
+                answer = group.handle(request)
+                try:
+                    return FINISHED + pickle.dumps(answer)
+                except Exception as error:
+                    if request[0] not in ANSWERED_REQUESTS:
+                        raise
+                    # An answer that must stay here (an env's `unwrapped`, a lock) is the request's
+                    # mistake, which leaves every env where it was.
+                    asked = f"{request[0]}({request[1]!r})"
+                    unsent = TypeError(f"the answer to {asked} cannot be sent from a worker process: {error}")
+                    return FINISHED + pickle.dumps(RaisedByEnv(self.env_offset, asked, unsent))
             if command == CLOSE:
                 errors = group.close()
                 return None if not errors else FAILED + pickle.dumps(_close_error(errors))

@@ -47,7 +47,7 @@ from .actions import batch_per_env_actions, whole_float_actions
 from .env_side import NOT_ASKED, RAISED, RESTART_STREAM, make_seeded_episode_env
 from ..config.seeding import EpisodeSeeds, check_episode_seeds, draw_root_seed, episode_seed, validate_seed
 from ..data.spaces import SpaceLayout
-from ..vector_env import ParallelVectorEnv, check_env_factories
+from ..vector_env import ParallelVectorEnv, check_env_factories, default_backend
 
 __all__ = ["ParallelVecEnv"]
 
@@ -61,10 +61,12 @@ class ParallelVecEnv(VecEnv):
         One zero-argument callable per env, each returning a ``gymnasium.Env``
         with the same spaces (picklable for ``"async"``), as for ``DummyVecEnv``.
     backend:
-        ``"sync"`` (every env in this process; the default, unless ``start_method`` is
-        given) or ``"async"`` (worker processes on shared memory). ``"sync"`` is never
-        slower than ``DummyVecEnv`` in SB3's PPO; ``"async"`` pays from about half a
-        millisecond a step with a free core per worker (``docs/sb3.md``).
+        ``"sync"`` (every env in this process) or ``"async"`` (worker processes on shared
+        memory). ``None`` (default): ``"async"`` if an option only it uses is given
+        (``start_method``, ``num_workers``, ``context``, ``step_timeout``,
+        ``main_process_envs``), else ``"sync"``, which measured as fast as ``DummyVecEnv``
+        in SB3's PPO; ``"async"`` pays from about half a millisecond a step with a free
+        core per worker (``docs/sb3.md``).
     seed:
         Root seed of the episode seeds; ``None`` draws one (see :attr:`root_seed`).
         ``seed(s)`` later starts a new stream at root ``s`` from the next ``reset()``.
@@ -125,7 +127,10 @@ class ParallelVecEnv(VecEnv):
         self._vector_env: ParallelVectorEnv | None = None
         if backend is None:
             # A start method asks for worker processes, as it does of SubprocVecEnv.
-            backend = "async" if start_method is not None else "sync"
+            backend = default_backend(
+                start_method=start_method, num_workers=num_workers, context=context, step_timeout=step_timeout,
+                main_process_envs=main_process_envs,
+            )
         if start_method is not None:
             if context is not None:
                 raise ConfigurationError(
@@ -387,7 +392,8 @@ class ParallelVecEnv(VecEnv):
             ) from None
         leaves = []
         for leaf, value in zip(layout.leaves, values):
-            given_an_array = isinstance(value, np.ndarray)
+            # A 0-d leaf as the env gives it: a `Box` of shape () as a 0-d array, a `Discrete` as a NumPy scalar.
+            box = isinstance(leaf.space, gym.spaces.Box)
             converted = convert_row(value, leaf.shape, leaf.dtype)
             if converted is None:
                 where = f" at {leaf.name}" if layout.is_nested else ""
@@ -396,9 +402,7 @@ class ParallelVecEnv(VecEnv):
                     f"{explain_rejected_row(value, leaf.shape, leaf.dtype)}."
                 )
             value = np.array(converted, dtype=leaf.dtype)
-            # A 0-d leaf as the env gave it: a 0-d array stays one (a `Box` of shape ()), a number
-            # (a `Discrete` leaf) is a NumPy scalar.
-            leaves.append(value[()] if value.ndim == 0 and not given_an_array else value)
+            leaves.append(value[()] if value.ndim == 0 and not box else value)
         return _in_env_key_order(layout.unflatten(leaves), observation)
 
     def _as_sb3_observations(self, observations: Any) -> VecEnvObs:
