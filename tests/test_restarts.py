@@ -144,7 +144,9 @@ def test_a_lost_worker_hosting_a_vector_env_is_replaced_from_its_own_factory(mod
     [
         ("abort", WorkerDiedError, r"was killed by signal SIGABRT"),
         ("exit", WorkerDiedError, r"exited with code 3"),
-        ("hang", StepTimeoutError, r"did not finish within step_timeout=1.0 s"),
+        # Per step the bound is one step's; a rollout worker replies once a rollout: horizon steps.
+        ("hang", StepTimeoutError, r"did not finish (within step_timeout=1.0 s per step|a rollout of horizon=\d+ within "
+                                   r"horizon \* step_timeout = \d+ s)"),
     ],
 )
 def test_without_max_restarts_a_lost_worker_breaks_the_collector_as_before(mode, how, error, message, tmp_path, no_leaks):
@@ -152,6 +154,9 @@ def test_without_max_restarts_a_lost_worker_breaks_the_collector_as_before(mode,
     collector.collect()
     with pytest.raises(error, match=rf"worker 1 \(pid \d+, envs 2..3\) {message}") as info:
         collector.collect()
+    if how == "hang":
+        per_step = "within step_timeout=1.0 s per step" in str(info.value)
+        assert per_step == (mode == "per-step"), str(info.value)
     assert info.value.env_indices == (2, 3)
     assert collector.state is RunnerState.BROKEN
     collector.close()
