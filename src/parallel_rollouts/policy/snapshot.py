@@ -145,7 +145,8 @@ class _Inspection:
                 return f"{what} holds a {type(value).__name__} as the default of its argument `{argument}`"
         for name, value, where in _read_by(function):
             if isinstance(value, types.FunctionType):
-                self._pending.append((value, strict))
+                if _same_package(function, value):
+                    self._pending.append((value, strict))
             elif isinstance(value, types.ModuleType):
                 problem = self._module_problem(what, function, name, value)
                 if problem is not None:
@@ -172,7 +173,8 @@ class _Inspection:
                     if depth < 3:
                         pending.append((f"{path}.{attribute}", value, depth + 1))
                 elif isinstance(value, types.FunctionType):
-                    self._pending.append((value, False))
+                    if _same_package(function, value):
+                        self._pending.append((value, False))
                 elif self._live(value, strict=False):
                     return f"{what} reads `{path}.{attribute}` (a {type(value).__name__}) through the module `{module.__name__}`"
         return None
@@ -195,6 +197,13 @@ _NOT_RUN_BY_A_ROLLOUT = frozenset({
     "__init__", "__new__", "__init_subclass__", "__class_getitem__", "__getstate__", "__setstate__",
     "__reduce__", "__reduce_ex__", "__copy__", "__deepcopy__", "__repr__", "__str__", "__del__",
 })
+
+
+def _same_package(reader: types.FunctionType, read: types.FunctionType) -> bool:
+    """Whether ``read`` comes from the top-level package ``reader`` does: a helper of the policy's
+    own code is followed, another library's internals are not (a test framework's or a logging
+    configuration reaches most of the process, arrays included, and is no policy state)."""
+    return (reader.__module__ or "").split(".")[0] == (read.__module__ or "").split(".")[0]
 
 
 def _methods_of(cls: type) -> list[types.FunctionType]:
