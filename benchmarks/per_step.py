@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_record()
     print(format_machine_record(machine) + "\n", flush=True)
     report: dict = {"machine": machine, "settings": vars(args) | {"json": str(args.json)}, "workloads": []}
-    competitor = _start_competitor() if args.competitor else None
+    competitor = start_competitor() if args.competitor else None
     try:
         _measure_all(args, report)
     finally:
@@ -382,8 +382,9 @@ def _busy_loop(core: int) -> None:
         pass
 
 
-def _start_competitor():
-    """A process that keeps one core busy (the last this process may use) until killed."""
+def start_competitor():
+    """A process that keeps one core busy (the last this process may use) until killed: what
+    ``--competitor`` runs beside every contender (here and in :mod:`.training_loop`)."""
     import os
 
     core = max(os.sched_getaffinity(0))

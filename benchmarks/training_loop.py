@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import statistics
 import subprocess
@@ -40,6 +39,7 @@ from pathlib import Path
 
 from parallel_rollouts.conformance.rounds import run_rounds, summarize_ratios
 
+from .per_step import start_competitor
 from .report import format_machine_record, machine_record, write_json
 
 #: Env steps a run takes, per workload (whole iterations of 4 x 128), and the rounds' default.
@@ -97,21 +97,6 @@ def sb3_run(vec_env_name: str, env_id: str, steps: int, seed: int) -> dict:
     wall = time.perf_counter() - started
     vec_env.close()
     return {"steps": steps, "loop_seconds": wall, "torch_threads": __import__("torch").get_num_threads()}
-
-
-def _busy_loop(core: int) -> None:
-    os.sched_setaffinity(0, {core})
-    while True:
-        pass
-
-
-def start_competitor():
-    """A process that keeps the last usable core busy until terminated."""
-    core = max(os.sched_getaffinity(0))
-    process = multiprocessing.get_context("spawn").Process(target=_busy_loop, args=(core,), daemon=True)
-    process.start()
-    print(f"a busy loop runs on core {core} beside every run (pid {process.pid})", flush=True)
-    return process
 
 
 def baseline_of(name: str) -> str:

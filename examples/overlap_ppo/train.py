@@ -298,14 +298,18 @@ def train(args: Args) -> dict[str, Any]:
 
 
 def field_help(args_class: type) -> dict[str, str]:
-    """Each field's docstring, the string right below it in the class body (what `--help` shows)."""
-    body = ast.parse(textwrap.dedent(inspect.getsource(args_class))).body[0].body
-    return {
-        node.target.id: " ".join(after.value.value.split())
-        for node, after in zip(body, body[1:])
-        if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-        and isinstance(after.value.value, str)
-    }
+    """Each field's docstring, the string right below it in the class body (what `--help` shows),
+    the dataclasses it extends included."""
+    helps: dict[str, str] = {}
+    for cls in reversed([cls for cls in args_class.__mro__ if dataclasses.is_dataclass(cls)]):
+        body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+        helps.update({
+            node.target.id: " ".join(after.value.value.split())
+            for node, after in zip(body, body[1:])
+            if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        })
+    return helps
 
 
 def dataclass_parser(args_class: type, description: str, epilog: str) -> argparse.ArgumentParser:

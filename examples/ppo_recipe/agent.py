@@ -7,6 +7,7 @@ collect."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 
 import gymnasium as gym
@@ -15,7 +16,39 @@ import torch
 from torch import nn
 from torch.distributions.categorical import Categorical
 
-__all__ = ["Agent", "make_env"]
+__all__ = ["Agent", "PPOArgs", "make_env", "ppo_update"]
+
+
+@dataclass
+class PPOArgs:
+    """CleanRL's PPO hyper-parameters for CartPole, shared by its loop and the recipe."""
+
+    learning_rate: float = 2.5e-4
+    """Adam's step size, annealed to 0."""
+    num_envs: int = 4
+    """Envs stepped side by side."""
+    num_steps: int = 128
+    """Steps per env per iteration."""
+    gamma: float = 0.99
+    """Discount."""
+    gae_lambda: float = 0.95
+    """GAE's mixing factor."""
+    num_minibatches: int = 4
+    """Minibatches per epoch."""
+    update_epochs: int = 4
+    """Passes over each batch."""
+    norm_adv: bool = True
+    """Normalise advantages per minibatch."""
+    clip_coef: float = 0.2
+    """PPO's ratio clip."""
+    clip_vloss: bool = True
+    """Clip the value loss."""
+    ent_coef: float = 0.01
+    """Entropy bonus."""
+    vf_coef: float = 0.5
+    """Value loss weight."""
+    max_grad_norm: float = 0.5
+    """Gradient clipping."""
 
 
 def make_env(env_id: str):

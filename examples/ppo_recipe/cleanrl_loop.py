@@ -22,14 +22,14 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from examples.ppo_recipe.agent import Agent, make_env, ppo_update
+from examples.ppo_recipe.agent import Agent, PPOArgs, make_env, ppo_update
 from examples.overlap_ppo.train import dataclass_parser
 
 VECTOR_ENVS = ("SyncVectorEnv", "ParallelVectorEnv", "ParallelVectorEnv-sync", "ParallelVectorEnv-async")
 
 
 @dataclass
-class Args:
+class Args(PPOArgs):
     env_id: str = "CartPole-v1"
     """A Gymnasium id with discrete actions, `frames` or `half_ms`."""
     vector_env: str = "SyncVectorEnv"
@@ -40,32 +40,6 @@ class Args:
     """Seeds the envs, torch and NumPy."""
     torch_threads: int = 0
     """torch.set_num_threads (0: torch's default)."""
-    learning_rate: float = 2.5e-4
-    """Adam's step size, annealed to 0."""
-    num_envs: int = 4
-    """Envs stepped side by side."""
-    num_steps: int = 128
-    """Steps per env per iteration."""
-    gamma: float = 0.99
-    """Discount."""
-    gae_lambda: float = 0.95
-    """GAE's mixing factor."""
-    num_minibatches: int = 4
-    """Minibatches per epoch."""
-    update_epochs: int = 4
-    """Passes over each batch."""
-    norm_adv: bool = True
-    """Normalise advantages per minibatch."""
-    clip_coef: float = 0.2
-    """PPO's ratio clip."""
-    clip_vloss: bool = True
-    """Clip the value loss."""
-    ent_coef: float = 0.01
-    """Entropy bonus."""
-    vf_coef: float = 0.5
-    """Value loss weight."""
-    max_grad_norm: float = 0.5
-    """Gradient clipping."""
 
 
 def make_vector_env(kind: str, fns: list):

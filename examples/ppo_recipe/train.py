@@ -36,13 +36,13 @@ import numpy as np
 import torch
 
 from examples.overlap_ppo.train import dataclass_parser
-from examples.ppo_recipe.agent import Agent, make_env, ppo_update
+from examples.ppo_recipe.agent import Agent, PPOArgs, make_env, ppo_update
 from examples.vr_edge.advantages import compute_gae
 from parallel_rollouts import ParallelRolloutCollector, PolicyOutput
 
 
 @dataclass
-class Args:
+class Args(PPOArgs):
     env_id: str = "CartPole-v1"
     """A Gymnasium id with discrete actions, `frames` (84x84x4 uint8, the Nature CNN) or `half_ms`."""
     total_timesteps: int = 100_000
@@ -61,32 +61,6 @@ class Args:
     """Act with ActingPolicy (multinomial over the actor's softmax); false: CleanRL's get_action_and_value."""
     torch_threads: int = -1
     """torch.set_num_threads for the learner (-1: the usable cores minus the worker processes; 0: torch's default)."""
-    learning_rate: float = 2.5e-4
-    """Adam's step size, annealed to 0."""
-    num_envs: int = 4
-    """Envs stepped side by side."""
-    num_steps: int = 128
-    """Steps per env per iteration (the collector's horizon)."""
-    gamma: float = 0.99
-    """Discount."""
-    gae_lambda: float = 0.95
-    """GAE's mixing factor."""
-    num_minibatches: int = 4
-    """Minibatches per epoch."""
-    update_epochs: int = 4
-    """Passes over each batch."""
-    norm_adv: bool = True
-    """Normalise advantages per minibatch."""
-    clip_coef: float = 0.2
-    """PPO's ratio clip."""
-    clip_vloss: bool = True
-    """Clip the value loss."""
-    ent_coef: float = 0.01
-    """Entropy bonus."""
-    vf_coef: float = 0.5
-    """Value loss weight."""
-    max_grad_norm: float = 0.5
-    """Gradient clipping."""
 
 
 #: A run of seconds, for the README and the tests.
