@@ -114,9 +114,13 @@ COLLECTOR_CONTENDERS: dict[str, dict[str, Any]] = {
     # Opt-in: only each env's first episode is seeded (later ones continue its generator).
     "sync/first-seed": {"backend": "sync", "episode_seeds": "first"},
     "async/workers/first-seed": {"backend": "async", "policy_placement": "workers", "episode_seeds": "first"},
-    # Opt-in: the policy reads read-only views of the batch's rows instead of its own copies.
+    # Opt-in: the policy reads plain read-only views of the batch's rows instead of rows of its
+    # read-only mapping (the default, "protected"); or its own copy of each row.
     "sync/views": {"backend": "sync", "policy_inputs": "views"},
     "async/workers/views": {"backend": "async", "policy_placement": "workers", "policy_inputs": "views"},
+    "sync/copies": {"backend": "sync", "policy_inputs": "copies"},
+    "async/copies": {"backend": "async", "policy_inputs": "copies"},
+    "async/workers/copies": {"backend": "async", "policy_placement": "workers", "policy_inputs": "copies"},
 }
 PEER_CONTENDERS = ("hand-loop", "hand-loop-reseeding", "bare-loop", "hand-loop/2proc", "bare-loop/2proc", "gym-sync", "gym-async", "envpool", "sb3-subproc", "sb3-dummy")
 #: ``ratio_vs_reference`` in a comparison is taken against this contender.

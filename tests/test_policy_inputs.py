@@ -1,9 +1,11 @@
 """No route from the policy's observations to the batch: not NumPy's, not PyTorch's.
 
 Each row handed to a policy must leave nothing writeable within reach (its ``base`` chain,
-the exporters of the buffers it was made from), and ``torch.from_numpy`` /
-``torch.as_tensor`` on it, then an in-place write, must leave the batch as it would be
-without. Rows a policy keeps must not change under it, later collects included.
+the exporters of the buffers it was made from). With ``policy_inputs="copies"``,
+``torch.from_numpy`` / ``torch.as_tensor`` on it, then an in-place write, must leave the
+batch as it would be without; with ``"protected"`` (the default) that write stops the process
+before it reaches the batch. Rows a policy keeps must not change under it, later collects
+included (with ``reuse_buffers=True``, only ``"copies"`` promises that across collects).
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ def writeable_within_reach(row: np.ndarray) -> list:
 
     An array counts if it is writeable or its write flag can be turned back on (the flag is
     put back); a memoryview if it is not read-only; anything else if it exports a writeable
-    buffer, or no buffer at all (a holder of memory this walk cannot judge).
+    buffer, or no buffer at all (a holder of memory this walk cannot judge), unless it
+    describes its memory as read-only (``__array_interface__``) and the kernel maps that memory
+    without write permission.
     """
     found, seen, pending = [], set(), [row, memoryview(row)]
     while pending:
@@ -71,12 +75,34 @@ def writeable_within_reach(row: np.ndarray) -> list:
             try:
                 view = memoryview(holder)
             except TypeError:
-                found.append(holder)
+                if not _kernel_read_only(holder):
+                    found.append(holder)
                 continue
             if not view.readonly:
                 found.append(holder)
             view.release()
     return found
+
+
+def _kernel_read_only(holder) -> bool:
+    """Whether ``holder`` says its memory is read-only and every page of it is mapped so."""
+    interface = getattr(holder, "__array_interface__", None)
+    if not isinstance(interface, dict) or not interface["data"][1]:
+        return False
+    address = interface["data"][0]
+    size = int(np.prod(interface["shape"])) * np.dtype(interface["typestr"]).itemsize
+    return _mapping_permissions(address, size) == "r--s"
+
+
+def _mapping_permissions(address: int, size: int = 1) -> str:
+    """The permissions (``r--s``...) of the mapping that holds ``address .. address + size``."""
+    with open("/proc/self/maps", encoding="ascii") as maps:
+        for line in maps:
+            span, permissions = line.split()[:2]
+            start, stop = (int(bound, 16) for bound in span.split("-"))
+            if start <= address and address + size <= stop:
+                return permissions
+    raise AssertionError(f"no one mapping holds {size} bytes at {address:#x}")
 
 
 def _leaf_rows(observations) -> list[np.ndarray]:
@@ -97,12 +123,16 @@ class ScribblingPolicy:
     a failed check, so it also tells from inside a rollout worker.
     """
 
-    def __init__(self, reach: bool, torch: bool) -> None:
+    def __init__(self, reach: bool, torch: bool, keep_for_one_collect: bool = False) -> None:
         self.reach, self.torch = reach, torch
+        #: Whether rows kept are checked only until the collect (of ``HORIZON`` calls) ends.
+        self.keep_for_one_collect = keep_for_one_collect
         self.calls = 0
         self.kept: list[tuple[np.ndarray, np.ndarray]] = []
 
     def __call__(self, observations):
+        if self.keep_for_one_collect and self.calls % HORIZON == 0:
+            self.kept = []
         self.calls += 1
         for row, held in self.kept:
             if not np.array_equal(row, held):
@@ -135,8 +165,9 @@ def untouched():
     return {kind: _two_batches(fns, _ones, "serial", {}, False) for kind, fns in ENV_FNS.items()}
 
 
-def _collect_and_compare(policy, mode, reuse_buffers, kind, untouched):
+def _collect_and_compare(policy, mode, reuse_buffers, kind, untouched, policy_inputs="protected"):
     backend, options = MODES[mode]
+    options = dict(options, policy_inputs=policy_inputs)
     batches = _two_batches(ENV_FNS[kind], policy, backend, options, reuse_buffers)
     for batch, expected in zip(batches, untouched[kind]):
         assert_batches_identical(batch, expected)
@@ -152,9 +183,15 @@ def _case_id(mode: str, reuse_buffers: bool, kind: str) -> str:
 CASES_LIST = [(mode, reuse, kind) for mode in MODES for reuse in (False, True) for kind in ENV_FNS]
 
 
+@pytest.mark.parametrize("policy_inputs", ["protected", "copies"])
 @pytest.mark.parametrize("mode, reuse_buffers, kind", CASES_LIST, ids=[_case_id(*case) for case in CASES_LIST])
-def test_nothing_writeable_is_within_reach_of_a_policy_row(mode, reuse_buffers, kind, untouched):
-    _collect_and_compare(ScribblingPolicy(reach=True, torch=False), mode, reuse_buffers, kind, untouched)
+def test_nothing_writeable_is_within_reach_of_a_policy_row(mode, reuse_buffers, kind, policy_inputs, untouched):
+    # Protected rows are the storage's memory, mapped read-only: kept past the collect, they
+    # change when that memory is written again. Reused storage is rewritten by the next
+    # collect, as the batch is; a rollout worker cannot see what the main process recycles.
+    rewritten = reuse_buffers or MODES[mode][1].get("policy_placement") == "workers"
+    policy = ScribblingPolicy(reach=True, torch=False, keep_for_one_collect=rewritten and policy_inputs == "protected")
+    _collect_and_compare(policy, mode, reuse_buffers, kind, untouched, policy_inputs)
 
 
 @pytest.mark.parametrize(
@@ -163,9 +200,9 @@ def test_nothing_writeable_is_within_reach_of_a_policy_row(mode, reuse_buffers, 
     [case for case in CASES_LIST if case[:2] != ("rollout-workers", False)],
     ids=[_case_id(*case) for case in CASES_LIST if case[:2] != ("rollout-workers", False)],
 )
-def test_torch_writes_into_policy_rows_reach_neither_the_batch_nor_rows_kept_earlier(mode, reuse_buffers, kind, untouched):
+def test_torch_writes_into_copied_policy_rows_reach_neither_the_batch_nor_rows_kept_earlier(mode, reuse_buffers, kind, untouched):
     policy = ScribblingPolicy(reach=False, torch=True)
-    _collect_and_compare(policy, mode, reuse_buffers, kind, untouched)
+    _collect_and_compare(policy, mode, reuse_buffers, kind, untouched, "copies")
     if MODES[mode][1].get("policy_placement") != "workers":
         assert all(np.all(row == 10) for row, _ in policy.kept)  # each write landed in that row alone
 
@@ -225,5 +262,130 @@ def test_rows_kept_from_views_of_fresh_batches_never_change():
 def test_policy_inputs_names_its_choices(value):
     from parallel_rollouts.errors import ConfigurationError
 
-    with pytest.raises(ConfigurationError, match=r"`policy_inputs` must be one of \('copies', 'views'\); got"):
+    with pytest.raises(ConfigurationError, match=r"`policy_inputs` must be one of \('protected', 'copies', 'views'\); got"):
         ParallelRolloutCollector(ENV_FNS["box"], _ones, "sync", horizon=HORIZON, seed=3, policy_inputs=value)
+
+
+# policy_inputs="protected" (the default): rows of a second, read-only mapping of the batch.
+
+
+def _row_permissions(row: np.ndarray) -> str:
+    return _mapping_permissions(row.__array_interface__["data"][0], row.nbytes)
+
+
+@pytest.mark.parametrize("mode", VIEW_MODES)
+def test_protected_rows_are_the_batch_itself_through_a_mapping_the_kernel_keeps_read_only(mode, untouched):
+    backend, options = MODES[mode]
+    rows = []
+
+    def policy(observations):
+        rows.append(observations)
+        return _ones(observations)
+
+    with ParallelRolloutCollector(ENV_FNS["box"], policy, backend, horizon=HORIZON, seed=3, **options) as collector:
+        batch = collector.collect()
+        assert_batches_identical(batch, untouched["box"][0])
+    calls_per_row = len(rows) // HORIZON  # two halves of each row when pipelined
+    assert calls_per_row * HORIZON == len(rows)
+    for index, row in enumerate(rows):
+        # Not a copy: no memory of its own, in pages the kernel maps read-only...
+        assert not row.flags.owndata and not row.flags.writeable
+        assert _row_permissions(row) == "r--s"
+        # ...holding the batch's values (its columns of row t), read through the second mapping.
+        expected = batch.observations[index // calls_per_row]
+        assert any(np.array_equal(row, expected[start : start + len(row)]) for start in range(len(expected)))
+    assert _row_permissions(batch.observations) == "rw-s"
+
+
+def test_protected_rows_of_reused_storage_follow_the_batch_and_copies_do_not():
+    """With ``reuse_buffers=True`` the next collect rewrites the storage: a protected row kept
+    from the first collect shows the rewrite (it is that memory, read-only), a copy does not."""
+    kept = {}
+    for policy_inputs in ("protected", "copies"):
+        rows = []
+
+        def policy(observations, rows=rows):
+            rows.append(observations)
+            return _ones(observations)
+
+        with ParallelRolloutCollector(
+            ENV_FNS["box"], policy, "sync", horizon=HORIZON, seed=3, reuse_buffers=True, policy_inputs=policy_inputs
+        ) as collector:
+            first = collector.collect().observations.copy()
+            collector.collect()
+        kept[policy_inputs] = (rows[1], first[1])
+    row, first_values = kept["copies"]
+    np.testing.assert_array_equal(row, first_values)
+    row, first_values = kept["protected"]
+    assert not np.array_equal(row, first_values)  # CountingEnv's observations count on
+
+
+def test_a_torch_write_into_a_protected_row_stops_the_process_and_never_reaches_the_batch(tmp_path):
+    """NumPy refuses the write; PyTorch (which only warns) writes a page the kernel maps
+    read-only: the process ends with SIGSEGV, the write undone by nothing because none happened."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "scribble.py"
+    script.write_text(textwrap.dedent("""
+        import sys, warnings
+        import numpy as np, torch
+        from parallel_rollouts import ParallelRolloutCollector
+        from tests.envs import CountingEnv
+
+        def policy(observations):
+            try:
+                observations.flags.writeable = True
+            except ValueError:
+                print("numpy refused", flush=True)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                tensor = torch.from_numpy(observations)
+            print("writing through torch", flush=True)
+            tensor.fill_(7)
+            print("the write went through", flush=True)
+            return np.ones(len(observations), dtype=np.int64)
+
+        with ParallelRolloutCollector([lambda: CountingEnv(0)], policy, "sync", horizon=2, seed=0) as collector:
+            collector.collect()
+    """))
+    import os
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    environment = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=root, env=environment
+    )
+    assert result.returncode == -signal.SIGSEGV, (result.returncode, result.stdout, result.stderr)
+    assert result.stdout.splitlines() == ["numpy refused", "writing through torch"]
+
+
+def test_protected_rows_are_copies_where_the_memory_cannot_be_mapped_twice(monkeypatch, untouched):
+    from parallel_rollouts.data import batch_memory
+
+    monkeypatch.setattr(batch_memory, "mirrored_empty", lambda shape, dtype: None)
+    policy = ScribblingPolicy(reach=True, torch=True)  # copies: the torch writes land in them alone
+    _collect_and_compare(policy, "sync", False, "box", untouched)
+    assert all(np.all(row == 10) for row, _ in policy.kept)
+
+
+class _RequireReadOnlyMapping:
+    """Raises (inside a rollout worker too) unless each row lies in pages mapped read-only."""
+
+    def __call__(self, observations):
+        for row in _leaf_rows(observations):
+            permissions = _row_permissions(row)
+            if permissions != "r--s" or row.flags.owndata:
+                raise AssertionError(f"a policy row is not the storage mapped read-only: {permissions}")
+        return _ones(observations)
+
+
+@pytest.mark.parametrize("kind", sorted(ENV_FNS))
+def test_rollout_workers_hand_their_policy_rows_of_a_read_only_mapping(kind, untouched):
+    backend, options = MODES["rollout-workers"]
+    with ParallelRolloutCollector(ENV_FNS[kind], _RequireReadOnlyMapping(), backend, horizon=HORIZON, seed=3, **options) as collector:
+        for expected in untouched[kind]:
+            assert_batches_identical(collector.collect(), expected)

@@ -176,19 +176,22 @@ class ParallelRolloutCollector:
         take it along). Not with ``reuse_buffers`` (the batch in flight would overwrite the
         one held).
     policy_inputs:
-        What the policy is called with. ``"copies"`` (default): each observation row copied
-        for that call alone, on every backend: nothing the policy does to it (a write, a
-        ``torch.from_numpy`` tensor changed in place) reaches the batch, and a row it keeps
-        never changes. ``"views"``: read-only views of the batch's own rows, no copy, which
-        on large observations is the one per-step cost the hand-written loop does not pay
-        (84x84x4 frames, 16 envs: about 0.9x of the hand loop with copies, 1.0x with views;
-        ``docs/benchmarks.md``). Its risk: a policy that writes its input anyway (turning
-        the write flag back on, or an in-place operation on ``torch.from_numpy(obs)`` /
-        ``torch.as_tensor(obs)``) changes the batch, and a row it keeps changes when that
-        memory is written again (the next ``collect()`` with ``reuse_buffers=True``; with
-        ``policy_placement="workers"`` or Ray, the worker's or actor's next rollout). With the
-        policy in this process a fresh batch is not recycled while a view of it is alive. The
-        default random policy (``policy=None``) reads views either way.
+        What the policy is called with. ``"protected"`` (default): rows of a second, read-only
+        mapping of the batch's observation memory, no copy: NumPy refuses a write (the write
+        flag cannot be turned back on), and a write that bypasses NumPy (an in-place operation
+        on ``torch.from_numpy(obs)`` / ``torch.as_tensor(obs)``) stops the process with a
+        segmentation fault before anything reaches the batch. A row the policy keeps never
+        changes while the policy runs in this process (its batch is not recycled while the row
+        is alive), except with ``reuse_buffers=True``, where the next ``collect()`` rewrites it
+        as it rewrites the batch; in a rollout worker, a kept row changes once its batch is
+        dropped and its memory reused. Where the system cannot map memory twice (no
+        ``memfd_create``: macOS, Windows), the rows are copies. ``"copies"``: each
+        observation row copied for that call alone, which the policy may even write in place,
+        and which never changes. ``"views"``: read-only views of the batch's own rows, no copy
+        and no protection: a policy that writes its input anyway (turning the write flag back
+        on, or an in-place torch operation) changes the batch. On 84x84x4 frames a copy of
+        each row is about a fifth of a sync step (``docs/benchmarks.md``). The default random
+        policy (``policy=None``) reads views either way.
     ray_options:
         Ray backend only: ``{"address", "num_cpus", "num_gpus", "max_restarts",
         "runtime_env", "scheduling_strategy", "continue_without_lost_actors"}``
@@ -237,7 +240,7 @@ class ParallelRolloutCollector:
         main_process_envs: int | None = None,
         store_states: bool = False,
         max_policy_lag: int = 0,
-        policy_inputs: str = "copies",
+        policy_inputs: str = "protected",
     ) -> None:
         # First, so that __del__ can close whatever a failing constructor already made.
         self._owner_pid = os.getpid()

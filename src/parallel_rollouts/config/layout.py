@@ -49,7 +49,7 @@ class RolloutLayout:
     #: A recurrent policy's state at every row goes into the batch (``batch.states``).
     store_states: bool = False
     #: The policy is called with its own ``"copies"`` of each row, or read-only ``"views"`` of the batch.
-    policy_inputs: str = "copies"
+    policy_inputs: str = "protected"
     #: Batches whose memory (and, in workers, whose segments' mappings) is kept for recycling.
     batches_recycled: int = 2
     #: Rollout workers lower their scheduling priority while a learner runs beside them.

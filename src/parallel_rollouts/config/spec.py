@@ -34,8 +34,8 @@ class RolloutSpec:
     typed_actions: bool = False
     #: Store a recurrent policy's state at every row (``batch.states``).
     store_states: bool = False
-    #: ``"copies"`` or ``"views"``: what the policy is called with (``data.policy_inputs``).
-    policy_inputs: str = "copies"
+    #: ``"protected"``, ``"copies"`` or ``"views"``: what the policy is called with (``data.policy_inputs``).
+    policy_inputs: str = "protected"
     #: Batches whose memory is kept for recycling: the one the caller holds and the one being
     #: written (2), and with ``max_policy_lag=1`` also the next one, already in flight (3).
     batches_recycled: int = 2

@@ -6,10 +6,11 @@ Every runner asks this object, and only this object, for storage:
   shared segment of its own that worker processes write and that becomes the batch
   as it is, the same arrays again (``reuse_buffers=True``), or, when the system
   refuses a segment, a shared working copy that workers write into;
-- ``policy_rows(t, start, stop)`` gives the observation rows the policy is called with:
-  private read-only copies of the rows (:mod:`~parallel_rollouts.data.policy_inputs`), never
-  the batch's memory, or with ``copy_policy_inputs=False`` read-only views of the batch's
-  rows (rows of a working copy are copied into the batch first);
+- ``policy_rows(t, start, stop)`` gives the observation rows the policy is called with
+  (:mod:`~parallel_rollouts.data.policy_inputs`): rows of a read-only mapping of the batch's
+  observations, which no write reaches (``"protected"``), private read-only copies
+  (``"copies"``, and ``"protected"`` where no mapping could be made), or read-only views of
+  the batch's rows (``"views"``); rows of a working copy are copied into the batch first;
 - ``finish()`` gives the storage the batch is built from: the same arrays, or the
   caller's private copy of the working storage;
 - ``abandon(rows_done)`` records a dropped rollout.
@@ -26,8 +27,8 @@ the size of the array.
 Storage is written again in two cases: ``reuse_buffers=True`` (the caller asked
 for it), and a fresh batch whose arrays nobody references any more. A returned
 batch is the caller's for as long as the caller (or a view of any of its
-arrays) holds it; the policy's rows are copies and hold nothing of it (views of it, with
-``policy_inputs="views"``, hold it like any other view). Once
+arrays) holds it; a row the policy kept holds it too (a row of its read-only mirror, or a
+view), and a copy holds nothing of it. Once
 every array is unreferenced, its memory is recycled for a later batch instead
 of being returned to the system and faulted in again page by page, which costs
 more than the rollout's copies for image observations.
@@ -43,6 +44,7 @@ from typing import Protocol
 import numpy as np
 
 from .policy_inputs import policy_rows_of
+from .read_only_mirror import mirrored_empty
 from .storage import RolloutStorage
 
 __all__ = ["BatchMemory", "SegmentSource"]
@@ -57,6 +59,9 @@ class SegmentSource(Protocol):
 
     def name_of(self, storage: RolloutStorage) -> str | None:
         """The name of the segment behind ``storage``."""
+
+    def read_only_observations(self, storage: RolloutStorage) -> list[np.ndarray] | None:
+        """``storage``'s observations through a read-only mapping of its segment, if it has one."""
 
     def discard(self, storage: RolloutStorage) -> None:
         """Unlink and unmap the segment behind ``storage``."""
@@ -87,24 +92,33 @@ def _arrays(storage: RolloutStorage) -> list[np.ndarray]:
             arrays.extend(value.values())
         else:
             arrays.append(value)
-    seen = {id(array) for array in arrays}
+    return arrays + _roots(arrays, exclude=arrays)
+
+
+def _roots(arrays: list[np.ndarray], exclude: list[np.ndarray] = ()) -> list[np.ndarray]:
+    """``arrays`` (unless excluded) and, once each, the arrays their memory belongs to."""
+    seen = {id(array) for array in exclude}
     roots = []
     for array in arrays:
         root = array
         while isinstance(root.base, np.ndarray):
             root = root.base
-        if id(root) not in seen:
-            seen.add(id(root))
-            roots.append(root)
-    return arrays + roots
+        for candidate in (array, root):
+            if id(candidate) not in seen:
+                seen.add(id(candidate))
+                roots.append(candidate)
+    return roots
 
 
 class _Recycled:
-    """A storage handed out as a fresh batch, and what its final-observation rows hold."""
+    """A storage handed out as a fresh batch, its read-only mirror (or ``None``), and what its
+    final-observation rows hold."""
 
-    def __init__(self, storage: RolloutStorage) -> None:
+    def __init__(self, storage: RolloutStorage, mirror: list[np.ndarray] | None = None) -> None:
         self.storage = storage
-        self.arrays = _arrays(storage)
+        self.mirror = mirror
+        # A row of the mirror that the policy kept holds the storage as any view of it would.
+        self.arrays = _arrays(storage) + _roots(mirror or [])
         # References to each array that are not the caller's: the storage's own field
         # (or list/dict slot), self.arrays, and getrefcount's argument. Counted by index,
         # here and below, so that no loop variable or iterator holds an extra one.
@@ -146,10 +160,16 @@ class BatchMemory:
         working: RolloutStorage | None = None,
         segments: SegmentSource | None = None,
         pool_size: int = POOL_SIZE,
-        copy_policy_inputs: bool = True,
+        policy_inputs: str = "protected",
     ) -> None:
         self._allocate = allocate
-        self._copy_policy_inputs = copy_policy_inputs
+        #: What :meth:`policy_rows` hands out (:data:`~parallel_rollouts.data.policy_inputs.POLICY_INPUTS`).
+        self._policy_inputs = policy_inputs
+        #: The read-only mirror of the observations the policy reads this rollout (``"protected"``;
+        #: ``None`` where the storage has none, and the rows are copied instead).
+        self._policy_mirror: list[np.ndarray] | None = None
+        #: The mirror of the storage handed out again and again (``reuse_buffers=True``).
+        self._reused_mirror: list[np.ndarray] | None = None
         self._pool_size = pool_size
         self._reuse = bool(reuse_buffers)
         self._working = working
@@ -195,6 +215,7 @@ class BatchMemory:
         storage.env_step_seconds.fill(0)
         storage.env_reset_seconds.fill(0)
         self._written = storage
+        self._policy_mirror = self._mirror_of(self._target if self._target is not None else storage)
         return storage
 
     def segment_name(self) -> str:
@@ -211,14 +232,18 @@ class BatchMemory:
         nothing it does to them (NumPy or PyTorch) reaches the batch. With
         ``policy_inputs="views"`` they are read-only views of the batch's rows instead.
         """
-        copies = self._copy_policy_inputs
         if self._target is not None:
             stop = self._written.rewards.shape[1] if stop is None else stop
             for source, destination in zip(self._written.observations, self._target.observations):
                 np.copyto(destination[t, start:stop], source[t, start:stop])
             self._fed_columns[t] += stop - start
-            return policy_rows_of(self._target.observations, t, start, stop, copies)
-        return policy_rows_of(self._written.observations, t, start, stop, copies)
+            observations = self._target.observations
+        else:
+            observations = self._written.observations
+        if self._policy_mirror is not None:
+            # Rows of the read-only mapping are read-only all the way down: no copy needed.
+            return policy_rows_of(self._policy_mirror, t, start, stop, copies=False)
+        return policy_rows_of(observations, t, start, stop, copies=self._policy_inputs != "views")
 
     def finish(self, lost_from_rows: np.ndarray | None = None) -> RolloutStorage:
         """The storage the batch is built from; every row of ``begin()``'s storage is written.
@@ -265,6 +290,7 @@ class BatchMemory:
         self._fed_columns = self._written_rows = None
         self._pool = []
         self._segment_pool = []
+        self._policy_mirror = self._reused_mirror = None
         if self._segments is not None:
             self._segments.release_all()
 
@@ -274,11 +300,36 @@ class BatchMemory:
         """Storage no batch uses, with zero ``final_observations``: recycled when one is free."""
         storage = _recycled(self._pool)
         if storage is None:
-            storage = self._allocate()
+            storage, mirror = self._allocate_mirrored()
             if len(self._pool) >= self._pool_size:
                 self._pool.pop(0)  # still the caller's; the garbage collector frees it after them
-            self._pool.append(_Recycled(storage))
+            self._pool.append(_Recycled(storage, mirror))
         return storage
+
+    def _allocate_mirrored(self) -> tuple[RolloutStorage, list[np.ndarray] | None]:
+        """New storage and, with ``policy_inputs="protected"``, the read-only mirror of its
+        observations (:mod:`~parallel_rollouts.data.read_only_mirror`; ``None`` where the system
+        cannot map memory twice, and the policy's rows are copied instead)."""
+        storage = self._allocate()
+        if self._policy_inputs != "protected":
+            return storage, None
+        pairs = [mirrored_empty(leaf.shape, leaf.dtype) for leaf in storage.observations]
+        if any(pair is None for pair in pairs):
+            return storage, None
+        # The same shapes and dtypes the storage was checked with, in memory mapped twice.
+        storage.observations[:] = [writable for writable, _ in pairs]
+        return storage, [read_only for _, read_only in pairs]
+
+    def _mirror_of(self, storage: RolloutStorage) -> list[np.ndarray] | None:
+        """The read-only mirror of ``storage``'s observations, if it has one."""
+        if storage is self._reused:
+            return self._reused_mirror
+        for entry in self._pool:
+            if entry.storage is storage:
+                return entry.mirror
+        if self._segments is not None and self._policy_inputs == "protected":
+            return self._segments.read_only_observations(storage)
+        return None
 
     def _fresh_segment(self) -> RolloutStorage | None:
         """A batch segment no batch uses, recycled or new; ``None`` without segments or when refused."""
@@ -292,7 +343,8 @@ class BatchMemory:
             if len(self._segment_pool) >= self._pool_size:
                 # Still the caller's: its name goes now, its memory with their last view.
                 self._segments.discard(self._segment_pool.pop(0).storage)
-            self._segment_pool.append(_Recycled(storage))
+            mirror = self._segments.read_only_observations(storage) if self._policy_inputs == "protected" else None
+            self._segment_pool.append(_Recycled(storage, mirror))
         return storage
 
     def _note_written_rows(self, storage: RolloutStorage, written: _WrittenFinalRows) -> None:
@@ -309,7 +361,7 @@ class BatchMemory:
         was cut off before recording them, the whole field is.
         """
         if storage is None:
-            storage = self._allocate()
+            storage, self._reused_mirror = self._allocate_mirrored()
         if storage is not self._reused:
             # Never written by a rollout: zero from its allocator.
             self._reused = storage

@@ -1,19 +1,26 @@
-"""What the policy is called with: its own read-only copy of each observation row.
+"""What the policy is called with: rows it can read and never write.
 
-No view of the batch can be handed to a policy safely. ``setflags(write=False)`` is undone
-by whoever holds the view; a view through a read-only buffer still reaches the writeable
-array behind it (the memoryview's ``obj``); and ``torch.from_numpy`` / ``torch.as_tensor``
-share a read-only array's memory and only warn, so an in-place tensor operation would write
-the batch. So each row of each leaf is copied, once, into a ``bytes`` object, and the policy
-gets an array over it: every object reachable from the row (its ``base``, the buffer's
-exporter) is immutable, turning the write flag back on raises ``ValueError``, and what a
-torch policy writes in place lands in that copy alone, never in the batch or in a row
-handed out before. A row is never reused: a policy may keep it and it never changes.
+No plain view of the batch can be handed to a policy safely. ``setflags(write=False)`` is
+undone by whoever holds the view; a view through a read-only buffer still reaches the
+writeable array behind it (the memoryview's ``obj``); and ``torch.from_numpy`` /
+``torch.as_tensor`` share a read-only array's memory and only warn, so an in-place tensor
+operation would write the batch. Three ways out, :data:`POLICY_INPUTS`:
 
-That copy is the one cost the hand-written loop does not pay: on 84x84x4 frames it is about
-as much as the rest of the collector's per-step work. ``policy_inputs="views"`` opts out of
-it: the policy then gets read-only views of the batch's own rows, with the risks
-:data:`POLICY_INPUTS` states.
+- ``"protected"`` (the default): rows of a second, read-only mapping of the batch's
+  observation memory (:mod:`~parallel_rollouts.data.read_only_mirror`). No copy; NumPy
+  refuses a write, and a write that bypasses NumPy (an in-place PyTorch operation) stops
+  the process with a segmentation fault before anything reaches the batch. Where the system
+  cannot map memory twice, the rows are copied as with ``"copies"``.
+- ``"copies"``: each row of each leaf copied, once, into a ``bytes`` object, and the policy
+  gets an array over it: every object reachable from the row is immutable, turning the write
+  flag back on raises ``ValueError``, and what a torch policy writes in place lands in that
+  copy alone. On 84x84x4 frames that copy is about as much as the rest of a step.
+- ``"views"``: read-only views of the batch's own rows, with the risks
+  :data:`POLICY_INPUTS` states.
+
+With ``"protected"`` and ``"copies"`` a row the policy keeps never changes: a kept row of
+the mirror holds the batch's memory as a view of the batch would, so it is not recycled
+(with ``reuse_buffers=True`` the next collect rewrites it, as it rewrites the batch).
 """
 
 from __future__ import annotations
@@ -26,26 +33,29 @@ import numpy as np
 from ..errors import ConfigurationError
 
 __all__ = [
-    "POLICY_INPUTS", "check_policy_inputs", "copies_policy_inputs", "policy_rows_of", "read_only_copy", "read_only_view",
+    "POLICY_INPUTS", "check_policy_inputs", "policy_input_mode", "policy_rows_of", "read_only_copy", "read_only_view",
 ]
 
-#: What the policy is called with. ``"copies"`` (the default): each row copied for that call
-#: alone, which nothing the policy does can turn into a write of the batch. ``"views"``:
-#: read-only views of the batch's rows, with no copy; a policy that writes its input anyway
+#: What the policy is called with. ``"protected"`` (the default): rows of a read-only mapping
+#: of the batch, which nothing the policy does can turn into a write of the batch (a write
+#: through PyTorch is a segmentation fault). ``"copies"``: each row copied for that call alone,
+#: which a policy may even write in place. ``"views"``: read-only views of the batch's rows,
+#: with no copy and no protection; a policy that writes its input anyway
 #: (``torch.from_numpy`` or ``torch.as_tensor`` followed by an in-place operation, or turning
 #: the write flag back on) changes the batch, and a row it keeps changes when the batch's
 #: memory is written again (the next collect with ``reuse_buffers=True``, a recycled batch,
 #: a worker's shared columns).
-POLICY_INPUTS = ("copies", "views")
+POLICY_INPUTS = ("protected", "copies", "views")
 
 
 def check_policy_inputs(value: Any) -> str:
     """``value`` if it is one of :data:`POLICY_INPUTS`; else a :class:`ConfigurationError` naming them."""
     if value not in POLICY_INPUTS:
         raise ConfigurationError(
-            f"`policy_inputs` must be one of {POLICY_INPUTS!r}; got {value!r}. 'copies' (the default) "
-            "gives the policy its own copy of each row; 'views' skips that copy (faster on large "
-            "observations such as frames) but lets a policy that writes its input change the batch."
+            f"`policy_inputs` must be one of {POLICY_INPUTS!r}; got {value!r}. 'protected' (the "
+            "default) gives the policy read-only rows of the batch that no write reaches; 'copies' "
+            "gives it its own copy of each row, which it may write in place; 'views' gives it plain "
+            "read-only views, which a policy that writes its input can change."
         )
     return value
 
@@ -60,10 +70,10 @@ def read_only_copy(row: np.ndarray) -> np.ndarray:
     return np.ndarray(row.shape, row.dtype, data)
 
 
-def copies_policy_inputs(policy: Any, policy_inputs: str) -> bool:
-    """Whether the rows handed to ``policy`` are copies: with ``policy_inputs="copies"`` unless the
-    policy is the default sampler (``None``), which never reads them."""
-    return policy is not None and policy_inputs == "copies"
+def policy_input_mode(policy: Any, policy_inputs: str) -> str:
+    """What the rows handed to ``policy`` are: ``policy_inputs``, or ``"views"`` for the default
+    sampler (``policy=None``), which never reads them."""
+    return "views" if policy is None else policy_inputs
 
 
 def read_only_view(row: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ import numpy as np
 from .output import PolicyOutputWriter, RandomActionSampler
 from .recurrent import StateCarrier, is_recurrent
 from ..config.layout import RolloutLayout
-from ..data.policy_inputs import copies_policy_inputs, policy_rows_of
+from ..data.policy_inputs import policy_input_mode, policy_rows_of
 from ..data.recurrent_record import RecurrentRecord
 from ..data.spaces import SpaceLayout
 from ..data.storage import RolloutStorage
@@ -149,9 +149,13 @@ class RolloutLoop:
         if self._carrier is not None:
             self._carrier.abandon(steps_done)
 
-    def rows_of(self, storage: RolloutStorage) -> Callable[[int], list[np.ndarray]]:
+    def rows_of(self, storage: RolloutStorage, read_only_observations=None) -> Callable[[int], list[np.ndarray]]:
         """``t`` -> row ``t`` of ``storage``'s observations as this loop hands it to the policy:
-        private read-only copies, or read-only views with ``policy_inputs="views"``."""
+        private read-only copies, or read-only views with ``policy_inputs="views"``; rows of
+        ``read_only_observations`` (the same memory mapped read-only) when given and the loop
+        copies, since nothing the policy does reaches the storage through them."""
+        if read_only_observations is not None and self.copy_inputs:
+            return lambda t: policy_rows_of(read_only_observations, t, copies=False)
         observations, copies = storage.observations, self.copy_inputs
         return lambda t: policy_rows_of(observations, t, copies=copies)
 
@@ -173,7 +177,9 @@ class RolloutLoop:
 def build_loop(layout: RolloutLayout, policy: Callable[[Any], Any] | None, start: int, stop: int) -> RolloutLoop:
     """The loop of envs ``start .. stop - 1``: ``policy`` (``None``: each env samples from its own
     seeded copy of the action space) and a writer that checks its output for those envs."""
-    copy_inputs = copies_policy_inputs(policy, layout.policy_inputs)
+    # A loop's rows are copies unless they may be views: the storage it reads (a worker's share
+    # of a segment, an actor's batch) has no read-only mirror to hand out.
+    copy_inputs = policy_input_mode(policy, layout.policy_inputs) != "views"
     if policy is None:
         policy = RandomActionSampler(layout.action_layout, layout.root_seed, range(start, stop))
     writer = PolicyOutputWriter(layout.action_layout, stop - start, layout.core, layout.column_agents[start:stop], start)

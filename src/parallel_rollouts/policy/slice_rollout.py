@@ -65,8 +65,12 @@ class SliceRollout:
     def policy(self) -> Any:
         return self.loop.policy
 
-    def run(self, storage: RolloutStorage, cancel=None) -> SliceResult:
+    def run(self, storage: RolloutStorage, cancel=None, policy_observations=None) -> SliceResult:
         """One rollout into ``storage`` (this slice's columns).
+
+        ``policy_observations``: ``storage``'s observation leaves through a read-only mapping
+        of the same memory, whose rows the policy then reads with no copy
+        (:mod:`~parallel_rollouts.data.read_only_mirror`); ``None``: the loop's own rows.
 
         Raises :class:`PolicyFailed` when the policy failed, or ``cancel`` (anything with an
         ``is_set()``) was set (the rollout
@@ -76,9 +80,10 @@ class SliceRollout:
         group, loop = self.group, self.loop
         group.begin(storage)
         self._env_failed = False
-        # The loop's own rows: private read-only copies (unless policy_inputs="views"), whatever
-        # storage this is (a worker's shared columns that the next rollout rewrites, an actor's batch).
-        rows = cancellable(loop.rows_of(storage), cancel)
+        # Without a read-only mapping, the loop's own rows: private read-only copies (unless
+        # policy_inputs="views"), whatever storage this is (a worker's shared columns that the
+        # next rollout rewrites, an actor's batch).
+        rows = cancellable(loop.rows_of(storage, policy_observations), cancel)
         try:
             loop.run(storage, group.step, rows, self._note_env_failure)
         except Exception as error:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 
+import numpy as np
+
 from ..data.storage import RolloutStorage
 from .shared_memory import SharedStorage
 
@@ -32,15 +34,17 @@ class BatchSegments:
     room for it): the collector then falls back to copying out of the working segment.
     """
 
-    def __init__(self, allocate: Callable[..., RolloutStorage]) -> None:
+    def __init__(self, allocate: Callable[..., RolloutStorage], read_only_mirrors: bool = False) -> None:
         self._allocate = allocate
+        #: Whether each segment is also mapped read-only, for the policy in this process to read.
+        self._read_only_mirrors = read_only_mirrors
         self._segments: dict[int, SharedStorage] = {}
 
     def __call__(self) -> RolloutStorage | None:
         shared = None
         try:
             # Held by the caller as a batch, perhaps for long: no descriptor may go with it.
-            shared = SharedStorage.create_unheld(self._allocate)
+            shared = SharedStorage.create_unheld(self._allocate, self._read_only_mirrors)
             self._segments[id(shared.storage)] = shared
         except OSError:
             return None
@@ -55,6 +59,11 @@ class BatchSegments:
         """The segment ``storage`` lives in, or ``None`` if it is not one of these."""
         shared = self._segments.get(id(storage))
         return None if shared is None else shared.name
+
+    def read_only_observations(self, storage: RolloutStorage) -> list[np.ndarray] | None:
+        """``storage``'s observations through the segment's read-only mapping, if it has one."""
+        shared = self._segments.get(id(storage))
+        return None if shared is None else shared.read_only_observations
 
     def discard(self, storage: RolloutStorage) -> None:
         """Release ``storage``'s segment: its name goes now, its memory with the caller's last view."""
@@ -78,27 +87,42 @@ class AttachedSegments:
     discarded since; one evicted and asked for again is attached again.
     """
 
-    def __init__(self, allocate: Callable[..., RolloutStorage], columns: tuple[int, int], capacity: int) -> None:
+    def __init__(
+        self, allocate: Callable[..., RolloutStorage], columns: tuple[int, int], capacity: int, read_only_mirrors: bool = False
+    ) -> None:
         self._allocate = allocate
         self._columns = columns
         self._capacity = capacity
-        self._attached: OrderedDict[str, tuple[SharedStorage, RolloutStorage]] = OrderedDict()
+        #: Whether each segment is also mapped read-only, for this worker's policy to read.
+        self._read_only_mirrors = read_only_mirrors
+        self._attached: OrderedDict[str, tuple[SharedStorage, RolloutStorage, list[np.ndarray] | None]] = OrderedDict()
 
     def columns(self, name: str) -> RolloutStorage:
         """This worker's columns of segment ``name``."""
+        return self._entry(name)[1]
+
+    def read_only_observations(self, name: str) -> list[np.ndarray] | None:
+        """This worker's columns of segment ``name``'s observations, through its read-only
+        mapping (``None`` without one)."""
+        return self._entry(name)[2]
+
+    def _entry(self, name: str) -> tuple[SharedStorage, RolloutStorage, list[np.ndarray] | None]:
         entry = self._attached.get(name)
         if entry is None:
-            shared = SharedStorage.attach(name, self._allocate)
-            entry = (shared, shared.storage.columns(*self._columns))
+            shared = SharedStorage.attach(name, self._allocate, read_only_mirror=self._read_only_mirrors)
+            start, stop = self._columns
+            mirror = shared.read_only_observations
+            mirror = None if mirror is None else [leaf[:, start:stop] for leaf in mirror]
+            entry = (shared, shared.storage.columns(start, stop), mirror)
             self._attached[name] = entry
             while len(self._attached) > self._capacity:
-                _, (evicted, _) = self._attached.popitem(last=False)
+                _, (evicted, _, _) = self._attached.popitem(last=False)
                 evicted.release()
         else:
             self._attached.move_to_end(name)
-        return entry[1]
+        return entry
 
     def release_all(self) -> None:
-        for shared, _ in self._attached.values():
+        for shared, _, _ in self._attached.values():
             shared.release()
         self._attached.clear()

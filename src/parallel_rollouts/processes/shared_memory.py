@@ -13,9 +13,7 @@ any layout across.
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import mmap
 import os
 import secrets
 from multiprocessing import resource_tracker, shared_memory
@@ -23,6 +21,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..data.mappings import MAPPING_AVAILABLE, map_shared
 from ..data.storage import RolloutStorage
 
 __all__ = ["SEGMENT_PREFIX", "SharedStorage", "attach_segment", "create_segment", "release_segment"]
@@ -38,7 +37,7 @@ class _Carver:
         # np.frombuffer keeps the buffer exported for as long as any view of it lives,
         # so the segment cannot be unmapped under an array someone still holds (closing
         # then raises BufferError and the mapping lives on until the last view is freed).
-        # A _Mapping's array keeps the mapping itself alive in the same way.
+        # A Mapping's array (data.mappings) keeps the mapping itself alive in the same way.
         if buffer is None or isinstance(buffer, np.ndarray):
             self.base = buffer
         else:
@@ -66,56 +65,6 @@ def carve(
     carver = _Carver(buffer)
     storage = allocate(carver, carver)
     return storage, carver.offset
-
-
-class _Mapping:
-    """A shared segment mapped without holding a descriptor; unmapped with the last array of it.
-
-    Python's ``mmap`` keeps a duplicate of the file descriptor until it is closed, and it
-    cannot be closed while an array views it. A batch the caller keeps would then hold a
-    descriptor for as long as it lives, and a program keeping many batches would run out
-    of them. This mapping, made with ``mmap(2)`` directly, holds none. ``numpy.asarray``
-    of it gives the one root array every storage array views; the mapping is unmapped
-    when that array, and so every view of it, is gone.
-    """
-
-    # Until mapped, __del__ has nothing to unmap; a class attribute, so that this holds even
-    # when an interruption lands before the first line of __init__ runs.
-    _address: int | None = None
-
-    def __init__(self, descriptor: int, size: int) -> None:
-        address = _libc.mmap(None, size, _PROT_READ | _PROT_WRITE, _MAP_SHARED, descriptor, 0)
-        if address is None or address == _MAP_FAILED:
-            error = ctypes.get_errno()
-            raise OSError(error, f"mmap of a {size}-byte shared segment failed: {os.strerror(error)}")
-        self._address, self._size = address, size
-        self.__array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (address, False), "version": 3}
-
-    def __del__(self) -> None:
-        if self._address is not None:
-            _libc.munmap(ctypes.c_void_p(self._address), ctypes.c_size_t(self._size))
-
-
-def _load_libc():
-    """``mmap``/``munmap`` from the C library on POSIX systems; ``None`` elsewhere (Windows)."""
-    if os.name != "posix":
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.mmap.restype = ctypes.c_void_p
-        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-        libc.munmap.restype = ctypes.c_int
-        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    except (OSError, AttributeError):
-        return None
-    return libc
-
-
-_libc = _load_libc()
-# The mmap module's flag values are the C library's (absent on Windows, where _libc is None).
-_PROT_READ, _PROT_WRITE = getattr(mmap, "PROT_READ", 0), getattr(mmap, "PROT_WRITE", 0)
-_MAP_SHARED = getattr(mmap, "MAP_SHARED", 0)
-_MAP_FAILED = ctypes.c_void_p(-1).value
 
 
 class _Segment(shared_memory.SharedMemory):
@@ -157,6 +106,10 @@ class SharedStorage:
         self.owner = owner
         #: The ``extra_bytes`` asked for after the storage (uint8), or ``None``.
         self.extra = extra
+        #: The storage's observation leaves through a second, read-only mapping of the segment
+        #: (what a policy reads, :mod:`~parallel_rollouts.data.read_only_mirror`); ``None`` unless
+        #: asked for and possible.
+        self.read_only_observations: list[np.ndarray] | None = None
 
     @property
     def name(self) -> str:
@@ -172,42 +125,71 @@ class SharedStorage:
         return cls(segment, storage, owner=True, extra=_extra_of(segment, size, extra_bytes))
 
     @classmethod
-    def create_unheld(cls, allocate: Callable[..., RolloutStorage]) -> SharedStorage:
-        """Like :meth:`create`, but the arrays hold no file descriptor (see :class:`_Mapping`).
+    def create_unheld(cls, allocate: Callable[..., RolloutStorage], read_only_mirror: bool = False) -> SharedStorage:
+        """Like :meth:`create`, but the arrays hold no file descriptor (:mod:`~parallel_rollouts.data.mappings`).
 
         For storage handed to the caller as a batch, which may keep it indefinitely. Where
         the C library's ``mmap`` is not reachable (Windows), the same as :meth:`create`.
+        With ``read_only_mirror``, :attr:`read_only_observations` as well.
         """
-        if _libc is None:
+        if not MAPPING_AVAILABLE:
             return cls.create(allocate)
         _, size = carve(allocate, None)
         segment = _Segment(name=_new_name(), create=True, size=max(size, 1))
         try:
             _reserve(segment)
-            mapping = np.asarray(_Mapping(segment._fd, segment.size))
+            mapping = map_shared(segment._fd, segment.size)
+            mirror = _read_only_observations(segment, allocate) if read_only_mirror else None
             segment.close()  # its own mapping and descriptor: nothing views them
             storage, _ = carve(allocate, mapping)
-            return cls(segment, storage, owner=True)
+            shared = cls(segment, storage, owner=True)
+            shared.read_only_observations = mirror
+            return shared
         except BaseException:
             # An interruption as well: the name must not outlive this call unowned.
             release_segment(segment, owner=True)
             raise
 
     @classmethod
-    def attach(cls, name: str, allocate: Callable[..., RolloutStorage], extra_bytes: int = 0) -> SharedStorage:
-        segment = attach_segment(name)
+    def attach(
+        cls, name: str, allocate: Callable[..., RolloutStorage], extra_bytes: int = 0, read_only_mirror: bool = False
+    ) -> SharedStorage:
+        """Map segment ``name`` (created by another process); with ``read_only_mirror``,
+        :attr:`read_only_observations` as well."""
+        segment = _attach_untracked(name)
+        try:
+            mirror = _read_only_observations(segment, allocate) if read_only_mirror else None
+        finally:
+            _drop_descriptor(segment)
         storage, size = carve(allocate, segment)
-        return cls(segment, storage, owner=False, extra=_extra_of(segment, size, extra_bytes))
+        shared = cls(segment, storage, owner=False, extra=_extra_of(segment, size, extra_bytes))
+        shared.read_only_observations = mirror
+        return shared
 
     def release(self) -> None:
         """Drop this process's mapping; the owner also removes the segment's name."""
         self.storage = None
         self.extra = None
+        self.read_only_observations = None
         # If a caller still holds a view (a reused batch, an observation row a policy
         # kept, a traceback's frame), the mapping lives until that view is freed (see
         # _Segment); the name goes now either way.
         release_segment(self.segment, self.owner)
         self.owner = False
+
+
+def _read_only_observations(segment: shared_memory.SharedMemory, allocate: Callable[..., RolloutStorage]) -> list[np.ndarray] | None:
+    """The observation leaves of the storage ``allocate`` lays out in ``segment``, through a
+    read-only mapping of it made while its descriptor is open; ``None`` where none can be made."""
+    descriptor = getattr(segment, "_fd", -1)
+    if not MAPPING_AVAILABLE or not isinstance(descriptor, int) or descriptor < 0:
+        return None
+    try:
+        read_only = map_shared(descriptor, segment.size, writable=False)
+    except OSError:
+        return None
+    storage, _ = carve(allocate, read_only)
+    return storage.observations
 
 
 def _extra_offset(storage_bytes: int) -> int:

@@ -251,7 +251,9 @@ class HostedSlice:
             groups = build_groups(envs, env_offset, [(0, len(envs))], layout, order.incarnation)
         column_range = (env_offset, env_offset + groups[-1][1])
         # As many batch segments mapped as the main process recycles (BatchMemory's pool).
-        segments = AttachedSegments(layout.allocate_storage, column_range, layout.batches_recycled)
+        segments = AttachedSegments(
+            layout.allocate_storage, column_range, layout.batches_recycled, read_only_mirrors=layout.policy_inputs == "protected"
+        )
         group = groups[0][2] if len(groups) == 1 else GroupChain(groups)
         hosted = cls(group, storage.columns(*column_range), segments, env_offset, None, None)
         group.reset_all()
@@ -285,8 +287,8 @@ class HostedSlice:
                 result = group.step(0, (envs - self.env_offset).tolist())
                 return None if result is None else FINISHED + pickle.dumps(result)
             if command == ROLLOUT:
-                target, update = _target_columns(message, argument, self.columns, self.segments)
-                return _run_rollout(self.rollout, self.replica, update, target, self.env_offset)
+                target, policy_observations, update = _target_columns(message, argument, self.columns, self.segments)
+                return _run_rollout(self.rollout, self.replica, update, target, policy_observations, self.env_offset)
             if command == BEGIN:
                 group.begin(_target_columns(message, argument, self.columns, self.segments)[0])
                 return None
@@ -337,17 +339,23 @@ def _serve(channel: _Channel, hosted: HostedSlice) -> None:
 
 
 def _target_columns(message: bytes, argument: int, columns, segments: AttachedSegments):
-    """The columns a BEGIN or ROLLOUT request says to write, and the rest of its payload.
+    """The columns a BEGIN or ROLLOUT request says to write, their observations through a
+    read-only mapping (``None`` without one: the policy's rows are then copied), and the rest
+    of its payload.
 
     The argument is the length of the batch segment's name heading the payload (0: the
     working segment attached at start); a ROLLOUT's policy update follows the name.
     """
     name_end = REQUEST.size + argument
-    target = segments.columns(message[REQUEST.size : name_end].decode()) if argument else columns
-    return target, message[name_end:]
+    if not argument:
+        return columns, None, message[name_end:]
+    name = message[REQUEST.size : name_end].decode()
+    return segments.columns(name), segments.read_only_observations(name), message[name_end:]
 
 
-def _run_rollout(rollout: SliceRollout, replica: PolicyReplica | None, snapshot: bytes, columns, env_offset: int) -> bytes:
+def _run_rollout(
+    rollout: SliceRollout, replica: PolicyReplica | None, snapshot: bytes, columns, policy_observations, env_offset: int
+) -> bytes:
     """One whole rollout of this worker's slice; the reply to send."""
     try:
         if replica is not None:
@@ -356,7 +364,7 @@ def _run_rollout(rollout: SliceRollout, replica: PolicyReplica | None, snapshot:
             except Exception as error:
                 raise PolicyFailed(error, 0) from error
             rollout.loop.policy = replica.policy
-        result = rollout.run(columns, _cancel_rollout)
+        result = rollout.run(columns, _cancel_rollout, policy_observations)
     except PolicyFailed as failed:
         return POLICY_FAILED + pickle.dumps((_picklable_policy_error(failed.error, env_offset), failed.steps_done))
     if result.recurrent is not None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..data.batch_memory import BatchMemory
 from ..errors import ConfigurationError
-from ..data.policy_inputs import copies_policy_inputs
+from ..data.policy_inputs import policy_input_mode
 from ..policy.loop import build_loop
 from ..config.spec import RolloutSpec
 from ..config.worker_options import WorkerOptions
@@ -80,7 +80,7 @@ def build_runner(
         layout = stepper.layout
         memory = BatchMemory(
             layout.allocate_storage, reuse_buffers, stepper.working_storage, stepper.batch_segments,
-            layout.batches_recycled, copy_policy_inputs=copies_policy_inputs(policy, layout.policy_inputs),
+            layout.batches_recycled, policy_inputs=policy_input_mode(policy, layout.policy_inputs),
         )
         if pipelined:
             from .pipelined import PipelinedRunner

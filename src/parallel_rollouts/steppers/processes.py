@@ -36,7 +36,7 @@ class ProcessStepper(EnvStepper):
         self.layout = pool.layout
         self.working_storage = pool.shared.storage
         #: Segments a fresh batch is written into in place (``BatchMemory`` takes them).
-        self.batch_segments = BatchSegments(pool.layout.allocate_storage)
+        self.batch_segments = BatchSegments(pool.layout.allocate_storage, read_only_mirrors=pool.layout.policy_inputs == "protected")
         # Per rollout: the row each env's worker was lost at (horizon: not lost), and the
         # row each worker's step in flight is for.
         self._lost_from: np.ndarray | None = None
