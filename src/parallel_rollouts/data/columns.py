@@ -34,7 +34,7 @@ def warn_env_name_holds_columns(owner: str, old: str, new: str, column_envs: np.
     holds = "counts columns" if old.startswith("num_") else "holds column indices"
     warnings.warn(
         f"`{owner}.{old}` {holds}, not envs, with multi-agent envs ({num_columns} columns here: one per agent of "
-        f"{num_envs} envs); reading it under that name is deprecated. Read `{owner}.{new}`, which holds the same "
+        f"{num_envs} env{'' if num_envs == 1 else 's'}); reading it under that name is deprecated. Read `{owner}.{new}`, which holds the same "
         f"values, and `{owner}.column_envs` / `{owner}.column_agents` for each column's env and agent.",
         FutureWarning,
         stacklevel=stacklevel,
