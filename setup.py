@@ -25,7 +25,11 @@ kept under ``build/extension-cache/``, named by a fingerprint of everything that
 goes into it (its sources, this file, the Cython, NumPy and Python versions, the
 compiler settings), and reused when the fingerprint matches. Installing the
 package again with other extras therefore costs seconds, not a compile. pip
-shows a spinner while a build runs; ``pip install -v .`` shows these steps.
+shows a spinner while a build runs and hides what the build prints unless it
+fails; ``pip install -v .`` shows these steps. So that a user can see afterwards
+what a quiet install did, the build writes ``build_record.json`` beside the
+compiled core (which extensions were compiled, which reused), and
+``parallel-rollouts --version`` reads it out.
 
 The version is ``parallel_rollouts.__version__`` (written once, in
 ``src/parallel_rollouts/__init__.py``) with the commit it was built from as a
@@ -35,6 +39,7 @@ build from an sdist keeps the version the sdist was made with.
 """
 
 import hashlib
+import json
 import os
 import platform
 import re
@@ -52,6 +57,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXTENSION_CACHE = os.path.join("build", "extension-cache")
 # Fingerprints kept in the cache; the oldest beyond this are removed.
 CACHE_ENTRIES_KEPT = 8
+# Beside the compiled core, read by parallel_rollouts.core.build_record (which names the same file).
+BUILD_RECORD = os.path.join("parallel_rollouts", "core", "build_record.json")
 # Environment variables that change what the compiler or linker produces.
 BUILD_ENVIRONMENT = ("CC", "CFLAGS", "CPPFLAGS", "LDFLAGS", "LDSHARED", "ARCHFLAGS", "MACOSX_DEPLOYMENT_TARGET")
 
@@ -212,7 +219,24 @@ class BuildExtWithHint(build_ext):
             for copy in self._reused.values():
                 if os.path.exists(copy):
                     os.remove(copy)
+        self._write_build_record()
         self._prune_cache()
+
+    def _write_build_record(self) -> None:
+        # pip hides this build's messages unless it fails or runs with -v: the record keeps, in the
+        # installed package, whether each extension was compiled or reused, for `--version` to say.
+        record = {
+            ext.name: {"reused": ext.name in self._reused, "fingerprint": self._fingerprints[ext.name]}
+            for ext in self.extensions
+        }
+        targets = [os.path.join(self.build_lib, BUILD_RECORD)]
+        if self.inplace:  # an editable install (or build_ext --inplace) runs the package from src/
+            package_dir = self.get_finalized_command("build_py").get_package_dir("parallel_rollouts.core")
+            targets.append(os.path.join(package_dir, os.path.basename(BUILD_RECORD)))
+        for target in targets:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "w", encoding="utf-8") as file:
+                json.dump(record, file, indent=1, sort_keys=True)
 
     def build_extension(self, ext):
         # Called where setuptools builds (an editable install builds outside the source tree, then

@@ -27,12 +27,12 @@ def assert_batches_identical(first: RolloutBatch, second: RolloutBatch) -> None:
     for field in dataclasses.fields(RolloutBatch):
         a, b = getattr(first, field.name), getattr(second, field.name)
         if field.name in TIMING_FIELDS:
-            assert a.dtype == b.dtype == np.float64 and a.shape == b.shape == (first.num_envs,), field.name
+            assert a.dtype == b.dtype == np.float64 and a.shape == b.shape == (first.num_columns,), field.name
             continue
         if a is None or b is None:
             assert a is None and b is None, f"{field.name}: {a!r} vs {b!r}"
             continue
-        if isinstance(a, (int, str)):
+        if isinstance(a, (int, str)) or field.name == "column_agents":  # column_agents: a tuple of names
             assert a == b, f"{field.name}: {a!r} != {b!r}"
             continue
         if field.name == "infos":

@@ -278,7 +278,9 @@ def resolve(dotted: str):
             continue
         owner = raw = None
         for name in parts[split:]:
-            owner, raw, obj = obj, inspect.getattr_static(obj, name), getattr(obj, name)
+            # A module's lazily imported name (its __getattr__) is found by getattr alone.
+            owner, obj = obj, getattr(obj, name)
+            raw = inspect.getattr_static(owner, name, obj)
         return owner, raw, obj
     raise LookupError(dotted)
 
@@ -470,6 +472,16 @@ def test_every_attributes_table_row_is_one_attribute_with_its_annotation(api):
             problems += check_attributes_table(rendered, klass)
     assert problems == []
     assert rows >= 20
+
+
+def test_the_front_doors_are_shown_under_the_paths_users_import_without_internal_bases(site, api):
+    ids = {rendered.id for rendered in api}
+    assert "parallel_rollouts.sb3.ParallelVecEnv" in ids and "parallel_rollouts.ParallelVectorEnv" in ids
+    assert not [name for name in ids if ".adapter." in name or ".vector_env." in name]
+    page = (site.site / "api" / "index.html").read_text(encoding="utf-8")
+    assert "Lifecycle" not in page
+    (make_collector,) = [rendered for rendered in api if rendered.id == "parallel_rollouts.make_collector"]
+    assert "env_id: str | EnvSpec | ModuleType | Callable[..., Any]" in make_collector.signature
 
 
 def test_the_check_catches_a_parameter_shown_with_anothers_type_and_default():

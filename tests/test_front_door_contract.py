@@ -136,3 +136,19 @@ def test_losses_beyond_restarts_raise_the_loss_without_restarts_and_every_loss_o
     assert str(exhausted).startswith("workers were lost 2 times, more than max_restarts=1 allows; each loss, in order:")
     assert "1. Worker 0 (envs 0..0) exited with code 3" in str(exhausted)
     assert "2. Worker 1 (envs 1..1) exited with code 3" in str(exhausted)
+
+
+def test_backend_is_second_by_position_or_by_keyword_on_both_vector_env_front_doors():
+    import inspect
+
+    from parallel_rollouts.sb3 import ParallelVecEnv
+
+    for front_door in (ParallelVectorEnv, ParallelVecEnv):
+        parameters = list(inspect.signature(front_door).parameters.values())
+        assert [parameter.name for parameter in parameters[:2]] == ["env_fns", "backend"], front_door
+        assert parameters[1].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD, front_door
+    envs = ParallelVectorEnv([CountingEnv], "sync")
+    try:
+        assert envs.backend == "sync"
+    finally:
+        envs.close()

@@ -68,7 +68,7 @@ def test_each_agent_is_a_column_and_the_batch_replays_from_the_recorded_seeds(co
     # The late agent is not live at the start of each env episode, the others are.
     first = batches[0]
     assert first.valid[0].reshape(3, AGENTS).tolist() == [[True, True, True, False]] * 3
-    assert first.valid.all(axis=0).sum() < first.num_envs  # agents die at different times
+    assert first.valid.all(axis=0).sum() < first.num_columns  # agents die at different times
 
 
 def test_episode_books_are_per_agent_and_every_agent_of_an_env_episode_has_its_seed(core):
@@ -76,7 +76,7 @@ def test_episode_books_are_per_agent_and_every_agent_of_an_env_episode_has_its_s
     ended = batch.final_observation_mask
     assert ended.sum() == batch.episode_returns.size
     for k in range(batch.episode_returns.size):
-        t, column = int(batch.episode_end_steps[k]), int(batch.episode_env_indices[k])
+        t, column = int(batch.episode_end_steps[k]), int(batch.episode_columns[k])
         assert ended[t, column]
         assert batch.episode_seeds[k] == batch.step_episode_seeds[t, column]
         # The agent's own rows of this env episode: valid rows back to where its episode began.
@@ -140,9 +140,9 @@ def test_a_lost_worker_loses_every_agent_of_its_env_and_the_replacement_goes_on(
     with ParallelRolloutCollector(env_fns, step_policy, "async", horizon=24, seed=5, max_restarts=1) as collector:
         batches = [collector.collect() for _ in range(3)]
     assert os.path.exists(marker)
-    lost = [batch for batch in batches if batch.lost_env_indices.size]
+    lost = [batch for batch in batches if batch.lost_columns.size]
     assert len(lost) == 1
-    assert lost[0].lost_env_indices.tolist() == [4, 5, 6, 7]
+    assert lost[0].lost_columns.tolist() == [4, 5, 6, 7]
     assert lost[0].valid[:, :4].any()  # the other env's columns stand
     position = next(k for k, batch in enumerate(batches) if batch is lost[0])
     # The replacement's env starts a fresh episode: its three first agents live from the next batch's row 0.

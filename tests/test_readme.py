@@ -127,7 +127,7 @@ def test_the_peers_findings_quote_the_committed_runs():
     assert {median(run, cheap, sync, hand) for run in (1, 2, 3)} == {"0.93"}
     assert f"runs at {median(3, cheap, sync, hand)}x the hand loop" in section
     assert (
-        f"`async` there gave {median(3, cheap, asynchronous, sync)}x and {median(2, cheap, asynchronous, sync)}x "
+        f"`async` gave {median(3, cheap, asynchronous, sync)}x and {median(2, cheap, asynchronous, sync)}x `sync` "
         f"in two runs with the second core free, but {median(1, cheap, asynchronous, sync)}x in a third"
     ) in section
     low, high = sorted([median(2, costly, asynchronous, sync), median(3, costly, asynchronous, sync)])

@@ -13,6 +13,7 @@ import tomllib
 from pathlib import Path
 
 import parallel_rollouts
+from parallel_rollouts.core.build_record import RECORD_NAME, build_summary
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,9 +28,10 @@ def _is_editable() -> bool:
 
 
 def _printed_version() -> str:
-    # What --version prints: the build, and for an editable install that the source may have moved on.
+    # What --version prints: the build, and for an editable install that the source may have moved on;
+    # then how the install made its compiled core.
     suffix = " (editable install)" if _is_editable() else ""
-    return f"parallel-rollouts {_installed_version()}{suffix}"
+    return f"parallel-rollouts {_installed_version()}{suffix}\n{build_summary()}"
 
 
 def test_the_version_is_written_once_in_the_package_root_and_the_build_reads_it_from_there():
@@ -119,3 +121,39 @@ def test_the_changelog_names_the_current_version():
     else:
         assert headings[0] == "Unreleased"
         assert released[0] == version
+
+
+def _core_directory(tmp_path: Path, record: dict | None, compiled: bool = True) -> Path:
+    # A package's core/ folder as an install leaves it: the compiled core and the build's record.
+    tmp_path.mkdir()
+    if compiled:
+        (tmp_path / "_core.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    if record is not None:
+        (tmp_path / RECORD_NAME).write_text(json.dumps(record), encoding="utf-8")
+    return tmp_path
+
+
+def test_the_version_says_whether_a_quiet_install_reused_the_compiled_core_or_compiled_it(tmp_path):
+    names = ("parallel_rollouts.core._core", "parallel_rollouts.core._kernels", "parallel_rollouts.processes._doorbell")
+    entries = lambda *reused: {name: {"reused": flag, "fingerprint": "f"} for name, flag in zip(names, reused)}  # noqa: E731
+    assert build_summary(_core_directory(tmp_path / "a", entries(True, True, True))).startswith(
+        "compiled core: reused from an earlier build (_core, _doorbell, _kernels unchanged since it"
+    )
+    assert build_summary(_core_directory(tmp_path / "b", entries(False, False, False))) == (
+        "compiled core: compiled by its install (_core, _doorbell, _kernels)"
+    )
+    assert build_summary(_core_directory(tmp_path / "c", entries(False, True, True))).startswith(
+        "compiled core: _core compiled by its install; _doorbell, _kernels reused from an earlier build"
+    )
+    assert "no record of how it was built" in build_summary(_core_directory(tmp_path / "d", None))
+    assert "not installed" in build_summary(_core_directory(tmp_path / "e", entries(True, True, True), compiled=False))
+
+
+def test_the_build_writes_its_record_where_the_version_reads_it():
+    setup = (REPO_ROOT / "setup.py").read_text(encoding="utf-8")
+    assert f'BUILD_RECORD = os.path.join("parallel_rollouts", "core", "{RECORD_NAME}")' in setup
+    assert f"src/parallel_rollouts/core/{RECORD_NAME}" in (REPO_ROOT / ".gitignore").read_text(encoding="utf-8")
+    assert f"src/parallel_rollouts/core/{RECORD_NAME}" in (REPO_ROOT / "MANIFEST.in").read_text(encoding="utf-8")
+    # The install under test: its compiled core comes with the record of how it was made.
+    if parallel_rollouts.active_core() == "compiled":
+        assert build_summary().startswith(("compiled core: reused", "compiled core: compiled"))

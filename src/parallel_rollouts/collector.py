@@ -7,9 +7,11 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 from gymnasium import Env, Space
 
 from .data.batch import RolloutBatch
+from .data.columns import column_env_indices, warn_env_name_holds_columns
 from .data.policy_inputs import check_policy_inputs
 from .core.selector import load_core
 from .errors import CollectorClosedError, ConfigurationError
@@ -329,7 +331,17 @@ class ParallelRolloutCollector:
         return self._seed
 
     @property
+    def num_columns(self) -> int:
+        """The batch's columns: one per env, or with multi-agent envs one per agent of each env."""
+        return self._layout.num_envs
+
+    @property
     def num_envs(self) -> int:
+        """The batch's columns where each is an env (single envs, a vector env's sub-envs). With
+        multi-agent envs it counts columns too, and reading it warns (``FutureWarning``): read
+        :attr:`num_columns`, and :attr:`column_envs` for the envs."""
+        if self._layout.column_agents:
+            warn_env_name_holds_columns("collector", "num_envs", "num_columns", self.column_envs, stacklevel=3)
         return self._layout.num_envs
 
     @property
@@ -351,6 +363,12 @@ class ParallelRolloutCollector:
         are single or vector envs. A PettingZoo env with agents ``possible_agents`` spans one
         column per agent, in that order."""
         return self._layout.column_agents
+
+    @property
+    def column_envs(self) -> np.ndarray:
+        """``[num_columns]`` int64: the env (numbered from 0, in factory order) behind each column of
+        the batch; ``arange(num_columns)`` unless the envs are multi-agent."""
+        return column_env_indices(self._layout.column_envs, self._layout.num_envs)
 
     @property
     def observation_space(self) -> Space:
@@ -405,7 +423,8 @@ class ParallelRolloutCollector:
                 raise
         layout = self._layout
         batch = RolloutBatch.from_result(
-            result, layout.observation_layout, layout.action_layout, self._seed, policy_version=version
+            result, layout.observation_layout, layout.action_layout, self._seed, policy_version=version,
+            column_envs=layout.column_envs, column_agents=layout.column_agents,
         )
         # This rollout's warnings, taken before the next one can add its own.
         warnings = self._backend.take_warnings()
@@ -503,9 +522,14 @@ class ParallelRolloutCollector:
     def __repr__(self) -> str:
         state = self.state.value
         return (
-            f"ParallelRolloutCollector(backend={self._backend_name!r}, num_envs={self.num_envs}, "
+            f"ParallelRolloutCollector(backend={self._backend_name!r}, {self._columns_repr()}, "
             f"horizon={self._horizon}, seed={self._seed}, core={self._core_name!r}, {state})"
         )
+
+    def _columns_repr(self) -> str:
+        if self._layout.column_agents:
+            return f"num_columns={self.num_columns} ({len(set(self._layout.column_envs))} multi-agent envs)"
+        return f"num_envs={self.num_columns}"
 
 
 def _share_refused(policy_placement: str, pipelined: bool) -> str | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import types
+from types import ModuleType
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -32,7 +33,7 @@ __all__ = ["make_collector"]
 
 
 def make_collector(
-    env_id: Any,
+    env_id: str | EnvSpec | ModuleType | Callable[..., Any],
     num_envs: int = 1,
     policy: Callable[[Any], Any] | None = None,
     backend: str = "sync",

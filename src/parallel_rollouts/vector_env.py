@@ -50,6 +50,9 @@ _BACKENDS = ("sync", "async")
 class ParallelVectorEnv(Lifecycle, VectorEnv):
     """A ``gymnasium.vector.VectorEnv`` over the library's sync or async workers.
 
+    It subclasses ``gymnasium.vector.VectorEnv``, so ``isinstance`` checks and
+    Gymnasium's vector wrappers take it.
+
     Parameters
     ----------
     env_fns:
@@ -57,7 +60,8 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         with the same spaces (picklable for ``"async"``, as for the collector).
     backend:
         ``"sync"`` (every env in this process) or ``"async"`` (worker processes writing
-        into shared memory). ``None`` (default): ``"async"`` if an option only it uses is
+        into shared memory), by keyword or second by position, as for
+        :class:`~parallel_rollouts.sb3.ParallelVecEnv`. ``None`` (default): ``"async"`` if an option only it uses is
         given (``num_workers``, ``context``, ``step_timeout``, ``main_process_envs``,
         ``batch_size``), else ``"sync"``, which measured as fast as ``SyncVectorEnv`` in a
         training loop, quiet or busy; ``"async"`` pays when a step costs about half a
@@ -134,8 +138,8 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
     def __init__(
         self,
         env_fns: Sequence[Callable[[], Env]],
-        *,
         backend: str | None = None,
+        *,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         copy: bool = True,
         num_workers: int | None = None,

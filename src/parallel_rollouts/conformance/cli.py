@@ -10,7 +10,8 @@ when ``advise`` could not measure an option (it then recommends none), 2
 for a target that cannot be resolved (a module that cannot be imported, a name
 it lacks or that is not callable, an unregistered id, a factory that returns no
 env) or an argument that is not valid, 130 when interrupted with Ctrl-C.
-``parallel-rollouts --version`` prints the installed version and exits 0.
+``parallel-rollouts --version`` prints the installed version and, on a second line, whether its
+compiled core was compiled by the install or reused from an earlier build, and exits 0.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ..core.build_record import build_summary
 from ..errors import ConfigurationError
 from .modes import QUICK, THOROUGH
 from .report import counted
@@ -51,12 +53,27 @@ def _installed_version() -> str:
     return f"{version} (editable install)" if editable else version
 
 
+class _PrintVersion(argparse.Action):
+    """``--version``: the build, then how its compiled core was made, each on its own line (argparse's
+    own version action would run them together into one paragraph)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs) -> None:
+        super().__init__(
+            option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+            help="show the installed version and whether its compiled core was compiled or reused, and exit",
+        )
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(f"{parser.prog} {_installed_version()}\n{build_summary()}", flush=True)
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="parallel-rollouts",
         description="Check that an env meets what parallel collection relies on, and time the backends for it.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_installed_version()}")
+    parser.add_argument("--version", action=_PrintVersion)
     commands = parser.add_subparsers(dest="command", required=True)
     target_help = "a registered env id (CartPole-v1, ale_py:ALE/Pong-v5) or module:factory"
 

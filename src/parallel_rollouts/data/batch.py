@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .columns import column_env_indices, warn_env_name_holds_columns
 from .recurrent_record import RecurrentRecord
 from .spaces import SpaceLayout
 
@@ -19,11 +20,14 @@ TIMING_FIELDS = ("env_step_seconds", "env_reset_seconds", "env_wait_seconds")
 
 @dataclass(frozen=True)
 class RolloutBatch:
-    """One rollout of ``horizon`` steps of ``num_envs`` envs, as NumPy arrays.
+    """One rollout of ``horizon`` steps of ``num_columns`` columns, as NumPy arrays.
 
-    Leading dims are ``[time, env]`` (written ``[T, N]`` below). Observation and
-    action fields mirror their space: a Box gives one array, a Dict space a dict
-    of arrays, a Tuple space a tuple of arrays, each ``[T, N, *leaf_shape]``.
+    Leading dims are ``[time, column]`` (written ``[T, N]`` below). A column is one
+    env: a single env, or a sub-env of a Gymnasium vector env; a PettingZoo env
+    spans one column per agent (``column_envs`` and ``column_agents`` map each
+    column to its env and agent). Observation and action fields mirror their
+    space: a Box gives one array, a Dict space a dict of arrays, a Tuple space a
+    tuple of arrays, each ``[T, N, *leaf_shape]``.
 
     Attributes
     ----------
@@ -61,12 +65,14 @@ class RolloutBatch:
         belongs to.
     episode_returns:
         One entry per episode that ended in this rollout, ordered by end step
-        then env index (as are the four arrays below): its undiscounted return,
-        counted from its reset, which may lie in an earlier rollout.
+        then column (as are the four arrays below): its undiscounted return,
+        counted from its reset, which may lie in an earlier rollout. With
+        multi-agent envs, one entry per agent and env episode.
     episode_lengths:
         Each ended episode's length, counted from its reset.
-    episode_env_indices:
-        Each ended episode's env.
+    episode_columns:
+        Each ended episode's column (its env's with single and vector envs, its
+        agent's with multi-agent envs; ``episode_envs`` gives the env).
     episode_end_steps:
         The ``t`` each ended episode ended at.
     episode_seeds:
@@ -76,8 +82,8 @@ class RolloutBatch:
         from the info dict of the step at ``[t, env]``.
     seed:
         The collector's root seed, so the run can be reproduced.
-    lost_env_indices:
-        int64 env indices some of whose rows in this batch were lost because the
+    lost_columns:
+        int64 columns some of whose rows in this batch were lost because the
         worker hosting them died or hung and was replaced (``max_restarts``);
         empty otherwise. Their lost rows are zero and ``valid`` is false there.
     valid:
@@ -111,6 +117,14 @@ class RolloutBatch:
         ``max_policy_lag=0`` batch ``k`` (from 0) holds ``k``; with ``max_policy_lag=1``
         it holds ``k - 1`` (``0`` for the first batch): the policy as it was when batch
         ``k - 1`` was handed out, before the caller learned from it.
+    column_envs:
+        ``[N]`` int64: the env (numbered from 0, in factory order) each column
+        belongs to: ``arange(N)`` unless the envs are multi-agent, where an env's
+        agents are consecutive columns.
+    column_agents:
+        With multi-agent envs, the agent behind each column (``N`` names, each
+        env's ``possible_agents`` in order); empty otherwise, as the collector's
+        ``column_agents``.
     initial_state:
         With a recurrent policy (``None`` otherwise; the same for the four below),
         NumPy copies of its state, each leaf in the nesting ``initial_state()``
@@ -144,17 +158,19 @@ class RolloutBatch:
     step_episode_seeds: np.ndarray
     episode_returns: np.ndarray
     episode_lengths: np.ndarray
-    episode_env_indices: np.ndarray
+    episode_columns: np.ndarray
     episode_end_steps: np.ndarray
     episode_seeds: np.ndarray
     infos: dict[str, np.ndarray]
     seed: int
-    lost_env_indices: np.ndarray
+    lost_columns: np.ndarray
     valid: np.ndarray
     env_step_seconds: np.ndarray
     env_reset_seconds: np.ndarray
     env_wait_seconds: np.ndarray
     policy_versions: np.ndarray
+    column_envs: np.ndarray
+    column_agents: tuple
     initial_state: Any = None
     episode_starts: np.ndarray | None = None
     final_states: Any = None
@@ -171,8 +187,45 @@ class RolloutBatch:
         return self.rewards.shape[0]
 
     @property
-    def num_envs(self) -> int:
+    def num_columns(self) -> int:
+        """``N``: the batch's columns (an env's, or with multi-agent envs an agent's)."""
         return self.rewards.shape[1]
+
+    @property
+    def num_envs(self) -> int:
+        """``N`` where each column is an env (single envs, a vector env's sub-envs).
+
+        With multi-agent envs it counts columns too, and reading it warns
+        (``FutureWarning``): read :attr:`num_columns`, and :attr:`column_envs` for
+        the envs.
+        """
+        self._warn_if_columns_are_agents("num_envs", "num_columns")
+        return self.num_columns
+
+    @property
+    def episode_env_indices(self) -> np.ndarray:
+        """:attr:`episode_columns` under its earlier name: each ended episode's env where each
+        column is an env. With multi-agent envs reading it warns: read :attr:`episode_columns`,
+        or :attr:`episode_envs` for the envs."""
+        self._warn_if_columns_are_agents("episode_env_indices", "episode_columns")
+        return self.episode_columns
+
+    @property
+    def lost_env_indices(self) -> np.ndarray:
+        """:attr:`lost_columns` under its earlier name: the envs that lost rows where each column
+        is an env. With multi-agent envs reading it warns: read :attr:`lost_columns`."""
+        self._warn_if_columns_are_agents("lost_env_indices", "lost_columns")
+        return self.lost_columns
+
+    @property
+    def episode_envs(self) -> np.ndarray:
+        """Each ended episode's env (``column_envs[episode_columns]``); with single and vector
+        envs, the same as :attr:`episode_columns`."""
+        return self.column_envs[self.episode_columns]
+
+    def _warn_if_columns_are_agents(self, old: str, new: str) -> None:
+        if self.column_agents:
+            warn_env_name_holds_columns("batch", old, new, self.column_envs, stacklevel=4)
 
     @property
     def num_transitions(self) -> int:
@@ -180,9 +233,17 @@ class RolloutBatch:
 
     @classmethod
     def from_result(
-        cls, result, observation_layout: SpaceLayout, action_layout: SpaceLayout, seed: int, policy_version: int = 0
+        cls,
+        result,
+        observation_layout: SpaceLayout,
+        action_layout: SpaceLayout,
+        seed: int,
+        policy_version: int = 0,
+        column_envs: tuple = (),
+        column_agents: tuple = (),
     ) -> RolloutBatch:
-        """Assemble the batch from a runner's :class:`~parallel_rollouts.runners.base.RolloutResult`."""
+        """Assemble the batch from a runner's :class:`~parallel_rollouts.runners.base.RolloutResult`;
+        ``column_envs`` and ``column_agents`` as the layout has them (empty without multi-agent envs)."""
         storage, episodes = result.storage, result.episodes
         has_values, has_log_probs = result.has_values, result.has_log_probs
         horizon, num_envs = storage.rewards.shape
@@ -209,18 +270,20 @@ class RolloutBatch:
             step_episode_seeds=storage.step_episode_seeds,
             episode_returns=episodes.returns,
             episode_lengths=episodes.lengths,
-            episode_env_indices=episodes.env_indices,
+            episode_columns=episodes.env_indices,
             episode_end_steps=episodes.end_steps,
             episode_seeds=episodes.seeds,
             infos=dict(storage.infos),
             seed=seed,
-            lost_env_indices=result.lost_env_indices,
+            lost_columns=result.lost_env_indices,
             valid=valid,
             env_step_seconds=storage.env_step_seconds[0],
             env_reset_seconds=storage.env_reset_seconds[0],
             env_wait_seconds=np.zeros(num_envs) if wait is None else wait,
             # One value per batch: a read-only view of one number, not T x N of them.
             policy_versions=np.broadcast_to(np.int64(policy_version), (horizon, num_envs)),
+            column_envs=column_env_indices(column_envs, num_envs),
+            column_agents=tuple(column_agents),
             **recurrent,
         )
 

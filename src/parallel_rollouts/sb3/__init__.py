@@ -7,6 +7,11 @@ first use: worker processes import :mod:`.env_side`, which must not load Stable-
 (nor PyTorch) there.
 """
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for type checkers and the API reference, which document it under this path
+    from .adapter import ParallelVecEnv
+
 __all__ = ["ParallelVecEnv"]
 
 

@@ -62,7 +62,8 @@ class ParallelVecEnv(VecEnv):
         with the same spaces (picklable for ``"async"``), as for ``DummyVecEnv``.
     backend:
         ``"sync"`` (every env in this process) or ``"async"`` (worker processes on shared
-        memory). ``None`` (default): ``"async"`` if an option only it uses is given
+        memory), by keyword or second by position, as for
+        :class:`~parallel_rollouts.ParallelVectorEnv`. ``None`` (default): ``"async"`` if an option only it uses is given
         (``start_method``, ``num_workers``, ``context``, ``step_timeout``,
         ``main_process_envs``), else ``"sync"``, which measured as fast as ``DummyVecEnv``
         in SB3's PPO; ``"async"`` pays from about half a millisecond a step with a free
