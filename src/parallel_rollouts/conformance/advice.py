@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .policy_target import POLICY_FLAG
 from .report import counted
 
 __all__ = ["NEAR_TIE", "Advice", "Option", "OptionResult"]
@@ -111,6 +112,8 @@ class Advice:
     policy: str
     env_step_seconds: float
     results: list[OptionResult]
+    #: Whether no policy was given, so that every option was timed with random actions.
+    random_actions: bool = False
 
     @property
     def measured(self) -> list[OptionResult]:
@@ -174,6 +177,7 @@ class Advice:
             f"Backend advice for {self.target}: {counted(self.num_envs, 'env')}, horizon {self.horizon}, "
             f"{counted(self.usable_cores, 'usable core')}",
             f"  policy: {self.policy}",
+            *self._random_actions_note(),
             f"  one env step here: {step_text} (mean)",
             f"  measured: {counted(self.rounds, 'interleaved round')}, about {self.trial_seconds:g} s per option per round; "
             "valid transitions/s",
@@ -232,6 +236,15 @@ class Advice:
                 )
         return "\n".join(lines)
 
+    def _random_actions_note(self) -> list[str]:
+        if not self.random_actions:
+            return []
+        # Said where the table starts: a policy's cost per call changes which option wins.
+        return [
+            "  This advice is for random actions. Your policy's cost per call changes the answer (with a",
+            "  PyTorch policy, an option that wins here can lose): time yours with " + POLICY_FLAG + ".",
+        ]
+
     def _no_recommendation(self) -> str:
         if not self.measured:
             return "No recommendation: no option could be measured; see the errors above."
@@ -256,6 +269,7 @@ class Advice:
             "rounds": self.rounds,
             "trial_seconds": self.trial_seconds,
             "policy": self.policy,
+            "random_actions": self.random_actions,
             "env_step_seconds": self.env_step_seconds,
             "options": [
                 {
