@@ -116,7 +116,8 @@ class ObservationWriter:
         converted = convert_row(source, self.row_shape, self.dtype)
         if converted is None:
             return False
-        if self.on_conversion is not None and converted.dtype != self.dtype and column not in self.converted_columns:
+        # The set first: once a column is told, a step pays one lookup and no dtype comparison.
+        if self.on_conversion is not None and column not in self.converted_columns and converted.dtype != self.dtype:
             self.converted_columns.add(column)
             self.on_conversion(column, converted.dtype)
         self.observations[row, column] = converted
