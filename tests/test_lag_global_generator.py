@@ -13,7 +13,7 @@ from parallel_rollouts.runners.global_generator import GlobalGeneratorWatch
 from tests import conformance_envs as envs
 
 torch = pytest.importorskip("torch")
-from tests.torch_policies import GlobalGeneratorSampler, OwnGeneratorSampler  # noqa: E402
+from tests.torch_policies import GlobalGeneratorSampler, OwnGeneratorSampler
 
 
 def _generator_warnings(policy, collects: int = 3, **kwargs) -> list[str]:

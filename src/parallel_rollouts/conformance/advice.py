@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -240,10 +241,11 @@ class Advice:
         if not self.random_actions:
             return []
         # Said where the table starts: a policy's cost per call changes which option wins.
-        return [
-            "  This advice is for random actions. Your policy's cost per call changes the answer (with a",
-            "  PyTorch policy, an option that wins here can lose): time yours with " + POLICY_FLAG + ".",
-        ]
+        note = (
+            "This advice is for random actions. Your policy's cost per call changes the answer (with a PyTorch "
+            f"policy, an option that wins here can lose): time yours with {POLICY_FLAG}."
+        )
+        return textwrap.wrap(note, width=100, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False)
 
     def _no_recommendation(self) -> str:
         if not self.measured:
