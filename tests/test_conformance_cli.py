@@ -223,7 +223,7 @@ def test_help_shows_every_options_default(command):
     subparsers = next(action for action in _parser()._actions if action.dest == "command")
     options = [action for action in subparsers.choices[command]._actions
                if action.option_strings and action.dest != "help"]
-    assert len(options) == {"check": 15, "advise": 8}[command]
+    assert len(options) == {"check": 16, "advise": 9}[command]
     for option in options:
         assert "(default: " in (option.help or ""), option.option_strings
     text = _run(command, "--help", cwd=REPO_ROOT).stdout

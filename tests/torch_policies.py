@@ -66,3 +66,20 @@ class NonPersistentBufferPolicy(torch.nn.Module):
 
     def forward(self, observations):
         return np.full(observations.shape[0], int(self.running_mean.item()), dtype=np.int64)
+
+
+class GlobalGeneratorSampler:
+    """Samples its actions from PyTorch's global generator (no generator of its own)."""
+
+    def __call__(self, observations):
+        return torch.randint(0, 2, (len(observations),)).numpy()
+
+
+class OwnGeneratorSampler:
+    """Samples its actions from a ``torch.Generator`` it holds."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __call__(self, observations):
+        return torch.randint(0, 2, (len(observations),), generator=self.generator).numpy()

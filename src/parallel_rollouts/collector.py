@@ -20,6 +20,7 @@ from .policy.snapshot import rollout_copy, uncopyable_state
 from .processes.forwarded_warnings import raise_again
 from .runners.base import RolloutRunner, RunnerState
 from .runners.build import build_runner, check_placement
+from .runners.global_generator import GlobalGeneratorWatch
 from .config.build_progress import BuildProgress, check_memory_before_building
 from .config.memory import warn_if_batch_too_large
 from .config.seeding import check_episode_seeds, draw_root_seed, validate_seed
@@ -252,6 +253,8 @@ class ParallelRolloutCollector:
         #: The policy version of the batch in flight (max_policy_lag=1; None: none in flight).
         self._in_flight_version: int | None = None
         self._launch_failure: BaseException | None = None
+        #: max_policy_lag=1: whether the policy draws from PyTorch's global generator on the thread.
+        self._generator_watch = GlobalGeneratorWatch()
         env_fns = _check_env_fns(env_fns, backend)
         if policy is not None and not callable(policy):
             raise ConfigurationError(f"`policy` must be callable or None; got {policy!r}.")
@@ -451,9 +454,13 @@ class ParallelRolloutCollector:
             # this batch would have been returned; the next call starts afresh.
             failure, self._launch_failure = self._launch_failure, None
             raise failure
+        watched = None
         if self._in_flight_version is None:
             self._check_usable()
             self._in_flight_version = self._returned  # first: a Ctrl-C after the launch still finds it
+            if runner.launches_on_thread and runner.live_policy is not None:
+                # Launched and waited for at once: nothing else in this process draws meanwhile.
+                watched = self._generator_watch.before()
             try:
                 runner.launch()
             except BaseException:
@@ -468,6 +475,7 @@ class ParallelRolloutCollector:
             raise
         version = self._in_flight_version
         self._in_flight_version = None
+        self._generator_watch.after(watched, stacklevel=3)
         return result, version
 
     def _launch_next(self) -> None:

@@ -25,7 +25,11 @@ actors is a function they import by name, whose module globals never follow this
 process's; ``BatchMemoryWarning`` (UserWarning) when one batch of the collector
 would need more memory than the machine has available, said before the envs are
 built; ``OversubscriptionWarning`` (UserWarning) when PyTorch's threads and the worker
-processes together want more cores than this process may use, said once, with the fix.
+processes together want more cores than this process may use, said once, with the fix;
+``ObservationRoundingWarning`` (UserWarning) when an env's observations are stored by a
+conversion that may round them (float64 into a float32 space), said once per env and leaf;
+``GlobalGeneratorWarning`` (UserWarning) when, with ``max_policy_lag=1``, PyTorch's global
+generator moved while the background thread collected, said once per collector.
 
 Errors raised by the policy itself are not wrapped: they reach the caller as the
 policy raised them.
@@ -44,7 +48,9 @@ __all__ = [
     "ConfigurationError",
     "CoreUnavailableError",
     "EnvFailure",
+    "GlobalGeneratorWarning",
     "ObservationError",
+    "ObservationRoundingWarning",
     "ObservationWarning",
     "OversubscriptionWarning",
     "ParallelRolloutsError",
@@ -85,6 +91,19 @@ class ObservationError(ParallelRolloutsError, ValueError):
 
 class ObservationWarning(ParallelRolloutsError, UserWarning):
     """A float observation left its declared bounds; stored as returned (``observation_check="warn"``)."""
+
+
+class ObservationRoundingWarning(ParallelRolloutsError, UserWarning):
+    """An env returned observations of a dtype its space's dtype may not hold exactly (float64
+    for a float32 space): they are stored as the space's dtype, rounded, so values may change.
+    Said once per env and leaf; return the space's dtype, or declare the dtype the env returns."""
+
+
+class GlobalGeneratorWarning(ParallelRolloutsError, UserWarning):
+    """With ``max_policy_lag=1``, PyTorch's global generator moved while a batch was collected on
+    the background thread: the policy (or an env this process steps) draws from it, in a race
+    with the learner's own draws, so batches no longer follow from the seeds. Give the policy a
+    ``torch.Generator`` of its own."""
 
 
 class BatchMemoryWarning(ParallelRolloutsError, UserWarning):

@@ -1,8 +1,10 @@
 """The one rule for storing an env's observation in a leaf of another dtype.
 
-A conversion may round (float64 into float32, as Gymnasium allows) but never
-change a value in any other way: a float never goes into an integer or bool
-leaf, and an integer goes into an integer leaf only when it fits. Both cores
+:data:`CONVERSION_RULE` says the rule in the words ``check`` reports and the docs
+quote. A conversion into a float leaf may round (float64 into float32, as
+Gymnasium allows; :func:`may_round` says when) but never changes a value in any
+other way: a float never goes into an integer or bool leaf, and an integer goes
+into an integer leaf only when it fits. Both cores
 take every observation that is not already an exact row (same dtype, same
 shape, C-contiguous) through :func:`convert_row`; when it refuses a value,
 :func:`explain_rejected_row` says why, for the error message. Sources that hand
@@ -23,9 +25,54 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["convert_row", "explain_rejected_row", "store_rows", "whole_floats_as"]
+__all__ = [
+    "CONVERSION_RULE", "conversion_effect", "convert_row", "explain_rejected_row", "may_round", "store_rows",
+    "whole_floats_as",
+]
 
 _NUMERIC_KINDS = "biuf"
+
+#: The rule for an observation whose dtype is not its space's, as ``check`` reports it and the docs
+#: quote it (a test keeps the two equal).
+CONVERSION_RULE = (
+    "the collector stores an observation of another dtype as the space's dtype: into a float leaf any "
+    "number, rounded to the leaf's precision (float64 into float32, or an integer of more digits than the "
+    "float holds, may change values), into an integer or bool leaf an integer only when it fits, and a float "
+    "never; a conversion that may round is warned about once per env and leaf (ObservationRoundingWarning)"
+)
+
+
+def may_round(source: np.dtype, target: np.dtype) -> bool:
+    """Whether storing values of dtype ``source`` into a leaf of dtype ``target`` can change one.
+
+    Only a float leaf takes values that it may not hold exactly: a float of more
+    precision or range (float64 into float32), or an integer with more bits than
+    the float's mantissa (int32 into float32, int64 into float64). An integer
+    leaf takes only integers that fit, which it holds exactly.
+    """
+    source, target = np.dtype(source), np.dtype(target)
+    if target.kind != "f" or source == target:
+        return False
+    if source.kind == "f":
+        return not np.can_cast(source, target, casting="safe")
+    if source.kind in "iu":
+        value_bits = source.itemsize * 8 - (1 if source.kind == "i" else 0)
+        return value_bits > np.finfo(target).nmant + 1
+    return False  # bool: 0 and 1
+
+
+def conversion_effect(source: np.dtype, target: np.dtype) -> str:
+    """What the collector does with values of dtype ``source`` for a leaf of dtype ``target``, in words."""
+    source, target = np.dtype(source), np.dtype(target)
+    if source == target:
+        return f"stored as {target}"
+    if target.kind == "f":
+        if may_round(source, target):
+            return f"stored as {target}, rounded to its precision: values may change"
+        return f"stored as {target} without change"
+    if source.kind == "f":
+        return f"refused: a float is never stored into a {target} leaf"
+    return f"stored as {target} when each value fits, refused otherwise"
 
 
 def _as_array(source: Any) -> np.ndarray | None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from .policy_target import POLICY_FLAG
 from .report import counted
 
 __all__ = ["NEAR_TIE", "Advice", "Option", "OptionResult"]
@@ -111,6 +113,8 @@ class Advice:
     policy: str
     env_step_seconds: float
     results: list[OptionResult]
+    #: Whether no policy was given, so that every option was timed with random actions.
+    random_actions: bool = False
 
     @property
     def measured(self) -> list[OptionResult]:
@@ -174,6 +178,7 @@ class Advice:
             f"Backend advice for {self.target}: {counted(self.num_envs, 'env')}, horizon {self.horizon}, "
             f"{counted(self.usable_cores, 'usable core')}",
             f"  policy: {self.policy}",
+            *self._random_actions_note(),
             f"  one env step here: {step_text} (mean)",
             f"  measured: {counted(self.rounds, 'interleaved round')}, about {self.trial_seconds:g} s per option per round; "
             "valid transitions/s",
@@ -232,6 +237,16 @@ class Advice:
                 )
         return "\n".join(lines)
 
+    def _random_actions_note(self) -> list[str]:
+        if not self.random_actions:
+            return []
+        # Said where the table starts: a policy's cost per call changes which option wins.
+        note = (
+            "This advice is for random actions. Your policy's cost per call changes the answer (with a PyTorch "
+            f"policy, an option that wins here can lose): time yours with {POLICY_FLAG}."
+        )
+        return textwrap.wrap(note, width=100, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False)
+
     def _no_recommendation(self) -> str:
         if not self.measured:
             return "No recommendation: no option could be measured; see the errors above."
@@ -256,6 +271,7 @@ class Advice:
             "rounds": self.rounds,
             "trial_seconds": self.trial_seconds,
             "policy": self.policy,
+            "random_actions": self.random_actions,
             "env_step_seconds": self.env_step_seconds,
             "options": [
                 {

@@ -43,6 +43,7 @@ from .report import counted
 from .rounds import run_rounds
 from ..groups.vector_source import autoreset_mode_of
 from .guard import explain_failure
+from .policy_target import resolve_policy
 from .target import EnvTarget, _call_in_module, as_env, resolve_target
 
 __all__ = ["advise"]
@@ -55,7 +56,7 @@ def advise(
     env_fn_or_id: Any,
     num_envs: int | None = None,
     *,
-    policy: Callable[[Any], Any] | None = None,
+    policy: Callable[[Any], Any] | str | None = None,
     horizon: int = 128,
     thorough: bool = False,
     rounds: int | None = None,
@@ -75,8 +76,11 @@ def advise(
     num_envs:
         How many envs your training runs (not changed by the advice).
     policy:
-        Your batched policy, so that its cost counts (``None``: each env samples its
-        seeded action space). For rollout workers it must pickle.
+        Your batched policy, so that its cost counts, or ``"module:factory"`` naming a
+        zero-argument function in an importable module that returns it (the command
+        line's ``--policy``; the factory is called once, here). ``None``: random actions,
+        each env sampling its seeded action space, and the advice says so. For rollout
+        workers the policy must pickle.
     horizon:
         Steps per ``collect()``: rollout workers exchange once per collect, so it matters.
     thorough:
@@ -108,8 +112,11 @@ def advise(
     ------
     ConfigurationError
         For a target that names no env, invalid settings, a factory or env that
-        raises as one step is timed (naming it, where it raised and the fix), or a
-        call from a script's top level without ``if __name__ == "__main__":``.
+        raises as one step is timed (naming it, where it raised and the fix), a
+        ``policy`` that names no policy (a module that cannot be imported, a name it
+        lacks, a factory that takes arguments, raises or returns something not
+        callable), or a call from a script's top level without
+        ``if __name__ == "__main__":``.
 
     Progress (the plan, each option started, each round timed) is logged on the
     ``"parallel_rollouts.conformance"`` logger at ``INFO``; the command line
@@ -131,6 +138,7 @@ def advise(
     if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
         raise ConfigurationError(f"`horizon` must be an int >= 1; got {horizon!r}.")
     target = resolve_target(env_fn_or_id, env_kwargs, wrappers)
+    timed_policy = resolve_policy(policy)
     logger.info("advise: timing one step of %s", target.description)
     step_seconds, vector_envs, masked = _measure_step(target.factory)
     if vector_envs is not None:
@@ -146,7 +154,7 @@ def advise(
         raise ConfigurationError(f"`num_envs` must be an int >= 1 (how many envs your training runs); got {num_envs!r}.")
     cores = usable_cores()
     options = _options(target, num_envs, cores, thorough, vector_envs is not None, horizon, masked)
-    results = _run_trials(options, policy, horizon, seed, settings)
+    results = _run_trials(options, timed_policy.policy, horizon, seed, settings)
     return Advice(
         target=target.description,
         num_envs=num_envs,
@@ -154,16 +162,11 @@ def advise(
         usable_cores=cores,
         rounds=settings["rounds"],
         trial_seconds=float(settings["trial_seconds"]),
-        policy=_describe_policy(policy),
+        policy=timed_policy.description,
         env_step_seconds=step_seconds,
         results=results,
+        random_actions=timed_policy.random_actions,
     )
-
-
-def _describe_policy(policy: Any) -> str:
-    if policy is None:
-        return "none given: each env samples its seeded action space"
-    return getattr(policy, "__qualname__", type(policy).__name__)
 
 
 def _measure_step(

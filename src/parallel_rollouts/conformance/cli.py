@@ -9,9 +9,13 @@ warned, 1 when a check failed (the factory or the env raised, ran past
 when ``advise`` could not measure an option (it then recommends none), 2
 for a target that cannot be resolved (a module that cannot be imported, a name
 it lacks or that is not callable, an unregistered id, a factory that returns no
-env) or an argument that is not valid, 130 when interrupted with Ctrl-C.
-``parallel-rollouts --version`` prints the installed version and, on a second line, whether its
-compiled core was compiled by the install or reused from an earlier build, and exits 0.
+env), for a ``--policy`` that names no policy (the same, or a factory that
+takes arguments, raises or returns something not callable) or an argument that
+is not valid, 130 when interrupted with Ctrl-C. ``advise --policy
+module:factory`` times the policy that factory returns (without it, random
+actions, and the advice says so). ``parallel-rollouts --version`` prints the
+installed version and, on a second line, whether its compiled core was compiled
+by the install or reused from an earlier build, and exits 0.
 """
 
 from __future__ import annotations
@@ -117,6 +121,9 @@ def _add_advice_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-envs", type=int, default=None,
                         help=f"envs your training runs (default: {DEFAULT_NUM_ENVS}; a vector env's own count)")
     parser.add_argument("--horizon", type=int, default=128, help="steps per collect() (default: %(default)s)")
+    parser.add_argument("--policy", metavar="MODULE:FACTORY", default=None,
+                        help="time your policy: a zero-argument function in an importable module that returns "
+                             "it, called once (default: none, random actions, and the advice says so)")
     parser.add_argument("--thorough", action="store_true",
                         help=f"{thorough['rounds']} rounds of ~{thorough['trial_seconds']:g} s per option and more "
                              f"options (default: off, the ~1 minute quick mode: {quick['rounds']} rounds of "
@@ -136,6 +143,7 @@ def _advise(arguments: argparse.Namespace) -> tuple[dict, bool]:
     advice = advise(
         arguments.target,
         arguments.num_envs,
+        policy=arguments.policy,
         horizon=arguments.horizon,
         thorough=arguments.thorough,
         rounds=arguments.rounds,

@@ -1,10 +1,11 @@
 """Spaces: storable by the collector, honoured by every observation, and action sampling seeded.
 
 The collector stores each observation into fixed-shape arrays laid out from the
-declared observation space: an entry with the wrong shape is an error there, a
-dtype that cannot hold the value is refused, NaN and values outside an integer
-space are errors, and finite floats outside a ``Box``'s bounds are warned about
-(real envs overshoot them). This check reads a run's observations the same way
+declared observation space: an entry with the wrong shape is an error there,
+another dtype is converted or refused by the conversion rule
+(:data:`~parallel_rollouts.checks.conversion.CONVERSION_RULE`, the words this
+check reports), NaN and values outside an integer space are errors, and finite
+floats outside a ``Box``'s bounds are warned about (real envs overshoot them). This check reads a run's observations the same way
 and says, for the first offence of each kind, where it was.
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from ..checks.conversion import CONVERSION_RULE, conversion_effect, convert_row, explain_rejected_row
 from ..errors import SpaceError
 from ..data.spaces import SpaceLayout
 from .report import CheckResult, CheckStatus, counted
@@ -91,8 +93,13 @@ class _Offences:
             self._say(self.fail, f"{where}: observation{name} has dtype {array.dtype}, not a number", ("kind", leaf_index))
             return
         if array.dtype != leaf.dtype:
-            self._say(self.warn, f"observation{name} has dtype {array.dtype}, the space declares {leaf.dtype}",
-                      ("dtype", leaf_index))
+            # The collector's own rule decides: what it refuses fails, what it converts warns.
+            if convert_row(array, expected, leaf.dtype) is None:
+                self._say(self.fail, f"{where}: observation{name} cannot be stored: got "
+                          f"{explain_rejected_row(array, expected, leaf.dtype)}", ("dtype", leaf_index))
+                return
+            self._say(self.warn, f"observation{name} has dtype {array.dtype}, the space declares {leaf.dtype}: "
+                      f"{conversion_effect(array.dtype, leaf.dtype)}", ("dtype", leaf_index))
         if array.dtype.kind == "f" and np.isnan(array).any():
             self._say(self.fail, f"{where}: observation{name} holds NaN", ("nan", leaf_index))
             return
@@ -129,8 +136,8 @@ def check_spaces(
         return CheckResult(
             SPACES_HONOURED,
             CheckStatus.WARN,
-            f"{'; '.join(offences.warn)} (of {seen}; the collector converts a dtype when no value changes and "
-            "warns once per env about float bounds)",
+            f"{'; '.join(offences.warn)} (of {seen}; {CONVERSION_RULE}; it also warns once per env and leaf about "
+            "float bounds)",
             "declare the bounds and dtype the env really returns",
         ), trajectory
     return CheckResult(SPACES_HONOURED, CheckStatus.PASS, f"{seen}: shape, dtype, bounds, no NaN"), trajectory

@@ -24,7 +24,7 @@ from ..errors import ConfigurationError
 from ..make import _make_env, _resolve_spec
 from ..groups.vector_source import is_vector_env
 
-__all__ = ["EnvTarget", "as_env", "build_env", "resolve_target", "spaces_of"]
+__all__ = ["EnvTarget", "as_env", "build_env", "callable_name", "import_target_module", "resolve_target", "spaces_of"]
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def resolve_target(
         return EnvTarget(factory, description, spec, dict(env_kwargs or {}), tuple(wrappers), name)
     if callable(env_fn_or_id):
         _only_for_ids("an env factory", env_kwargs, wrappers)
-        return EnvTarget(env_fn_or_id, _callable_name(env_fn_or_id))
+        return EnvTarget(env_fn_or_id, callable_name(env_fn_or_id))
     raise ConfigurationError(
         f"check_env needs an env factory (a zero-argument callable returning an env), a registered env id "
         f"or 'module:factory'; got {env_fn_or_id!r}. An env instance cannot be rebuilt in another process: "
@@ -87,13 +87,15 @@ def _factory_in_module(text: str) -> Callable | None:
     module_name, colon, attribute = text.partition(":")
     if not colon:
         return None
-    module = _import_target_module(text, module_name)
+    module = import_target_module(text, module_name)
     if not attribute.isidentifier() or not callable(getattr(module, attribute, None)):
         return None  # "package:EnvId": importing the package registered the id
     return partial(_call_in_module, module_name, attribute)
 
 
-def _import_target_module(text: str, module_name: str) -> Any:
+def import_target_module(text: str, module_name: str) -> Any:
+    """Import ``module_name``, the module part of ``text`` (``"module:name"``); every way that fails is a
+    ``ConfigurationError`` naming the module and what to do."""
     if not module_name or not all(part.isidentifier() for part in module_name.split(".")):
         raise ConfigurationError(
             f"{text!r} names {module_name!r}, which is not a module name: write the module dotted, as "
@@ -139,11 +141,12 @@ def _call_in_module(module_name: str, attribute: str) -> Any:
     return getattr(importlib.import_module(module_name), attribute)()
 
 
-def _callable_name(factory: Any) -> str:
+def callable_name(factory: Any) -> str:
+    """How reports name a callable: ``module.qualname``, a ``partial`` with its arguments."""
     if isinstance(factory, partial):
         arguments = [repr(argument) for argument in factory.args]
         arguments += [f"{key}={value!r}" for key, value in factory.keywords.items()]
-        return f"partial({', '.join([_callable_name(factory.func)] + arguments)})"
+        return f"partial({', '.join([callable_name(factory.func)] + arguments)})"
     module = getattr(factory, "__module__", None)
     name = getattr(factory, "__qualname__", None) or type(factory).__name__
     return f"{module}.{name}" if module and module != "builtins" else name

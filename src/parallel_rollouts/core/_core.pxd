@@ -20,6 +20,8 @@ cdef class ObservationWriter:
     cdef readonly Py_ssize_t num_rows
     cdef readonly Py_ssize_t num_envs
     cdef readonly Py_ssize_t num_final_rows
+    cdef object on_conversion
+    cdef set converted_columns
 
     cdef bint _copy_into(self, Py_ssize_t row, Py_ssize_t column, object source) except -1
 

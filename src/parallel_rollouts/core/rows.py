@@ -84,6 +84,10 @@ class ObservationWriter:
         Storage of shape ``[horizon, num_envs, *leaf_shape]`` with the same dtype.
         Row ``t`` receives the terminal observation of every env whose episode
         ended at step ``t``.
+    on_conversion:
+        ``None``, or a callable ``(column, dtype)`` told the first time a value of
+        env ``column`` is stored converted from another ``dtype`` (for the warning
+        that a conversion may round; once per column, so it costs nothing per step).
 
     Rows are copied whole. A source whose dtype and shape already match the
     storage is copied byte for byte; anything else (a Python scalar, another
@@ -92,9 +96,11 @@ class ObservationWriter:
     is never written: the methods report it instead, so the caller can name the env.
     """
 
-    def __init__(self, observations, final_observations):
+    def __init__(self, observations, final_observations, on_conversion=None):
         arguments.check_observation_storage(observations, final_observations)
         self.rows = kernels.RowBytes(observations, final_observations)
+        self.on_conversion = on_conversion
+        self.converted_columns = set()
         self.observations = observations
         self.row_shape = tuple(observations.shape[2:])
         self.dtype = observations.dtype
@@ -110,6 +116,10 @@ class ObservationWriter:
         converted = convert_row(source, self.row_shape, self.dtype)
         if converted is None:
             return False
+        # The set first: once a column is told, a step pays one lookup and no dtype comparison.
+        if self.on_conversion is not None and column not in self.converted_columns and converted.dtype != self.dtype:
+            self.converted_columns.add(column)
+            self.on_conversion(column, converted.dtype)
         self.observations[row, column] = converted
         return True
 

@@ -38,6 +38,7 @@ from gymnasium import Env, Space
 from ..checks.conversion import convert_row
 from ..checks.env_returns import info_number
 from ..checks.observations import ObservationChecker
+from ..checks.rounding import RoundingNotices
 from ..config.layout import RolloutLayout
 from ..config.seeding import EpisodeSeeds
 from ..data.spaces import check_env_spaces
@@ -162,6 +163,7 @@ class AgentEnvGroup:
         self._action_layout = layout.action_layout
         self._info_keys = layout.info_keys
         self._checker = ObservationChecker(layout.observation_layout, layout.core, layout.observation_check, env_offset)
+        self._rounding = RoundingNotices(layout.observation_layout, env_offset)
         # The env's episode seeds: the stream of its first column, one seed per env episode.
         self._episode_seeds = EpisodeSeeds(layout.root_seed, env_offset, incarnation)
         self._reseed = layout.episode_seeds == "every"
@@ -243,6 +245,7 @@ class AgentEnvGroup:
         row = [leaf[0] for leaf in self._current_observations]
         self._start_episode(row, observations, describe)
         self._check_columns(row, self._live_columns, describe)
+        self._rounding.say()
 
     # -- one rollout -----------------------------------------------------------------------
 
@@ -363,6 +366,8 @@ class AgentEnvGroup:
             current[0] = leaf_storage[storage.horizon]
         completed = self._completed.head(self._completed_count)
         self._storage, self._completed = None, None
+        # Once per rollout, with every row written: a warning made an error drops a complete rollout.
+        self._rounding.say()
         return completed
 
     def abandon(self, t: int) -> None:
@@ -495,6 +500,8 @@ class AgentEnvGroup:
             array = convert_row(value, leaf.shape, leaf.dtype)
             if array is None:
                 raise unstorable_observation(layout, leaf_index, self.env_offset + column, value, describe(column))
+            if array.dtype != leaf.dtype:
+                self._rounding.converted(leaf_index, column, array.dtype)
             converted.append(array)
         for target, array in zip(row, converted):
             target[column] = array

@@ -39,6 +39,7 @@ from gymnasium import Env
 from gymnasium.vector import AutoresetMode
 
 from ..checks.factories import not_an_env
+from ..checks.rounding import RoundingNotices
 from ..errors import ObservationError, SpaceError, WorkerError
 from ..config.layout import RolloutLayout
 from ..data.spaces import SpaceLayout
@@ -133,6 +134,7 @@ class GymnasiumGroup:
         self._final_shape = None if layout.observation_layout.is_nested else (leaf.dtype, leaf.shape)
         self._storage: RolloutStorage | None = None
         self._writers: list = []
+        self._rounding = RoundingNotices(layout.observation_layout, env_offset)
         self._actions: TypedActionReader | None = None
 
     # -- the group interface an async worker serves ------------------------------------------
@@ -143,8 +145,8 @@ class GymnasiumGroup:
     def begin(self, storage: RolloutStorage) -> None:
         self._storage = storage
         self._writers = [
-            self._core.ObservationWriter(observations, final)
-            for observations, final in zip(storage.observations, storage.final_observations)
+            self._core.ObservationWriter(observations, final, self._rounding.writer_hook(leaf_index))
+            for leaf_index, (observations, final) in enumerate(zip(storage.observations, storage.final_observations))
         ]
         self._actions = TypedActionReader(self._action_layout, [leaf[0] for leaf in storage.actions])
 
@@ -205,6 +207,8 @@ class GymnasiumGroup:
             storage.terminations[0][stepped] = terminations
             storage.truncations[0][stepped] = truncations
             self._autoreset[stepped] = np.logical_or(terminations, truncations)
+        if self._rounding.pending:  # the step is complete: a warning made an error interrupts nothing
+            self._rounding.say()
         return events or None
 
     def finish(self):
@@ -255,6 +259,8 @@ class GymnasiumGroup:
         storage.terminations[0, columns] = False
         storage.truncations[0, columns] = False
         self._autoreset[columns] = False
+        if self._rounding.pending:
+            self._rounding.say()
         return events or None
 
     def call(self, name: str, args: tuple, kwargs: dict) -> list | RaisedByEnv:

@@ -45,6 +45,7 @@ from ..checks.env_returns import check_reset_result
 from ..errors import EnvFailure, ObservationError, SpaceError, WorkerError
 from ..config.layout import RolloutLayout
 from ..checks.observations import ObservationChecker
+from ..checks.rounding import RoundingNotices
 from ..config.seeding import EpisodeSeedTable
 from ..data.spaces import SpaceLayout, check_env_spaces
 from ..data.storage import CompletedEpisodes, RolloutStorage
@@ -139,6 +140,7 @@ class EnvGroup:
         self._info_keys = layout.info_keys
         self._core = layout.core
         self._checker = ObservationChecker(observation_layout, layout.core, layout.observation_check, env_offset)
+        self._rounding = RoundingNotices(observation_layout, env_offset)
         for column, env in enumerate(self.envs):
             check_env_spaces(
                 env_offset + column, env.observation_space, env.action_space, layout.observation_space,
@@ -197,12 +199,14 @@ class EnvGroup:
         # A writer over the one-row private storage (with an empty final-observation
         # array: nothing ends at a reset) converts and checks exactly as steps do.
         writers = [
-            self._core.ObservationWriter(leaf, leaf[:0]) for leaf in self._current_observations
+            self._core.ObservationWriter(leaf, leaf[:0], self._rounding.writer_hook(leaf_index))
+            for leaf_index, leaf in enumerate(self._current_observations)
         ]
         describe = lambda column: "an observation from its first `reset` (observations row t=0)"  # noqa: E731
         for column, observation in enumerate(observations):
             self._write_observation(writers, 0, column, observation, describe)
         self._checker.check([leaf[0] for leaf in self._current_observations], None, describe)
+        self._rounding.say()
 
     # -- one rollout -----------------------------------------------------------------------
 
@@ -217,8 +221,8 @@ class EnvGroup:
         horizon = storage.horizon
         self._completed = self._episode_buffers = CompletedEpisodes.buffers_like(self._episode_buffers, horizon * self.num_envs)
         writers = [
-            self._core.ObservationWriter(observations, final)
-            for observations, final in zip(storage.observations, storage.final_observations)
+            self._core.ObservationWriter(observations, final, self._rounding.writer_hook(leaf_index))
+            for leaf_index, (observations, final) in enumerate(zip(storage.observations, storage.final_observations))
         ]
         recorder = episode_recorder(
             self._core, storage, self._running_returns, self._running_lengths, self._running_seeds,
@@ -295,6 +299,8 @@ class EnvGroup:
         completed = self._completed.head(self._recorder.completed_count)
         self._storage, self._writers, self._recorder, self._completed = None, [], None, None
         self._stepper = self._row_stepper = None
+        # Once per rollout, with every row written: a warning made an error drops a complete rollout.
+        self._rounding.say()
         return completed
 
     def abandon(self, t: int) -> None:

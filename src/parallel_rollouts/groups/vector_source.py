@@ -56,6 +56,7 @@ from ..checks.env_returns import info_number
 from ..errors import ObservationError, SpaceError, WorkerError
 from ..config.layout import RolloutLayout
 from ..checks.observations import ObservationChecker
+from ..checks.rounding import RoundingNotices
 from ..config.seeding import EpisodeSeeds
 from ..data.spaces import SpaceLayout, check_env_spaces
 from ..data.storage import CompletedEpisodes, RolloutStorage
@@ -228,6 +229,7 @@ class VectorEnvGroup:
         self._info_keys = layout.info_keys
         self._core = layout.core
         self._checker = ObservationChecker(observation_layout, layout.core, layout.observation_check, env_offset)
+        self._rounding = RoundingNotices(observation_layout, env_offset)
         self._episode_seeds = [EpisodeSeeds(layout.root_seed, env_offset + column, incarnation) for column in range(n)]
         self._reseed = layout.episode_seeds == "every"
         self._episodes_started = np.zeros(n, dtype=np.int64)
@@ -321,6 +323,7 @@ class VectorEnvGroup:
         leaves = self._leaves_of(observations, "reset observation")
         self._store_observations([current[0] for current in self._current_observations], leaves, None, describe)
         self._checker.check([leaf[0] for leaf in self._current_observations], None, describe)
+        self._rounding.say()
 
     # -- one rollout -----------------------------------------------------------------------
 
@@ -491,6 +494,8 @@ class VectorEnvGroup:
                 array = convert_row(value, leaf.shape, leaf.dtype)
                 if array is None:
                     raise unstorable_observation(layout, leaf_index, self.env_offset + column, value, what)
+                if array.dtype != leaf.dtype:
+                    self._rounding.converted(leaf_index, column, array.dtype)
                 converted.append(array)
             for finals, array in zip(self._storage.final_observations, converted):
                 finals[t, column] = array
@@ -504,6 +509,8 @@ class VectorEnvGroup:
             current[0] = leaf_storage[storage.horizon]
         completed = self._completed.head(self._recorder.completed_count)
         self._storage, self._completed, self._recorder, self._rows, self._final_writers = None, None, None, None, []
+        # Once per rollout, with every row written: a warning made an error drops a complete rollout.
+        self._rounding.say()
         return completed
 
     def abandon(self, t: int) -> None:
@@ -602,7 +609,10 @@ class VectorEnvGroup:
                 row = max(store_rows(scratch, values), 0)
                 column = row if columns is None else int(columns[row])
                 raise unstorable_observation(layout, leaf_index, self.env_offset + column, values[row], describe(column))
-        for target, values in zip(targets, leaves):
+        for leaf_index, (target, values) in enumerate(zip(targets, leaves)):
+            if values.dtype != target.dtype:
+                # One dtype for the whole vector env: told once for all its sub-envs.
+                self._rounding.converted(leaf_index, 0, values.dtype, columns=self.num_envs)
             store_rows(target, values)
 
     def _verify_autoreset(self, t: int, ended: np.ndarray, info: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -62,6 +62,8 @@ class RolloutRunner(Lifecycle, abc.ABC):
     live_policy: Any = None
     #: Seconds ``close()`` waits for a background rollout to stop between two rows.
     cancel_timeout: float = 10.0
+    #: Whether :meth:`launch` runs the rollout, and the policy, on a thread of this process.
+    launches_on_thread: ClassVar[bool] = True
     _background: BackgroundRollout | None = None
     #: Set by ``close()`` while a background rollout runs: it stops at its next row.
     _cancel: threading.Event | None = None
@@ -168,6 +170,7 @@ class RemoteRolloutRunner(RolloutRunner):
     policy snapshot taken then) and the replies :meth:`_receive_rollout` reads."""
 
     _in_flight: tuple | None = None
+    launches_on_thread: ClassVar[bool] = False
 
     @abc.abstractmethod
     def _send_rollout(self) -> tuple: ...
