@@ -453,15 +453,18 @@ def test_a_policy_in_the_workers_gets_read_only_inputs_too(options, core):
 
 
 @pytest.mark.parametrize("backend", ALL_LOCAL)
-def test_with_reused_buffers_policy_inputs_still_hold_after_the_next_collect_on_every_backend(backend, core):
+def test_with_reused_buffers_copied_policy_inputs_still_hold_after_the_next_collect_on_every_backend(backend, core):
     policy = KeepsInputs()
     fns = [partial(CountingEnv, env_id=i, episode_length=5) for i in range(2)]
-    with ParallelRolloutCollector(fns, policy, backend, horizon=4, seed=0, core=core, reuse_buffers=True, **_options(backend)) as collector:
+    with ParallelRolloutCollector(
+        fns, policy, backend, horizon=4, seed=0, core=core, reuse_buffers=True, policy_inputs="copies", **_options(backend)
+    ) as collector:
         batch = collector.collect()
         during = np.stack(policy.kept).copy()
         np.testing.assert_array_equal(during, batch.observations)
         second = collector.collect()
-        # Documented: the policy's rows are its own copies; the next collect rewrites the batch alone.
+        # Documented: with "copies" the policy's rows are its own; the next collect rewrites the
+        # batch alone (protected rows of reused storage follow it: tests/test_policy_inputs.py).
         np.testing.assert_array_equal(np.stack(policy.kept[:4]), during)
         np.testing.assert_array_equal(np.stack(policy.kept[4:]), second.observations)
         assert not np.array_equal(during, second.observations)

@@ -48,6 +48,11 @@ def one_thread():
     torch.use_deterministic_algorithms(deterministic)
 
 
+def assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """Equal up to float32 rounding (a few units in the last place), nothing more."""
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("backend", ["sync", "async"])
 def test_states_recomputed_from_initial_state_and_episode_starts_are_the_states_the_policy_saw(backend):
     torch.manual_seed(0)
@@ -67,18 +72,22 @@ def test_states_recomputed_from_initial_state_and_episode_starts_are_the_states_
             rollout = agent.unroll(
                 torch.tensor(batch.observations), torch.as_tensor(batch.initial_state), torch.tensor(batch.episode_starts)
             )
-        assert torch.equal(rollout.input_states, seen_states[index])
+        # The example's unroll encodes every row in one matrix product, where the policy encoded
+        # one row of envs at a time: products of different shapes may round the last bit apart
+        # on some CPUs (tests/test_recurrent.py replays row by row and matches bit for bit).
+        # A state not reset, or carried from the wrong row, differs by far more.
+        assert_close(rollout.input_states, seen_states[index])
         # The reset really happened: at every episode start the state the policy saw is zero.
         assert not seen_states[index][torch.tensor(batch.episode_starts)].any()
         # The collector's state at each final observation and at the bootstrap row are the ones
         # the example recomputes to bootstrap truncated episodes and the rollout's end.
         mask = torch.tensor(batch.final_observation_mask)
-        assert torch.equal(rollout.next_states[mask], torch.as_tensor(batch.final_states)[mask])
+        assert_close(rollout.next_states[mask], torch.as_tensor(batch.final_states)[mask])
         ended = torch.tensor(batch.dones[-1])[:, None, None]
         recomputed_bootstrap = torch.where(ended, agent.initial_state(NUM_ENVS), rollout.next_states[-1])
-        assert torch.equal(recomputed_bootstrap, torch.as_tensor(batch.bootstrap_states))
+        assert_close(recomputed_bootstrap, torch.as_tensor(batch.bootstrap_states))
         # ...and the values the policy returned during collection follow from those states.
-        assert torch.equal(rollout.values, torch.tensor(batch.values))
+        assert_close(rollout.values, torch.tensor(batch.values))
     # The state carried over between the two collects.
     assert torch.equal(torch.as_tensor(batches[1].initial_state), torch.as_tensor(batches[0].bootstrap_states))
 
