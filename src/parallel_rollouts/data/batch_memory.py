@@ -43,7 +43,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .policy_inputs import policy_rows_of
+from .policy_inputs import mirror_rows_of, policy_rows_of
 from .read_only_mirror import mirrored_empty
 from .storage import RolloutStorage
 
@@ -242,7 +242,7 @@ class BatchMemory:
             observations = self._written.observations
         if self._policy_mirror is not None:
             # Rows of the read-only mapping are read-only all the way down: no copy needed.
-            return policy_rows_of(self._policy_mirror, t, start, stop, copies=False)
+            return mirror_rows_of(self._policy_mirror, t, start, stop)
         return policy_rows_of(observations, t, start, stop, copies=self._policy_inputs != "views")
 
     def finish(self, lost_from_rows: np.ndarray | None = None) -> RolloutStorage:

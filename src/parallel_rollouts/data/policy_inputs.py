@@ -33,7 +33,7 @@ import numpy as np
 from ..errors import ConfigurationError
 
 __all__ = [
-    "POLICY_INPUTS", "check_policy_inputs", "policy_input_mode", "policy_rows_of", "read_only_copy", "read_only_view",
+    "POLICY_INPUTS", "check_policy_inputs", "mirror_rows_of", "policy_input_mode", "policy_rows_of", "read_only_copy", "read_only_view",
 ]
 
 #: What the policy is called with. ``"protected"`` (the default): rows of a read-only mapping
@@ -93,3 +93,11 @@ def policy_rows_of(
         # One leaf (a Box or Discrete space) without a comprehension's frame: this runs every row.
         return [row_of(leaves[0][t])] if len(leaves) == 1 else [row_of(leaf[t]) for leaf in leaves]
     return [row_of(leaf[t, start:stop]) for leaf in leaves]
+
+
+def mirror_rows_of(leaves: Sequence[np.ndarray], t: int, start: int = 0, stop: int | None = None) -> list[np.ndarray]:
+    """Row ``t`` of every leaf of a read-only mirror (:mod:`~parallel_rollouts.data.read_only_mirror`)
+    for env columns ``start:stop``: the rows as they are, since they are read-only all the way down."""
+    if start == 0 and stop is None:
+        return [leaves[0][t]] if len(leaves) == 1 else [leaf[t] for leaf in leaves]
+    return [leaf[t, start:stop] for leaf in leaves]

@@ -10,7 +10,7 @@ import numpy as np
 from .output import PolicyOutputWriter, RandomActionSampler
 from .recurrent import StateCarrier, is_recurrent
 from ..config.layout import RolloutLayout
-from ..data.policy_inputs import policy_input_mode, policy_rows_of
+from ..data.policy_inputs import mirror_rows_of, policy_input_mode, policy_rows_of
 from ..data.recurrent_record import RecurrentRecord
 from ..data.spaces import SpaceLayout
 from ..data.storage import RolloutStorage
@@ -155,7 +155,7 @@ class RolloutLoop:
         ``read_only_observations`` (the same memory mapped read-only) when given and the loop
         copies, since nothing the policy does reaches the storage through them."""
         if read_only_observations is not None and self.copy_inputs:
-            return lambda t: policy_rows_of(read_only_observations, t, copies=False)
+            return lambda t: mirror_rows_of(read_only_observations, t)
         observations, copies = storage.observations, self.copy_inputs
         return lambda t: policy_rows_of(observations, t, copies=copies)
 
