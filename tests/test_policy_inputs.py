@@ -25,12 +25,16 @@ from tests.envs import CountingEnv, SpaceEnv
 
 HORIZON = 4
 DICT_SPACE = spaces.Dict(
-    {"frame": spaces.Box(0, 255, shape=(3, 5), dtype=np.uint8), "position": spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)}
+    # Rows of 4 x 64 x 64 bytes, large enough for a read-only mirror; the position's rows are copied.
+    {"frame": spaces.Box(0, 255, shape=(64, 64), dtype=np.uint8), "position": spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)}
 )
 ENV_FNS = {
     "box": [partial(CountingEnv, env_id=i, episode_length=3) for i in range(4)],
     "dict": [partial(SpaceEnv, DICT_SPACE, spaces.Discrete(4), max_length=3) for _ in range(4)],
 }
+#: Frames whose rows (16 KiB for 4 envs) are mapped read-only for the policy by default.
+FRAME_SPACE = spaces.Box(0, 255, shape=(64, 64), dtype=np.uint8)
+FRAME_FNS = [partial(SpaceEnv, FRAME_SPACE, spaces.Discrete(4), max_length=3) for _ in range(4)]
 MODES = {
     "serial": ("serial", {}),
     "sync": ("sync", {}),
@@ -123,15 +127,16 @@ class ScribblingPolicy:
     a failed check, so it also tells from inside a rollout worker.
     """
 
-    def __init__(self, reach: bool, torch: bool, keep_for_one_collect: bool = False) -> None:
+    def __init__(self, reach: bool, torch: bool, keep_for_one_collect: bool = False, calls_per_row: int = 1) -> None:
         self.reach, self.torch = reach, torch
-        #: Whether rows kept are checked only until the collect (of ``HORIZON`` calls) ends.
+        #: Whether rows kept are checked only until the collect (of ``HORIZON`` rows) ends.
         self.keep_for_one_collect = keep_for_one_collect
+        self.calls_per_collect = HORIZON * calls_per_row
         self.calls = 0
         self.kept: list[tuple[np.ndarray, np.ndarray]] = []
 
     def __call__(self, observations):
-        if self.keep_for_one_collect and self.calls % HORIZON == 0:
+        if self.keep_for_one_collect and self.calls % self.calls_per_collect == 0:
             self.kept = []
         self.calls += 1
         for row, held in self.kept:
@@ -162,13 +167,13 @@ def _two_batches(fns, policy, backend, options, reuse_buffers):
 @pytest.fixture(scope="module")
 def untouched():
     """Two batches per observation kind, collected with a policy that only reads."""
-    return {kind: _two_batches(fns, _ones, "serial", {}, False) for kind, fns in ENV_FNS.items()}
+    return {kind: _two_batches(fns, _ones, "serial", {}, False) for kind, fns in {**ENV_FNS, "frames": FRAME_FNS}.items()}
 
 
 def _collect_and_compare(policy, mode, reuse_buffers, kind, untouched, policy_inputs="protected"):
     backend, options = MODES[mode]
     options = dict(options, policy_inputs=policy_inputs)
-    batches = _two_batches(ENV_FNS[kind], policy, backend, options, reuse_buffers)
+    batches = _two_batches({**ENV_FNS, "frames": FRAME_FNS}[kind], policy, backend, options, reuse_buffers)
     for batch, expected in zip(batches, untouched[kind]):
         assert_batches_identical(batch, expected)
     if options.get("policy_placement") != "workers":  # there the policy's checks ran in the workers
@@ -190,7 +195,10 @@ def test_nothing_writeable_is_within_reach_of_a_policy_row(mode, reuse_buffers, 
     # change when that memory is written again. Reused storage is rewritten by the next
     # collect, as the batch is; a rollout worker cannot see what the main process recycles.
     rewritten = reuse_buffers or MODES[mode][1].get("policy_placement") == "workers"
-    policy = ScribblingPolicy(reach=True, torch=False, keep_for_one_collect=rewritten and policy_inputs == "protected")
+    calls_per_row = 2 if MODES[mode][1].get("pipelined") else 1
+    policy = ScribblingPolicy(
+        reach=True, torch=False, keep_for_one_collect=rewritten and policy_inputs == "protected", calls_per_row=calls_per_row
+    )
     _collect_and_compare(policy, mode, reuse_buffers, kind, untouched, policy_inputs)
 
 
@@ -282,9 +290,9 @@ def test_protected_rows_are_the_batch_itself_through_a_mapping_the_kernel_keeps_
         rows.append(observations)
         return _ones(observations)
 
-    with ParallelRolloutCollector(ENV_FNS["box"], policy, backend, horizon=HORIZON, seed=3, **options) as collector:
+    with ParallelRolloutCollector(FRAME_FNS, policy, backend, horizon=HORIZON, seed=3, **options) as collector:
         batch = collector.collect()
-        assert_batches_identical(batch, untouched["box"][0])
+        assert_batches_identical(batch, untouched["frames"][0])
     calls_per_row = len(rows) // HORIZON  # two halves of each row when pipelined
     assert calls_per_row * HORIZON == len(rows)
     for index, row in enumerate(rows):
@@ -309,7 +317,7 @@ def test_protected_rows_of_reused_storage_follow_the_batch_and_copies_do_not():
             return _ones(observations)
 
         with ParallelRolloutCollector(
-            ENV_FNS["box"], policy, "sync", horizon=HORIZON, seed=3, reuse_buffers=True, policy_inputs=policy_inputs
+            FRAME_FNS, policy, "sync", horizon=HORIZON, seed=3, reuse_buffers=True, policy_inputs=policy_inputs
         ) as collector:
             first = collector.collect().observations.copy()
             collector.collect()
@@ -317,7 +325,7 @@ def test_protected_rows_of_reused_storage_follow_the_batch_and_copies_do_not():
     row, first_values = kept["copies"]
     np.testing.assert_array_equal(row, first_values)
     row, first_values = kept["protected"]
-    assert not np.array_equal(row, first_values)  # CountingEnv's observations count on
+    assert not np.array_equal(row, first_values)  # the second collect's frames are new ones
 
 
 def test_a_torch_write_into_a_protected_row_stops_the_process_and_never_reaches_the_batch(tmp_path):
@@ -332,8 +340,11 @@ def test_a_torch_write_into_a_protected_row_stops_the_process_and_never_reaches_
     script.write_text(textwrap.dedent("""
         import sys, warnings
         import numpy as np, torch
+        from gymnasium import spaces
         from parallel_rollouts import ParallelRolloutCollector
-        from tests.envs import CountingEnv
+        from tests.envs import SpaceEnv
+
+        frames = spaces.Box(0, 255, shape=(128, 128), dtype=np.uint8)  # one env's row: 16 KiB
 
         def policy(observations):
             try:
@@ -348,7 +359,7 @@ def test_a_torch_write_into_a_protected_row_stops_the_process_and_never_reaches_
             print("the write went through", flush=True)
             return np.ones(len(observations), dtype=np.int64)
 
-        with ParallelRolloutCollector([lambda: CountingEnv(0)], policy, "sync", horizon=2, seed=0) as collector:
+        with ParallelRolloutCollector([lambda: SpaceEnv(frames, spaces.Discrete(2))], policy, "sync", horizon=2, seed=0) as collector:
             collector.collect()
     """))
     import os
@@ -356,8 +367,14 @@ def test_a_torch_write_into_a_protected_row_stops_the_process_and_never_reaches_
 
     root = str(Path(__file__).resolve().parents[1])
     environment = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    import resource
+
+    def no_core_file() -> None:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
     result = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=root, env=environment
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=str(tmp_path), env=environment,
+        preexec_fn=no_core_file,
     )
     assert result.returncode == -signal.SIGSEGV, (result.returncode, result.stdout, result.stderr)
     assert result.stdout.splitlines() == ["numpy refused", "writing through torch"]
@@ -368,24 +385,72 @@ def test_protected_rows_are_copies_where_the_memory_cannot_be_mapped_twice(monke
 
     monkeypatch.setattr(batch_memory, "mirrored_empty", lambda shape, dtype: None)
     policy = ScribblingPolicy(reach=True, torch=True)  # copies: the torch writes land in them alone
-    _collect_and_compare(policy, "sync", False, "box", untouched)
+    _collect_and_compare(policy, "sync", False, "frames", untouched)
     assert all(np.all(row == 10) for row, _ in policy.kept)
 
 
-class _RequireReadOnlyMapping:
-    """Raises (inside a rollout worker too) unless each row lies in pages mapped read-only."""
+class _RequireMappedLargeRows:
+    """Raises (inside a rollout worker too) unless the frame rows lie in pages mapped read-only
+    and the small rows (a Dict's position) are copies of their own."""
 
     def __call__(self, observations):
-        for row in _leaf_rows(observations):
-            permissions = _row_permissions(row)
-            if permissions != "r--s" or row.flags.owndata:
-                raise AssertionError(f"a policy row is not the storage mapped read-only: {permissions}")
+        leaves = observations if isinstance(observations, dict) else {"frame": observations}
+        for key, row in leaves.items():
+            if key == "frame" and (_row_permissions(row) != "r--s" or row.flags.owndata):
+                raise AssertionError(f"frame rows are not the storage mapped read-only: {_row_permissions(row)}")
+            if key != "frame" and not isinstance(row.base, bytes):
+                raise AssertionError(f"the small rows of {key!r} are not copies: base {type(row.base).__name__}")
         return _ones(observations)
 
 
-@pytest.mark.parametrize("kind", sorted(ENV_FNS))
-def test_rollout_workers_hand_their_policy_rows_of_a_read_only_mapping(kind, untouched):
-    backend, options = MODES["rollout-workers"]
-    with ParallelRolloutCollector(ENV_FNS[kind], _RequireReadOnlyMapping(), backend, horizon=HORIZON, seed=3, **options) as collector:
+@pytest.mark.parametrize("mode", ["sync", "async", "rollout-workers"])
+@pytest.mark.parametrize("kind", ["frames", "dict"])
+def test_large_rows_are_mapped_read_only_and_small_rows_copied(kind, mode, untouched):
+    backend, options = MODES[mode]
+    fns = FRAME_FNS if kind == "frames" else ENV_FNS[kind]
+    with ParallelRolloutCollector(fns, _RequireMappedLargeRows(), backend, horizon=HORIZON, seed=3, **options) as collector:
         for expected in untouched[kind]:
             assert_batches_identical(collector.collect(), expected)
+
+
+def test_a_torch_write_into_small_protected_rows_lands_in_their_copy(untouched):
+    """CartPole-sized rows are copied under the default: a policy writing them in place (an
+    in-place normalisation) changes its copy, never the batch, and keeps running."""
+    policy = ScribblingPolicy(reach=True, torch=True)
+    _collect_and_compare(policy, "sync", False, "box", untouched, "protected")
+    assert all(np.all(row == 10) for row, _ in policy.kept)
+
+
+def test_copies_and_views_allocate_no_read_only_mapping():
+    for policy_inputs in ("copies", "views"):
+        with ParallelRolloutCollector(FRAME_FNS, _ones, "sync", horizon=HORIZON, seed=3, policy_inputs=policy_inputs) as collector:
+            assert _row_permissions(collector.collect().observations) != "rw-s"
+
+
+def test_a_mapping_is_neither_copied_nor_pickled():
+    """A copy of the object that unmaps the memory would unmap it under the original's arrays."""
+    import pickle
+
+    from parallel_rollouts.data.read_only_mirror import mirrored_empty
+
+    writable, read_only = mirrored_empty((2, 4096), np.uint8)
+    mapping = read_only.base.base
+    assert copy.copy(mapping) is mapping and copy.deepcopy(mapping) is mapping
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(mapping)
+    # Arrays over it copy their data.
+    writable[:] = 5
+    clone = pickle.loads(pickle.dumps(read_only))
+    assert copy.deepcopy(read_only).sum() == clone.sum() == 5 * 2 * 4096
+
+
+def test_a_mirror_holds_no_file_descriptor_and_nothing_empty_is_mapped():
+    import os
+
+    from parallel_rollouts.data.read_only_mirror import mirrored_empty
+
+    assert mirrored_empty((0, 3), np.float32) is None
+    before = len(os.listdir("/proc/self/fd"))
+    kept = [mirrored_empty((3, 8192), np.uint8) for _ in range(50)]
+    assert all(pair is not None for pair in kept)
+    assert len(os.listdir("/proc/self/fd")) == before

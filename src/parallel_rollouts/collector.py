@@ -179,22 +179,20 @@ class ParallelRolloutCollector:
         take it along). Not with ``reuse_buffers`` (the batch in flight would overwrite the
         one held).
     policy_inputs:
-        What the policy is called with. ``"protected"`` (default): rows of a second, read-only
-        mapping of the batch's observation memory, no copy: NumPy refuses a write (the write
-        flag cannot be turned back on), and a write that bypasses NumPy (an in-place operation
-        on ``torch.from_numpy(obs)`` / ``torch.as_tensor(obs)``) stops the process with a
-        segmentation fault before anything reaches the batch. A row the policy keeps never
-        changes while the policy runs in this process (its batch is not recycled while the row
-        is alive), except with ``reuse_buffers=True``, where the next ``collect()`` rewrites it
-        as it rewrites the batch; in a rollout worker, a kept row changes once its batch is
-        dropped and its memory reused. Where the system cannot map memory twice (no
-        ``memfd_create``: macOS, Windows), the rows are copies. ``"copies"``: each
-        observation row copied for that call alone, which the policy may even write in place,
-        and which never changes. ``"views"``: read-only views of the batch's own rows, no copy
-        and no protection: a policy that writes its input anyway (turning the write flag back
-        on, or an in-place torch operation) changes the batch. On 84x84x4 frames a copy of
-        each row is about a fifth of a sync step (``docs/benchmarks.md``). The default random
-        policy (``policy=None``) reads views either way.
+        What the policy is called with. ``"protected"`` (default): rows no write of the
+        policy's reaches. A leaf whose row is at least 16 KiB (frames) is read through a second,
+        read-only mapping of the batch's memory, with no copy: NumPy refuses a write, and an
+        in-place PyTorch operation on ``torch.from_numpy(obs)`` stops the process with a
+        segmentation fault before anything reaches the batch. A leaf with smaller rows, or one
+        that cannot be mapped twice (no ``memfd_create``; Ray actors; the shared working copy
+        with ``reuse_buffers=True`` on ``async``), is copied. ``"copies"``: each row copied
+        for that call alone; a torch write lands in the copy, and a kept row never changes.
+        ``"views"``: read-only views of the batch's own rows, no copy and no protection: a
+        policy that writes its input anyway (turning the write flag back on, or an in-place
+        torch operation) changes the batch. On 84x84x4 frames a copy of each row is about a
+        fifth of a sync step (``docs/benchmarks.md``). What a kept row may see change:
+        ``docs/batch-contract.md``. The default random policy (``policy=None``) reads views
+        either way.
     ray_options:
         Ray backend only: ``{"address", "num_cpus", "num_gpus", "max_restarts",
         "runtime_env", "scheduling_strategy", "continue_without_lost_actors"}``

@@ -44,7 +44,7 @@ from typing import Protocol
 import numpy as np
 
 from .policy_inputs import mirror_rows_of, policy_rows_of
-from .read_only_mirror import mirrored_empty
+from .read_only_mirror import mirrored_empty, mirrors_leaf
 from .storage import RolloutStorage
 
 __all__ = ["BatchMemory", "SegmentSource"]
@@ -118,7 +118,7 @@ class _Recycled:
         self.storage = storage
         self.mirror = mirror
         # A row of the mirror that the policy kept holds the storage as any view of it would.
-        self.arrays = _arrays(storage) + _roots(mirror or [])
+        self.arrays = _arrays(storage) + _roots([leaf for leaf in mirror or () if leaf is not None])
         # References to each array that are not the caller's: the storage's own field
         # (or list/dict slot), self.arrays, and getrefcount's argument. Counted by index,
         # here and below, so that no loop variable or iterator holds an extra one.
@@ -227,10 +227,10 @@ class BatchMemory:
     def policy_rows(self, t: int, start: int = 0, stop: int | None = None) -> list[np.ndarray]:
         """Row ``t`` of every observation leaf for env columns ``start:stop``, as the policy gets it.
 
-        The rows are the policy's own read-only copies, on every backend and with
-        ``reuse_buffers`` either way: a policy may keep them and they never change, and
-        nothing it does to them (NumPy or PyTorch) reaches the batch. With
-        ``policy_inputs="views"`` they are read-only views of the batch's rows instead.
+        With ``policy_inputs="protected"`` the rows of each large leaf are the batch's, through
+        its read-only mapping, and the rows of a small one read-only copies: nothing the policy
+        does to them (NumPy or PyTorch) reaches the batch. With ``"copies"`` every row is a
+        copy, which never changes; with ``"views"`` they are read-only views of the batch's rows.
         """
         if self._target is not None:
             stop = self._written.rewards.shape[1] if stop is None else stop
@@ -242,7 +242,7 @@ class BatchMemory:
             observations = self._written.observations
         if self._policy_mirror is not None:
             # Rows of the read-only mapping are read-only all the way down: no copy needed.
-            return mirror_rows_of(self._policy_mirror, t, start, stop)
+            return mirror_rows_of(self._policy_mirror, observations, t, start, stop)
         return policy_rows_of(observations, t, start, stop, copies=self._policy_inputs != "views")
 
     def finish(self, lost_from_rows: np.ndarray | None = None) -> RolloutStorage:
@@ -306,19 +306,22 @@ class BatchMemory:
             self._pool.append(_Recycled(storage, mirror))
         return storage
 
-    def _allocate_mirrored(self) -> tuple[RolloutStorage, list[np.ndarray] | None]:
+    def _allocate_mirrored(self) -> tuple[RolloutStorage, list[np.ndarray | None] | None]:
         """New storage and, with ``policy_inputs="protected"``, the read-only mirror of its
-        observations (:mod:`~parallel_rollouts.data.read_only_mirror`; ``None`` where the system
-        cannot map memory twice, and the policy's rows are copied instead)."""
+        observations (:mod:`~parallel_rollouts.data.read_only_mirror`): per leaf, ``None`` where
+        the leaf's rows are small or the system cannot map memory twice (the policy's rows of it
+        are copied instead); ``None`` for the whole when no leaf has one."""
         storage = self._allocate()
         if self._policy_inputs != "protected":
             return storage, None
-        pairs = [mirrored_empty(leaf.shape, leaf.dtype) for leaf in storage.observations]
-        if any(pair is None for pair in pairs):
+        pairs = [mirrored_empty(leaf.shape, leaf.dtype) if mirrors_leaf(leaf) else None for leaf in storage.observations]
+        if all(pair is None for pair in pairs):
             return storage, None
-        # The same shapes and dtypes the storage was checked with, in memory mapped twice.
-        storage.observations[:] = [writable for writable, _ in pairs]
-        return storage, [read_only for _, read_only in pairs]
+        for index, pair in enumerate(pairs):
+            if pair is not None:
+                # The same shape and dtype the storage was checked with, in memory mapped twice.
+                storage.observations[index] = pair[0]
+        return storage, [None if pair is None else pair[1] for pair in pairs]
 
     def _mirror_of(self, storage: RolloutStorage) -> list[np.ndarray] | None:
         """The read-only mirror of ``storage``'s observations, if it has one."""

@@ -68,6 +68,17 @@ class Mapping:
     def writable(self) -> bool:
         return not self.__array_interface__["data"][1]
 
+    # A copy would unmap the same address when it is freed, under every array of the original; in
+    # another process the address means nothing. Arrays over a mapping copy their data instead.
+    def __copy__(self) -> Mapping:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> Mapping:
+        return self
+
+    def __reduce__(self):
+        raise TypeError("a shared memory mapping cannot be pickled: pickle the arrays over it, which copy their data")
+
     def __del__(self) -> None:
         if self._address is not None:
             _libc.munmap(ctypes.c_void_p(self._address), ctypes.c_size_t(self._size))

@@ -6,11 +6,12 @@ writeable array behind it (the memoryview's ``obj``); and ``torch.from_numpy`` /
 ``torch.as_tensor`` share a read-only array's memory and only warn, so an in-place tensor
 operation would write the batch. Three ways out, :data:`POLICY_INPUTS`:
 
-- ``"protected"`` (the default): rows of a second, read-only mapping of the batch's
-  observation memory (:mod:`~parallel_rollouts.data.read_only_mirror`). No copy; NumPy
-  refuses a write, and a write that bypasses NumPy (an in-place PyTorch operation) stops
-  the process with a segmentation fault before anything reaches the batch. Where the system
-  cannot map memory twice, the rows are copied as with ``"copies"``.
+- ``"protected"`` (the default): for a leaf whose rows are large (frames), rows of a second,
+  read-only mapping of the batch's observation memory
+  (:mod:`~parallel_rollouts.data.read_only_mirror`). No copy; NumPy refuses a write, and a
+  write that bypasses NumPy (an in-place PyTorch operation) stops the process with a
+  segmentation fault before anything reaches the batch. A leaf with small rows (CartPole's),
+  and any leaf where the system cannot map memory twice, is copied as with ``"copies"``.
 - ``"copies"``: each row of each leaf copied, once, into a ``bytes`` object, and the policy
   gets an array over it: every object reachable from the row is immutable, turning the write
   flag back on raises ``ValueError``, and what a torch policy writes in place lands in that
@@ -18,9 +19,11 @@ operation would write the batch. Three ways out, :data:`POLICY_INPUTS`:
 - ``"views"``: read-only views of the batch's own rows, with the risks
   :data:`POLICY_INPUTS` states.
 
-With ``"protected"`` and ``"copies"`` a row the policy keeps never changes: a kept row of
-the mirror holds the batch's memory as a view of the batch would, so it is not recycled
-(with ``reuse_buffers=True`` the next collect rewrites it, as it rewrites the batch).
+A copied row the policy keeps never changes. A kept row of the mirror is the batch's memory:
+it holds the batch as a view would, so the batch is not recycled while it lives, but it
+changes when that memory is written (the caller writing the batch in place; the next collect
+with ``reuse_buffers=True``; in a rollout worker, the batch's memory reused once the caller
+dropped it).
 """
 
 from __future__ import annotations
@@ -95,9 +98,14 @@ def policy_rows_of(
     return [row_of(leaf[t, start:stop]) for leaf in leaves]
 
 
-def mirror_rows_of(leaves: Sequence[np.ndarray], t: int, start: int = 0, stop: int | None = None) -> list[np.ndarray]:
-    """Row ``t`` of every leaf of a read-only mirror (:mod:`~parallel_rollouts.data.read_only_mirror`)
-    for env columns ``start:stop``: the rows as they are, since they are read-only all the way down."""
+def mirror_rows_of(
+    mirror: Sequence[np.ndarray | None], leaves: Sequence[np.ndarray], t: int, start: int = 0, stop: int | None = None
+) -> list[np.ndarray]:
+    """Row ``t`` for env columns ``start:stop`` of every leaf: of its read-only mirror
+    (:mod:`~parallel_rollouts.data.read_only_mirror`) as it is, since it is read-only all the way
+    down; a read-only copy of the storage's row for a leaf without one (``None``)."""
     if start == 0 and stop is None:
-        return [leaves[0][t]] if len(leaves) == 1 else [leaf[t] for leaf in leaves]
-    return [leaf[t, start:stop] for leaf in leaves]
+        if len(mirror) == 1 and mirror[0] is not None:
+            return [mirror[0][t]]
+        return [read_only_copy(leaf[t]) if rows is None else rows[t] for rows, leaf in zip(mirror, leaves)]
+    return [read_only_copy(leaf[t, start:stop]) if rows is None else rows[t, start:stop] for rows, leaf in zip(mirror, leaves)]

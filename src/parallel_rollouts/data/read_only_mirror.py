@@ -27,7 +27,18 @@ import numpy as np
 
 from .mappings import MAPPING_AVAILABLE, map_shared
 
-__all__ = ["mirrored_empty"]
+__all__ = ["MIRROR_MIN_ROW_BYTES", "mirrored_empty", "mirrors_leaf"]
+
+#: A leaf is mapped twice when one row of it (every env's observation at one step) is at least
+#: this large; a smaller row is copied for the policy, which costs no more than handing out a
+#: view of a mapping, and lets a policy write it in place as before. (84x84x4 frames: 28 KB
+#: per env; CartPole: 16 bytes.)
+MIRROR_MIN_ROW_BYTES = 16 * 1024
+
+
+def mirrors_leaf(leaf: np.ndarray) -> bool:
+    """Whether observation storage ``leaf`` (``[rows, envs, ...]``) gets a read-only mirror."""
+    return leaf.ndim >= 2 and leaf[0].nbytes >= MIRROR_MIN_ROW_BYTES
 
 _MEMFD_FLAGS = getattr(os, "MFD_CLOEXEC", 0)
 
@@ -44,11 +55,9 @@ def mirrored_empty(shape: tuple[int, ...], dtype) -> tuple[np.ndarray, np.ndarra
     nbytes = count * dtype.itemsize
     if nbytes == 0 or not MAPPING_AVAILABLE or not hasattr(os, "memfd_create"):
         return None
+    descriptor = -1
     try:
         descriptor = os.memfd_create("parallel-rollouts-observations", _MEMFD_FLAGS)
-    except OSError:
-        return None
-    try:
         os.ftruncate(descriptor, nbytes)
         writable = map_shared(descriptor, nbytes, writable=True)
         read_only = map_shared(descriptor, nbytes, writable=False)
@@ -56,5 +65,6 @@ def mirrored_empty(shape: tuple[int, ...], dtype) -> tuple[np.ndarray, np.ndarra
         return None
     finally:
         # The mappings hold the memory; the descriptor is needed only to make them.
-        os.close(descriptor)
+        if descriptor >= 0:
+            os.close(descriptor)
     return writable.view(dtype).reshape(shape), read_only.view(dtype).reshape(shape)

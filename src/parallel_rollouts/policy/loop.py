@@ -155,7 +155,7 @@ class RolloutLoop:
         ``read_only_observations`` (the same memory mapped read-only) when given and the loop
         copies, since nothing the policy does reaches the storage through them."""
         if read_only_observations is not None and self.copy_inputs:
-            return lambda t: mirror_rows_of(read_only_observations, t)
+            return lambda t: mirror_rows_of(read_only_observations, storage.observations, t)
         observations, copies = storage.observations, self.copy_inputs
         return lambda t: policy_rows_of(observations, t, copies=copies)
 
@@ -177,8 +177,8 @@ class RolloutLoop:
 def build_loop(layout: RolloutLayout, policy: Callable[[Any], Any] | None, start: int, stop: int) -> RolloutLoop:
     """The loop of envs ``start .. stop - 1``: ``policy`` (``None``: each env samples from its own
     seeded copy of the action space) and a writer that checks its output for those envs."""
-    # A loop's rows are copies unless they may be views: the storage it reads (a worker's share
-    # of a segment, an actor's batch) has no read-only mirror to hand out.
+    # A loop's rows are copies unless they may be views, or the storage a run reads comes with a
+    # read-only mirror (a rollout worker's segment: RolloutLoop.rows_of); an actor's batch has none.
     copy_inputs = policy_input_mode(policy, layout.policy_inputs) != "views"
     if policy is None:
         policy = RandomActionSampler(layout.action_layout, layout.root_seed, range(start, stop))

@@ -112,7 +112,7 @@ class AttachedSegments:
             shared = SharedStorage.attach(name, self._allocate, read_only_mirror=self._read_only_mirrors)
             start, stop = self._columns
             mirror = shared.read_only_observations
-            mirror = None if mirror is None else [leaf[:, start:stop] for leaf in mirror]
+            mirror = None if mirror is None else [None if leaf is None else leaf[:, start:stop] for leaf in mirror]
             entry = (shared, shared.storage.columns(start, stop), mirror)
             self._attached[name] = entry
             while len(self._attached) > self._capacity:

@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 
 from ..data.mappings import MAPPING_AVAILABLE, map_shared
+from ..data.read_only_mirror import mirrors_leaf
 from ..data.storage import RolloutStorage
 
 __all__ = ["SEGMENT_PREFIX", "SharedStorage", "attach_segment", "create_segment", "release_segment"]
@@ -189,7 +190,8 @@ def _read_only_observations(segment: shared_memory.SharedMemory, allocate: Calla
     except OSError:
         return None
     storage, _ = carve(allocate, read_only)
-    return storage.observations
+    mirror = [leaf if mirrors_leaf(leaf) else None for leaf in storage.observations]
+    return None if all(leaf is None for leaf in mirror) else mirror
 
 
 def _extra_offset(storage_bytes: int) -> int:

@@ -144,9 +144,16 @@ def exit_description(process) -> str:
         return "is unresponsive"
     if code < 0:
         try:
-            return f"was killed by signal {signal.Signals(-code).name}"
+            name = signal.Signals(-code).name
         except ValueError:
             return f"was killed by signal {-code}"
+        if name == "SIGSEGV":
+            return (
+                "was killed by signal SIGSEGV (a segmentation fault: a crash in an env's native code, or a "
+                "policy writing its observations in place through PyTorch, which the read-only rows of "
+                "policy_inputs='protected' refuse; copy them first or pass policy_inputs='copies')"
+            )
+        return f"was killed by signal {name}"
     return f"exited with code {code}"
 
 

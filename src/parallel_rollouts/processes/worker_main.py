@@ -251,8 +251,11 @@ class HostedSlice:
             groups = build_groups(envs, env_offset, [(0, len(envs))], layout, order.incarnation)
         column_range = (env_offset, env_offset + groups[-1][1])
         # As many batch segments mapped as the main process recycles (BatchMemory's pool).
+        # A read-only mapping of each for the worker's own policy (rollout workers), when it reads rows.
+        policy_reads = order.policy is not None and order.policy.snapshot is not None
         segments = AttachedSegments(
-            layout.allocate_storage, column_range, layout.batches_recycled, read_only_mirrors=layout.policy_inputs == "protected"
+            layout.allocate_storage, column_range, layout.batches_recycled,
+            read_only_mirrors=policy_reads and layout.policy_inputs == "protected",
         )
         group = groups[0][2] if len(groups) == 1 else GroupChain(groups)
         hosted = cls(group, storage.columns(*column_range), segments, env_offset, None, None)

@@ -278,8 +278,9 @@ class RayRunner(RemoteRolloutRunner):
                 column += len(part)
             self.layout = resolve_layout(spec, [column for part in parts for column in part])
             # The actors' slices come back as new arrays and are copied into the batch's columns.
+            # No policy reads rows here (each actor copies its own): no read-only mirror to allocate.
             self._memory = BatchMemory(
-                self.layout.allocate_storage, self._reuse_buffers, pool_size=self.layout.batches_recycled
+                self.layout.allocate_storage, self._reuse_buffers, pool_size=self.layout.batches_recycled, policy_inputs="copies"
             )
             policy_reference = None if initial_policy is None else ray.put(initial_policy)
             started = self._get_all([self._start(index, policy_reference) for index in range(len(self._actors))])

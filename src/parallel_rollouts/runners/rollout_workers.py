@@ -88,8 +88,11 @@ class RolloutWorkersRunner(RemoteRolloutRunner):
         pool = WorkerPool.start(spec, options=options, policy=protocol.ShippedPolicy(snapshot))
         # Fresh batches are written straight into segments of their own: nothing is copied out.
         segments = None if reuse_buffers else BatchSegments(pool.layout.allocate_storage)
+        # The workers' policies read their segments through mappings of their own; no policy reads
+        # rows here, so the batch memory allocates no read-only mirror.
         memory = BatchMemory(
-            pool.layout.allocate_storage, reuse_buffers, pool.shared.storage, segments, pool.layout.batches_recycled
+            pool.layout.allocate_storage, reuse_buffers, pool.shared.storage, segments, pool.layout.batches_recycled,
+            policy_inputs="copies",
         )
         return cls(pool, memory, shipper, policy)
 
