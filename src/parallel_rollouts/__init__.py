@@ -6,11 +6,6 @@ the exception tree (``errors``) and the command line; every internal role is a f
 own, and ``docs/architecture.md`` draws how they stack.
 """
 
-import importlib
-import importlib.abc
-import importlib.util
-import sys
-
 from .collector import ParallelRolloutCollector
 from .conformance import Advice, CheckResult, CheckStatus, ConformanceReport, advise, check_env
 from .core.selector import CoreFallbackWarning, active_core
@@ -48,32 +43,6 @@ from .vector_env import ParallelVectorEnv
 # label (setup.py): `parallel-rollouts --version` and importlib.metadata show that, e.g.
 # 0.2.0.dev0+g1a2b3c4, so that a bug report names the build.
 __version__ = "0.2.0.dev0"
-
-#: Documented import paths of modules that moved, and where they live now. Importing an old
-#: path gives the module at its new one (the same object), so code written against the
-#: documented paths keeps working.
-MOVED_MODULES = {
-    "parallel_rollouts.seeding": "parallel_rollouts.config.seeding",
-}
-
-
-class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Serves each old path in :data:`MOVED_MODULES` as the module at its new path."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname not in MOVED_MODULES:
-            return None
-        return importlib.util.spec_from_loader(fullname, self)
-
-    def create_module(self, spec):
-        return importlib.import_module(MOVED_MODULES[spec.name])
-
-    def exec_module(self, module):
-        pass  # the module ran when it was imported at its new path
-
-
-if not any(isinstance(finder, _MovedModuleFinder) for finder in sys.meta_path):
-    sys.meta_path.append(_MovedModuleFinder())
 
 __all__ = [
     "ActionError",
