@@ -14,7 +14,11 @@ import numpy as np
 import parallel_rollouts
 from parallel_rollouts import ParallelRolloutCollector
 from parallel_rollouts.processes import transport
-from parallel_rollouts.processes.transport import PipeChannel, PipeTransport, TransportOrder
+from parallel_rollouts.processes.transport import (
+    PipeChannel,
+    PipeTransport,
+    TransportOrder,
+)
 
 from .batch_compare import assert_batches_identical
 from .envs import CountingEnv

@@ -86,9 +86,8 @@ def pipe_receiver(connection):
     sentinel = _parent_sentinel()
 
     def receive() -> bytes:
-        if not spin() and sentinel is not None:
-            if connection not in wait([connection, sentinel]):
-                raise EOFError("the main process is gone")
+        if not spin() and sentinel is not None and connection not in wait([connection, sentinel]):
+            raise EOFError("the main process is gone")
         return connection.recv_bytes()
 
     return receive
