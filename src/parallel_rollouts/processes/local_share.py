@@ -69,7 +69,6 @@ class LocalShare:
     phase: str = "worker"
     incarnation: int = 0
     wait_seconds: float = 0.0
-    request_number: int = 0
     factories: tuple[int, int] = (0, 0)
     #: What making the envs gave: their spaces per env, or the exception a factory raised
     #: (reported with the workers' start-up errors).

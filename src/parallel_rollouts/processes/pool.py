@@ -34,7 +34,6 @@ from ..config.spec import RolloutSpec
 from ..config.worker_options import WorkerOptions
 from . import protocol
 from .forwarded_warnings import raise_again
-from .doorbell import doorbells_available
 from .local_share import LocalShare, resolve_main_share
 from .shared_memory import SharedStorage
 from .oversubscription import warn_if_oversubscribed
@@ -59,9 +58,8 @@ class _Resources:
 
     workers: list[WorkerHandle] = field(default_factory=list)
     shared: SharedStorage | None = None
-    #: Whether the working segment gets step doorbells (decided before it exists), and how
-    #: requests reach the workers (a DoorbellTransport once a segment with doorbells exists).
-    use_doorbells: bool = False
+    #: How requests reach the workers: the main side of the transport start-up opened with the
+    #: segment (:mod:`.transport`; the pipes until then).
     transport: PipeTransport = field(default_factory=PipeTransport)
     closed: bool = False
 
@@ -236,7 +234,6 @@ class WorkerPool:
             if local:
                 # Made while the workers start theirs.
                 resources.workers.insert(0, LocalShare.make(spec.env_fns, local))
-            resources.use_doorbells = doorbells_available(spec.core_name)
             order = attach(spec, resources, policy)
         except BaseException:
             resources.shutdown(graceful=False)
@@ -261,7 +258,7 @@ class WorkerPool:
                 "their state is unknown. Close this collector and create a new one."
             )
         phase = protocol.PHASES.get(command, "worker")
-        # A bare step rides the doorbell (when the pool has one); anything else the pipe.
+        # A bare step is marked: the transport may carry it its quickest way; anything else goes over the pipe.
         step_row = argument if command == protocol.STEP and not payload else None
         post = self._resources.post
         for worker in workers:

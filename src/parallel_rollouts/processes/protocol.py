@@ -92,6 +92,9 @@ class AttachOrder:
     segment_name: str
     #: The collector's layout, as the main process resolved it (the core is loaded here by name).
     layout: RolloutLayout
+    #: How requests reach this worker: a :class:`~parallel_rollouts.processes.transport.TransportOrder`,
+    #: from which the worker builds its side of the pool's transport.
+    transport: object
     #: This worker's first env column (a factory returning a vector env spans several).
     column_offset: int = 0
     #: ``builder(envs, env_offset, layout)`` -> the group to host instead of the rollout
@@ -101,7 +104,5 @@ class AttachOrder:
     #: How many times this slice's worker was replaced: its envs draw episode seeds
     #: from the stream of this incarnation (:mod:`parallel_rollouts.config.seeding`).
     incarnation: int = 0
-    #: How many doorbell slots follow the storage in the segment (:mod:`.doorbell`), and
-    #: this worker's; ``None``: every request comes over the pipe.
-    doorbell: int | None = None
+    #: This worker's slot of the transport's part of the segment (its index in the pool).
     slot: int = 0

@@ -18,8 +18,7 @@ from ..checks.failures import merged_failure
 from ..groups import resolve_layout
 from ..config.spec import RolloutSpec
 from . import protocol
-from .doorbell import MainDoorbells, doorbell_bytes
-from .transport import DoorbellTransport
+from .transport import transport_for
 from .shared_memory import SharedStorage
 from .worker_handle import WorkerHandle, died_error
 
@@ -43,8 +42,10 @@ UNGUARDED_MAIN_EXIT_CODE = 86
 def attach(spec: RolloutSpec, resources, policy) -> protocol.AttachOrder:
     """Check every env's spaces, create the segment and attach every worker; the order sent.
 
-    ``resources`` is the pool's record of what to free: its ``workers``, and its ``shared``
-    segment, stored there as soon as it exists so that a failure after it frees it too.
+    ``resources`` is the pool's record of what to free: its ``workers``, its ``shared``
+    segment and the main side of its ``transport`` (the one :func:`~.transport.transport_for`
+    picks, whose part of the segment follows the storage), each stored there as soon as it
+    exists so that a failure after it frees it too.
     """
     replies = [worker.spaces if worker.is_local else startup_reply(worker, "spaces") for worker in resources.workers]
     raise_startup_errors(replies)
@@ -55,16 +56,15 @@ def attach(spec: RolloutSpec, resources, policy) -> protocol.AttachOrder:
         column = worker.stop
     layout = resolve_layout(spec, [column for reply in replies for column in reply])
     slots = resources.workers[-1].index + 1
-    doorbells = resources.use_doorbells
-    resources.shared = SharedStorage.create(layout.allocate_storage, doorbell_bytes(slots) if doorbells else 0)
-    if doorbells:
-        resources.transport = DoorbellTransport(MainDoorbells(resources.shared.extra, slots))
+    transport = transport_for(spec.core_name)
+    resources.shared = SharedStorage.create(layout.allocate_storage, transport.segment_bytes(slots))
+    resources.transport, transport_order = transport.open(resources.shared.extra, slots)
     order = protocol.AttachOrder(
         segment_name=resources.shared.name,
         layout=layout,
+        transport=transport_order,
         group_builder=spec.group_builder,
         policy=policy,
-        doorbell=slots if doorbells else None,
     )
     remote = [worker for worker in resources.workers if not worker.is_local]
     for worker in remote:

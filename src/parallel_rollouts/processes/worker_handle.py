@@ -45,8 +45,6 @@ class WorkerHandle:
     phase: str = "worker"
     #: How many times this slice's worker was replaced (its envs' seed stream).
     incarnation: int = 0
-    #: The number of the last request rung on this worker's doorbell (its reply is awaited).
-    request_number: int = 0
     #: Seconds this process waited for this worker's replies since the last ``take_wait_seconds``.
     wait_seconds: float = 0.0
     #: The read end of a pipe the worker's ``faulthandler`` writes to when it crashes.

@@ -3,10 +3,9 @@
 A worker hosts the groups its factories' envs need (single envs, vector envs or multi-agent
 envs; the VectorEnv adapter's own group instead when it asks) and steps them one row at a time
 on request (the per-step stepper), or, as a rollout worker, runs whole rollouts of its slice with
-its own copy of the policy. Per-step requests arrive through the step doorbell when the compiled
-extension is there (:mod:`~parallel_rollouts.processes.doorbell`: a step is a counter in the
-shared segment, the other requests are read from the pipe when the doorbell says so), else over
-the pipe as below.
+its own copy of the policy. Requests arrive, and replies leave, through the worker's side of the
+pool's transport (a channel, built from the attach order: :mod:`~parallel_rollouts.processes.transport`);
+this loop does not know which transport it is.
 
 The messages and their codes are :mod:`~parallel_rollouts.processes.protocol`'s.
 
@@ -27,7 +26,6 @@ import traceback
 
 import cloudpickle
 import numpy as np
-from multiprocessing.connection import wait
 
 from ..errors import ObservationError, WorkerError
 from ..groups import GroupChain, RolloutGroup, build_groups, make_all, spaces_per_env
@@ -43,9 +41,7 @@ from .protocol import (
     ABANDON, BEGIN, CANCEL_SIGNAL, CLOSE, DONE, FAILED, FINISH, FINISHED, HANDLE, POLICY_FAILED, REQUEST, ROLLOUT,
     STEP, STEP_ENVS, WARNED, AttachOrder,
 )
-from .waiting import SpinThenBlock, spin_budget_seconds
-from . import doorbell as doorbell_codes
-from .doorbell import WorkerDoorbell
+from .transport import pipe_receiver
 
 __all__ = ["HostedSlice", "worker_main"]
 
@@ -71,10 +67,6 @@ def _with_warnings(reply: bytes) -> bytes:
     return reply
 
 
-def _send(connection, reply: bytes) -> None:
-    connection.send_bytes(_with_warnings(reply))
-
-
 def _picklable(error: BaseException, env_offset: int) -> BaseException:
     """The exception itself if it survives pickling, else a WorkerError describing it."""
     try:
@@ -82,65 +74,6 @@ def _picklable(error: BaseException, env_offset: int) -> BaseException:
         return error
     except Exception:
         return WorkerError.from_failures([describe_failure(env_offset, "worker", error)])
-
-
-class _Channel:
-    """Requests in, replies out: over the pipe, or rung on the doorbell (steps) with the pipe
-    for everything else. Every request gets exactly one reply."""
-
-    def __init__(self, connection, doorbell: WorkerDoorbell | None) -> None:
-        self.connection = connection
-        self.doorbell = doorbell
-        self.step_request = False
-        parent = multiprocessing.parent_process()
-        sentinel = parent.sentinel if parent is not None else None
-        parent_pid = os.getppid()
-        if doorbell is None:
-            raw = _receiver(connection)
-
-            def receive_piped() -> tuple[bytes, int, bytes]:
-                message = raw()
-                command, argument = REQUEST.unpack_from(message)
-                return command, argument, message
-
-            self.receive = receive_piped
-            return
-
-        def parent_alive() -> bool:
-            # The parent's sentinel says when it is gone. (A readable pipe does not: a request is
-            # rung before it is written, but a large one is still being written when read.)
-            if sentinel is not None:
-                return not wait([sentinel], 0)
-            return os.getppid() == parent_pid
-
-        def receive() -> tuple[bytes, int, bytes]:
-            code, argument = doorbell.wait(parent_alive)
-            # A step's reply may be posted in the segment; a pipe request's goes back on the pipe.
-            self.step_request = code == doorbell_codes.STEP
-            if self.step_request:
-                return STEP, argument, b""
-            message = connection.recv_bytes()
-            command, argument = REQUEST.unpack_from(message)
-            return command, argument, message
-
-        self.receive = receive
-
-    def send(self, reply: bytes) -> None:
-        payload = _with_warnings(reply)  # once: it takes the pending warnings
-        if self.doorbell is not None:
-            if self.step_request and self.doorbell.reply_inline(payload):
-                return
-            # Rung first: the main process then reads the pipe while this writes to it, so a
-            # reply larger than the pipe's buffer (a frame in a final observation) flows.
-            self.doorbell.reply(doorbell_codes.REPLIED_ON_PIPE)
-        self.connection.send_bytes(payload)
-
-    def done(self) -> None:
-        """Reply "done"; on the doorbell alone when there is no warning to carry."""
-        if self.doorbell is None or _warnings.pending:
-            self.send(DONE)
-        else:
-            self.doorbell.reply(doorbell_codes.REPLIED_DONE)
 
 
 def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes], crash_report=None) -> None:
@@ -156,19 +89,17 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes], crash
     group = None
     shared: SharedStorage | None = None
     hosted: HostedSlice | None = None
-    doorbell: WorkerDoorbell | None = None
+    channel = None
     envs = []
     try:
         try:
             envs = make_all([cloudpickle.loads(pickled) for pickled in pickled_env_fns], env_offset)
             connection.send(("spaces", spaces_per_env(envs)))
-            kind, order = pickle.loads(_receiver(connection)())
+            kind, order = pickle.loads(pipe_receiver(connection)())
             if kind != "attach":
                 return
-            extra = 0 if order.doorbell is None else doorbell_codes.doorbell_bytes(order.doorbell)
-            shared = SharedStorage.attach(order.segment_name, order.layout.allocate_storage, extra)
-            if order.doorbell is not None:
-                doorbell = WorkerDoorbell(shared.extra, order.doorbell, order.slot)
+            shared = SharedStorage.attach(order.segment_name, order.layout.allocate_storage, order.transport.segment_bytes)
+            channel = order.transport.channel(connection, shared.extra, order.slot)
             env_offset = order.column_offset
             hosted = HostedSlice.build(envs, order, shared.storage)
             group = hosted.group
@@ -176,7 +107,7 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes], crash
             connection.send(("error", _picklable(error, env_offset)))
             return
         connection.send(("ready", None))
-        _serve(_Channel(connection, doorbell), hosted)
+        _serve(channel, hosted)
     except (EOFError, OSError):
         pass  # the main process is gone: nothing left to report to
     finally:
@@ -184,8 +115,8 @@ def worker_main(connection, env_offset: int, pickled_env_fns: list[bytes], crash
             close_each(envs)
         if hosted is not None:
             hosted.segments.release_all()
-        if doorbell is not None:
-            doorbell.release()
+        if channel is not None:
+            channel.release()
         if shared is not None:
             shared.release()
 
@@ -201,26 +132,6 @@ def _allow_env_processes() -> None:
     worker closes if it is killed.
     """
     multiprocessing.current_process().daemon = False
-
-
-def _receiver(connection):
-    """``receive()`` for the next request; raises EOFError once the main process is gone.
-
-    With ``spawn`` the connection alone shows the main process's death as
-    end-of-file. A ``fork``-ed worker also holds copies of the main process's
-    ends, so it watches the parent's sentinel as well.
-    """
-    spin = SpinThenBlock(connection, spin_budget_seconds()).spin
-    parent = multiprocessing.parent_process()
-    sentinel = parent.sentinel if parent is not None else None
-
-    def receive() -> bytes:
-        if not spin() and sentinel is not None:
-            if connection not in wait([connection, sentinel]):
-                raise EOFError("the main process is gone")
-        return connection.recv_bytes()
-
-    return receive
 
 
 class HostedSlice:
@@ -325,18 +236,16 @@ class HostedSlice:
             return FAILED + pickle.dumps(_picklable(failure, self.env_offset))
 
 
-def _serve(channel: _Channel, hosted: HostedSlice) -> None:
+def _serve(channel, hosted: HostedSlice) -> None:
+    """Serve requests from ``channel`` (the transport's worker side) until asked to close."""
     receive, send, done, serve = channel.receive, channel.send, channel.done, hosted.serve
     while True:
         command, argument, message = receive()
         reply = serve(command, argument, message)
-        if reply is None:
-            if command == STEP:
-                done()
-            else:
-                send(DONE)
+        if reply is None and command == STEP and not _warnings.pending:
+            done()  # a bare "done" to a step: the transport's shortest reply
         else:
-            send(reply)
+            send(_with_warnings(DONE if reply is None else reply))
         if command == CLOSE:
             return
 
