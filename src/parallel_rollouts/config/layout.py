@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from gymnasium import Space
@@ -23,9 +23,6 @@ from ..data.spaces import SpaceLayout
 from ..data.sparse_memory import sparse_zeros
 from ..data.storage import RolloutStorage, storage_bytes
 
-if TYPE_CHECKING:
-    from .spec import RolloutSpec
-
 __all__ = ["RolloutLayout"]
 
 
@@ -33,9 +30,10 @@ __all__ = ["RolloutLayout"]
 class RolloutLayout:
     """Everything a part of a collector needs to lay out and step its rollouts."""
 
-    #: The collector's settings these rollouts follow. Every one of them reads as an attribute
-    #: of the layout too (``layout.horizon``), so that a new setting is declared once, in the spec.
-    spec: RolloutSpec
+    #: The :class:`~parallel_rollouts.config.spec.RolloutSpec` these rollouts follow (typed loosely:
+    #: the spec's module imports this one). Every setting of it reads as an attribute of the
+    #: layout too (``layout.horizon``), so that a new setting is declared once, in the spec.
+    spec: Any
     #: One env's observation space; every env declares the same.
     observation_space: Space
     #: One env's action space; every env declares the same.
