@@ -249,7 +249,7 @@ class ParallelRolloutCollector:
         )
         self._options = options
         given = env_fns[0].vector_env if isinstance(env_fns[0], _GivenVectorEnv) else None
-        memory_warned = check_memory_before_building(env_fns, options.horizon, options.info_keys, given)
+        memory_warned = check_memory_before_building(env_fns, options.rollout.horizon, options.rollout.info_keys, given)
         counted = options.in_this_process and given is None
         where = "in this process" if options.in_this_process else f"in {options.backend} workers"
         progress = BuildProgress(len(env_fns), where, counted)
@@ -268,7 +268,7 @@ class ParallelRolloutCollector:
         if not memory_warned:
             layout = self._layout
             warn_if_batch_too_large(
-                layout.observation_layout, layout.action_layout, options.horizon, layout.num_envs, options.info_keys
+                layout.observation_layout, layout.action_layout, layout.horizon, layout.num_envs, layout.info_keys
             )
 
     # -- public properties -----------------------------------------------------------------
@@ -276,7 +276,7 @@ class ParallelRolloutCollector:
     @property
     def seed(self) -> int:
         """The root seed: pass it back as ``seed=`` to reproduce this run."""
-        return self._options.root_seed
+        return self._options.rollout.root_seed
 
     @property
     def num_columns(self) -> int:
@@ -294,7 +294,8 @@ class ParallelRolloutCollector:
 
     @property
     def horizon(self) -> int:
-        return self._options.horizon
+        """Steps per env in each ``collect()``."""
+        return self._options.rollout.horizon
 
     @property
     def backend(self) -> str:
@@ -303,7 +304,7 @@ class ParallelRolloutCollector:
     @property
     def core(self) -> str:
         """The per-step core in use: ``"compiled"`` or ``"python"``."""
-        return self._options.core_name
+        return self._options.rollout.core_name
 
     @property
     def column_agents(self) -> tuple:

@@ -4,12 +4,13 @@
 :class:`~parallel_rollouts.ParallelRolloutCollector` (and so of ``make_collector``, which
 forwards them) and derives what follows from them (the policy placement by default, the
 batches kept for recycling, whether rollout workers yield to the learner). It raises before
-any env or process exists. What follows reads the parsed values and checks nothing again:
-:meth:`CollectorOptions.spec` hands the settings every group and worker needs to a
-:class:`~parallel_rollouts.config.spec.RolloutSpec`, and the runner is built from the rest.
+any env or process exists. What follows reads the parsed values and checks nothing again: the
+settings every group, worker and actor follows are held as a
+:class:`~parallel_rollouts.config.spec.RolloutSpec` (declared there, once), and the runner is
+built from the rest.
 
-A new option is a field and its check here, a parameter of the collector, and its reader
-(plus a field of the spec when the envs' side reads it).
+A new option is its check here (and a field: here when the runner or the collector reads it,
+in the spec when the envs' side does), a parameter of the collector, and its reader.
 """
 
 from __future__ import annotations
@@ -42,17 +43,10 @@ class CollectorOptions:
     """Every option of a collector, checked; build it with :meth:`parse`."""
 
     backend: str
-    horizon: int
-    #: The root seed (drawn when the caller gave none).
-    root_seed: int
-    #: ``"compiled"`` or ``"python"``: the core ``core=`` chose.
-    core_name: str
-    info_keys: tuple[str, ...]
+    #: The settings every group, worker and actor follows (seed, horizon, core, checks, what the
+    #: policy reads, the batches recycled), without the env factories: :meth:`spec` adds them.
+    rollout: RolloutSpec
     reuse_buffers: bool
-    observation_check: str
-    episode_seeds: str
-    store_states: bool
-    policy_inputs: str
     #: ``0`` or ``1``.
     max_policy_lag: int
     #: ``"main"`` or ``"workers"`` (the backend's default when not given).
@@ -62,17 +56,6 @@ class CollectorOptions:
     workers: WorkerOptions
     #: ``backend="ray"``: the actors' options; ``None`` otherwise.
     ray: RayOptions | None
-
-    @property
-    def batches_recycled(self) -> int:
-        """Batches whose memory is kept for recycling: the one the caller holds and the one being
-        written, and with ``max_policy_lag=1`` the next one, already in flight."""
-        return 2 + self.max_policy_lag
-
-    @property
-    def yield_to_learner(self) -> bool:
-        """Rollout workers lower their priority while the learner runs beside them (``max_policy_lag=1``)."""
-        return bool(self.max_policy_lag) and self.policy_placement == "workers"
 
     @property
     def in_this_process(self) -> bool:
@@ -132,9 +115,18 @@ class CollectorOptions:
         max_policy_lag = check_policy_lag(max_policy_lag, policy, policy_placement, reuse_buffers)
         root_seed = draw_root_seed() if seed is None else validate_seed(seed)
         core_name, _ = load_core(core)
-        observation_check = check_observation_check(observation_check)
-        episode_seeds = check_episode_seeds(episode_seeds)
-        policy_inputs = check_policy_inputs(policy_inputs)
+        rollout = RolloutSpec(
+            (), root_seed, horizon, tuple(info_keys), core_name,
+            observation_check=check_observation_check(observation_check),
+            episode_seeds=check_episode_seeds(episode_seeds),
+            store_states=store_states,
+            policy_inputs=check_policy_inputs(policy_inputs),
+            # The batch the caller holds and the one being written, and with max_policy_lag=1 the
+            # next one, already in flight.
+            batches_recycled=2 + max_policy_lag,
+            # Rollout workers lower their priority while the learner runs beside them.
+            yield_to_learner=bool(max_policy_lag) and policy_placement == "workers",
+        )
         ray = None
         if backend == "ray":
             # The Ray runner's module, imported only when it is chosen.
@@ -144,19 +136,11 @@ class CollectorOptions:
             if ray.max_restarts:
                 # Given as ``ray_options['max_restarts']``: refused above when given twice.
                 workers = replace(workers, max_restarts=ray.max_restarts)
-        return cls(
-            backend, horizon, root_seed, core_name, tuple(info_keys), bool(reuse_buffers), observation_check,
-            episode_seeds, store_states, policy_inputs, max_policy_lag, policy_placement, pipelined, workers, ray,
-        )
+        return cls(backend, rollout, bool(reuse_buffers), max_policy_lag, policy_placement, pipelined, workers, ray)
 
     def spec(self, env_fns: Sequence[Callable[[], Any]]) -> RolloutSpec:
-        """The settings every group, worker and actor needs, with the env factories."""
-        return RolloutSpec(
-            tuple(env_fns), self.root_seed, self.horizon, self.info_keys, self.core_name,
-            observation_check=self.observation_check, episode_seeds=self.episode_seeds,
-            store_states=self.store_states, policy_inputs=self.policy_inputs,
-            batches_recycled=self.batches_recycled, yield_to_learner=self.yield_to_learner,
-        )
+        """The rollout settings with the env factories: what the runner is built from."""
+        return replace(self.rollout, env_fns=tuple(env_fns))
 
 
 def check_placement(backend: str, policy_placement: str | None, pipelined: bool) -> str:
