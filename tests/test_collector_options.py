@@ -8,16 +8,21 @@ import gymnasium as gym
 import pytest
 
 from parallel_rollouts import ConfigurationError, ParallelRolloutCollector
-from parallel_rollouts.config.backends import BACKENDS, VECTOR_ENV_BACKENDS, backends_taking
+from parallel_rollouts.config.backends import (
+    BACKENDS,
+    VECTOR_ENV_BACKENDS,
+    backends_taking,
+)
 from parallel_rollouts.config.spec import RolloutSpec
 from parallel_rollouts.runners.options import CollectorOptions
 
-DEFAULTS = dict(
-    policy=None, backend="sync", horizon=8, seed=3, core="python", info_keys=(), reuse_buffers=False,
-    observation_check="warn", episode_seeds="every", num_workers=None, context=None, step_timeout=None,
-    ray_options=None, policy_placement=None, pipelined=False, max_restarts=None, main_process_envs=None,
-    store_states=False, max_policy_lag=0, policy_inputs="protected",
-)
+DEFAULTS = {
+    "policy": None, "backend": "sync", "horizon": 8, "seed": 3, "core": "python", "info_keys": (),
+    "reuse_buffers": False, "observation_check": "warn", "episode_seeds": "every", "num_workers": None,
+    "context": None, "step_timeout": None, "ray_options": None, "policy_placement": None, "pipelined": False,
+    "max_restarts": None, "main_process_envs": None, "store_states": False, "max_policy_lag": 0,
+    "policy_inputs": "protected",
+}
 
 
 def parse(**changes):
@@ -48,16 +53,16 @@ def test_the_options_are_frozen_and_the_spec_they_give_carries_the_factories():
 @pytest.mark.parametrize(
     "changes, message",
     [
-        (dict(backend="threads"), r"`backend` must be one of \('serial', 'sync', 'async', 'ray'\)"),
-        (dict(context="spawn"), r"`context` applies to backend 'async' only; got backend='sync'"),
-        (dict(backend="ray", main_process_envs=1), r"`main_process_envs` applies to backend 'async' only"),
-        (dict(backend="sync", pipelined=True), r"`pipelined=True` overlaps the policy"),
-        (dict(backend="ray", policy_placement="main"), r"backend='ray' always runs the policy in its actors"),
-        (dict(backend="sync", policy_placement="workers"), r"`policy_placement='workers'` needs worker processes"),
-        (dict(backend="async", ray_options={}), r"`ray_options` applies to backend 'ray' only"),
-        (dict(backend="ray", ray_options={"colour": 1}), r"unknown `ray_options` key\(s\) \['colour'\]"),
-        (dict(max_policy_lag=1, reuse_buffers=True), r"`max_policy_lag=1` collects the next batch"),
-        (dict(policy_inputs="mirrors"), r"`policy_inputs` must be one of"),
+        ({"backend": "threads"}, r"`backend` must be one of \('serial', 'sync', 'async', 'ray'\)"),
+        ({"context": "spawn"}, r"`context` applies to backend 'async' only; got backend='sync'"),
+        ({"backend": "ray", "main_process_envs": 1}, r"`main_process_envs` applies to backend 'async' only"),
+        ({"backend": "sync", "pipelined": True}, r"`pipelined=True` overlaps the policy"),
+        ({"backend": "ray", "policy_placement": "main"}, r"backend='ray' always runs the policy in its actors"),
+        ({"backend": "sync", "policy_placement": "workers"}, r"`policy_placement='workers'` needs worker processes"),
+        ({"backend": "async", "ray_options": {}}, r"`ray_options` applies to backend 'ray' only"),
+        ({"backend": "ray", "ray_options": {"colour": 1}}, r"unknown `ray_options` key\(s\) \['colour'\]"),
+        ({"max_policy_lag": 1, "reuse_buffers": True}, r"`max_policy_lag=1` collects the next batch"),
+        ({"policy_inputs": "mirrors"}, r"`policy_inputs` must be one of"),
     ],
 )
 def test_every_option_is_refused_by_the_one_parse_with_the_collector_s_message(changes, message):
