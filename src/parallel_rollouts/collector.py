@@ -12,27 +12,19 @@ from gymnasium import Env, Space
 
 from .data.batch import RolloutBatch
 from .data.columns import column_env_indices, warn_env_name_holds_columns
-from .data.policy_inputs import check_policy_inputs
-from .core.selector import load_core
 from .errors import CollectorClosedError, ConfigurationError
-from .checks.observations import check_observation_check
-from .policy.snapshot import rollout_copy, uncopyable_state
 from .processes.forwarded_warnings import raise_again
 from .runners.base import RolloutRunner, RunnerState
-from .runners.build import build_runner, check_placement
-from .runners.global_generator import GlobalGeneratorWatch
+from .runners.build import build_runner
+from .runners.options import CollectorOptions
+from .config.backends import steps_in_this_process
 from .config.build_progress import BuildProgress, check_memory_before_building
 from .config.memory import warn_if_batch_too_large
-from .config.seeding import check_episode_seeds, draw_root_seed, validate_seed
-from .config.spec import RolloutSpec
-from .config.worker_options import WorkerOptions
 from .groups.vector_source import check_vector_env, is_vector_env
 
-__all__ = ["BACKENDS", "ParallelRolloutCollector"]
+__all__ = ["ParallelRolloutCollector"]
 
 logger = logging.getLogger("parallel_rollouts")
-
-BACKENDS = ("serial", "sync", "async", "ray")
 
 
 class ParallelRolloutCollector:
@@ -246,72 +238,27 @@ class ParallelRolloutCollector:
         # First, so that __del__ can close whatever a failing constructor already made.
         self._owner_pid = os.getpid()
         self._backend: RolloutRunner | None = None
-        #: How many collect() calls have completed a rollout: the policy version of a snapshot taken now.
-        self._returned = 0
-        #: The policy version of the batch in flight (max_policy_lag=1; None: none in flight).
-        self._in_flight_version: int | None = None
-        self._launch_failure: BaseException | None = None
-        #: max_policy_lag=1: whether the policy draws from PyTorch's global generator on the thread.
-        self._generator_watch = GlobalGeneratorWatch()
         env_fns = _check_env_fns(env_fns, backend)
-        if policy is not None and not callable(policy):
-            raise ConfigurationError(f"`policy` must be callable or None; got {policy!r}.")
-        if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
-            raise ConfigurationError(f"`horizon` must be an int >= 1; got {horizon!r}.")
-        if backend not in BACKENDS:
-            raise ConfigurationError(f"`backend` must be one of {BACKENDS!r}; got {backend!r}.")
-        if isinstance(info_keys, str) or not all(isinstance(key, str) for key in info_keys):
-            raise ConfigurationError(f"`info_keys` must be a sequence of strings; got {info_keys!r}.")
-        repeated = sorted({key for key in info_keys if list(info_keys).count(key) > 1})
-        if repeated:
-            raise ConfigurationError(f"`info_keys` names {repeated[0]!r} twice; list each key once.")
-        policy_placement = check_placement(backend, policy_placement, pipelined)
-        options = WorkerOptions.parse(
-            num_factories=len(env_fns), backend=backend, num_workers=num_workers, context=context,
-            step_timeout=step_timeout, max_restarts=max_restarts, main_process_envs=main_process_envs,
-            share_refused=_share_refused(policy_placement, pipelined),
+        options = CollectorOptions.parse(
+            num_factories=len(env_fns), policy=policy, backend=backend, horizon=horizon, seed=seed, core=core,
+            info_keys=info_keys, reuse_buffers=reuse_buffers, observation_check=observation_check,
+            episode_seeds=episode_seeds, num_workers=num_workers, context=context, step_timeout=step_timeout,
+            ray_options=ray_options, policy_placement=policy_placement, pipelined=pipelined,
+            max_restarts=max_restarts, main_process_envs=main_process_envs, store_states=store_states,
+            max_policy_lag=max_policy_lag, policy_inputs=policy_inputs,
         )
-        if ray_options is not None and backend != "ray":
-            raise ConfigurationError(f"`ray_options` applies to backend 'ray' only; got backend={backend!r}.")
-        if max_restarts is not None and "max_restarts" in (ray_options or {}):
-            raise ConfigurationError("`max_restarts` is given twice, as an argument and in `ray_options`; give it once.")
-        if not isinstance(store_states, bool):
-            raise ConfigurationError(f"`store_states` must be True or False; got {store_states!r}.")
-        self._max_policy_lag = check_policy_lag(max_policy_lag, policy, policy_placement, reuse_buffers)
-        self._seed = draw_root_seed() if seed is None else validate_seed(seed)
-        self._core_name, _ = load_core(core)
-        self._backend_name = backend
-        self._horizon = horizon
-        self._reuse_buffers = bool(reuse_buffers)
+        self._options = options
         given = env_fns[0].vector_env if isinstance(env_fns[0], _GivenVectorEnv) else None
-        memory_warned = check_memory_before_building(env_fns, horizon, tuple(info_keys), given)
-        in_process = backend in ("serial", "sync")
-        counted = in_process and given is None
-        progress = BuildProgress(len(env_fns), "in this process" if in_process else f"in {backend} workers", counted)
+        memory_warned = check_memory_before_building(env_fns, options.rollout.horizon, options.rollout.info_keys, given)
+        counted = options.in_this_process and given is None
+        where = "in this process" if options.in_this_process else f"in {options.backend} workers"
+        progress = BuildProgress(len(env_fns), where, counted)
         if counted:
             env_fns = progress.wrap(env_fns)
-        spec = RolloutSpec(
-            tuple(env_fns), self._seed, horizon, tuple(info_keys), self._core_name,
-            observation_check=check_observation_check(observation_check),
-            episode_seeds=check_episode_seeds(episode_seeds),
-            store_states=store_states,
-            policy_inputs=check_policy_inputs(policy_inputs),
-            batches_recycled=2 + self._max_policy_lag,
-            yield_to_learner=bool(self._max_policy_lag) and policy_placement == "workers",
-        )
-        self._spec = spec
+        self._spec = options.spec(env_fns)
         # The runner: named `_backend` because it is what `backend=` chose.
         try:
-            self._backend = build_runner(
-                backend,
-                spec,
-                policy,
-                reuse_buffers=self._reuse_buffers,
-                policy_placement=policy_placement,
-                pipelined=pipelined,
-                options=options,
-                ray_options=ray_options,
-            )
+            self._backend = build_runner(self._spec, policy, options)
         except BaseException:
             progress.done(succeeded=False)
             raise
@@ -321,7 +268,7 @@ class ParallelRolloutCollector:
         if not memory_warned:
             layout = self._layout
             warn_if_batch_too_large(
-                layout.observation_layout, layout.action_layout, horizon, layout.num_envs, tuple(info_keys)
+                layout.observation_layout, layout.action_layout, layout.horizon, layout.num_envs, layout.info_keys
             )
 
     # -- public properties -----------------------------------------------------------------
@@ -329,7 +276,7 @@ class ParallelRolloutCollector:
     @property
     def seed(self) -> int:
         """The root seed: pass it back as ``seed=`` to reproduce this run."""
-        return self._seed
+        return self._options.rollout.root_seed
 
     @property
     def num_columns(self) -> int:
@@ -347,16 +294,17 @@ class ParallelRolloutCollector:
 
     @property
     def horizon(self) -> int:
-        return self._horizon
+        """Steps per env in each ``collect()``."""
+        return self._options.rollout.horizon
 
     @property
     def backend(self) -> str:
-        return self._backend_name
+        return self._options.backend
 
     @property
     def core(self) -> str:
         """The per-step core in use: ``"compiled"`` or ``"python"``."""
-        return self._core_name
+        return self._options.rollout.core_name
 
     @property
     def column_agents(self) -> tuple:
@@ -412,90 +360,30 @@ class ParallelRolloutCollector:
         (:class:`WorkerError`, :class:`ObservationError`) the collector is broken:
         later calls raise :class:`CollectorClosedError`; ``close()`` still works.
         """
-        if self._max_policy_lag:
-            result, version = self._collect_overlapped()
-        else:
-            self._check_usable()
-            version = self._returned
-            try:
-                result = self._backend.collect()
-            except BaseException:
-                raise_again(self._backend.take_warnings(), quietly=True)  # the failure is what counts
-                raise
+        if self._backend is None:
+            raise CollectorClosedError("this collector was never built; create a new one.")
+        result, version = self._backend.next_rollout()
         layout = self._layout
         batch = RolloutBatch.from_result(
-            result, layout.observation_layout, layout.action_layout, self._seed, policy_version=version,
+            result, layout.observation_layout, layout.action_layout, self.seed, policy_version=version,
             column_envs=layout.column_envs, column_agents=layout.column_agents,
         )
         # This rollout's warnings, taken before the next one can add its own.
         warnings = self._backend.take_warnings()
-        if self._max_policy_lag:
-            # Launched once the batch holds its arrays, so that their memory is not recycled for it.
-            self._launch_next()
-        # The rollout is complete: it counts, whether or not a warning made an error drops it.
-        self._returned += 1
+        # The rollout is complete: it counts, whether or not a warning made an error drops it. With
+        # max_policy_lag=1 the next one starts now that the batch holds its arrays, so that their
+        # memory is not recycled for it.
+        self._backend.hand_out()
         # Warnings from worker processes and actors, under this process's filters: with the
         # rollout complete, one made an error drops this batch and leaves the collector usable.
         raise_again(warnings)
         return batch
 
-    def _collect_overlapped(self) -> tuple:
-        """``max_policy_lag=1``: the result of the rollout in flight (launched now if none is) and
-        its policy version."""
-        runner = self._backend
-        if self._backend is None or self._backend.state is RunnerState.CLOSED:
-            # Closed with a batch in flight: that batch went with it.
-            self._in_flight_version = self._launch_failure = None
-            self._check_usable()
-        if self._launch_failure is not None:
-            # Starting this batch failed when the last one was handed out: reported here, where
-            # this batch would have been returned; the next call starts afresh.
-            failure, self._launch_failure = self._launch_failure, None
-            raise failure
-        watched = None
-        if self._in_flight_version is None:
-            self._check_usable()
-            self._in_flight_version = self._returned  # first: a Ctrl-C after the launch still finds it
-            if runner.launches_on_thread and runner.live_policy is not None:
-                # Launched and waited for at once: nothing else in this process draws meanwhile.
-                watched = self._generator_watch.before()
-            try:
-                runner.launch()
-            except BaseException:
-                self._in_flight_version = None
-                raise
-        try:
-            result = runner.join()
-        except BaseException:
-            if not runner.in_flight:
-                self._in_flight_version = None
-            raise_again(runner.take_warnings(), quietly=True)  # the failure is what counts
-            raise
-        version = self._in_flight_version
-        self._in_flight_version = None
-        self._generator_watch.after(watched, stacklevel=3)
-        return result, version
-
-    def _launch_next(self) -> None:
-        """Start the next batch now, with the policy as the caller hands this batch out (before it
-        learns from it); the snapshot's version counts the collect() calls completed before."""
-        self._in_flight_version = self._returned  # first: a Ctrl-C after the launch still finds it
-        try:
-            self._backend.launch()
-        except Exception as error:  # the batch in hand is complete: it is returned all the same
-            self._in_flight_version = None
-            self._launch_failure = error
-
     @property
     def max_policy_lag(self) -> int:
         """``0``: each ``collect()`` runs the policy as it is then; ``1``: the next batch is collected
         in the background with the policy as it was when the last batch was handed out."""
-        return self._max_policy_lag
-
-    def _check_usable(self) -> None:
-        if self._backend is None:
-            raise CollectorClosedError("this collector was never built; create a new one.")
-        self._backend.check_usable()
+        return self._options.max_policy_lag
 
     # -- lifetime --------------------------------------------------------------------------
 
@@ -528,64 +416,14 @@ class ParallelRolloutCollector:
     def __repr__(self) -> str:
         state = self.state.value
         return (
-            f"ParallelRolloutCollector(backend={self._backend_name!r}, {self._columns_repr()}, "
-            f"horizon={self._horizon}, seed={self._seed}, core={self._core_name!r}, {state})"
+            f"ParallelRolloutCollector(backend={self.backend!r}, {self._columns_repr()}, "
+            f"horizon={self.horizon}, seed={self.seed}, core={self.core!r}, {state})"
         )
 
     def _columns_repr(self) -> str:
         if self._layout.column_agents:
             return f"num_columns={self.num_columns} ({len(set(self._layout.column_envs))} multi-agent envs)"
         return f"num_envs={self.num_columns}"
-
-
-def _share_refused(policy_placement: str, pipelined: bool) -> str | None:
-    """Why the mode chosen cannot give the main process a share of the envs (``None``: it can)."""
-    if policy_placement == "workers":
-        return (
-            "`main_process_envs` applies to the per-step paths only; with policy_placement='workers' every env "
-            "runs in a worker next to its copy of the policy"
-        )
-    if pipelined:
-        return "`pipelined=True` runs the policy here while the workers step, so every env steps in a worker"
-    return None
-
-
-def check_policy_lag(max_policy_lag: Any, policy: Any, policy_placement: str, reuse_buffers: bool) -> int:
-    """``max_policy_lag`` checked: 0 or 1, and a policy the background rollout can run a copy of."""
-    if isinstance(max_policy_lag, bool) or max_policy_lag not in (0, 1):
-        raise ConfigurationError(
-            f"`max_policy_lag` must be 0 (collect, then return) or 1 (collect the next batch while the caller "
-            f"learns from this one); got {max_policy_lag!r}. One runner collects one batch at a time, so a lag "
-            "of 1 already keeps the envs stepping through every update; a larger one would only add staleness."
-        )
-    if max_policy_lag and reuse_buffers:
-        raise ConfigurationError(
-            "`max_policy_lag=1` collects the next batch while the caller holds this one, and `reuse_buffers=True` "
-            "writes every batch into the same arrays: the batch held would be overwritten. Drop one of them."
-        )
-    if max_policy_lag and policy is not None and policy_placement == "main":
-        # The background rollout runs a copy taken at each hand-out: checked once, here.
-        problem = uncopyable_state(policy)
-        if problem is not None:
-            raise ConfigurationError(
-                f"`max_policy_lag=1` runs the next batch on a copy of the policy taken at each hand-out, while the "
-                f"caller updates the policy itself; but {problem}, which a copy cannot take with it, so the "
-                "background rollout would see the learner's changes as they happen. Make the policy an object that "
-                "holds what it reads as an attribute (a class with `__call__`, a `torch.nn.Module`, a bound method "
-                "of an object holding the network, or `functools.partial(function, network)`), or use "
-                "max_policy_lag=0."
-            )
-        try:
-            rollout_copy(policy)
-        except Exception as error:
-            raise ConfigurationError(
-                f"`max_policy_lag=1` runs the next batch on a copy of the policy (copy.deepcopy, sharing the random "
-                "generators it holds) while the caller "
-                f"updates the policy itself, but the policy cannot be copied ({type(error).__name__}: {error}). "
-                "Keep locks, open files and other uncopyable state out of it (or give it a `__deepcopy__`), or "
-                "use max_policy_lag=0."
-            ) from error
-    return int(max_policy_lag)
 
 
 def _env_id_hint(env_id: str) -> str:
@@ -598,7 +436,7 @@ def _env_id_hint(env_id: str) -> str:
 
 def _check_env_fns(env_fns: Any, backend: str) -> list:
     if is_vector_env(env_fns):
-        if backend not in ("serial", "sync"):
+        if not steps_in_this_process(backend):
             raise ConfigurationError(
                 f"backend={backend!r} makes its envs in other processes, so it takes factories, not a "
                 f"vector env instance ({type(env_fns).__name__}); pass e.g. "

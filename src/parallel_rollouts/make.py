@@ -78,14 +78,9 @@ def make_collector(
         ``[gymnasium.wrappers.FlattenObservation]``. For the
         async and Ray backends they must be picklable by ``cloudpickle``.
     **collector_kwargs:
-        The collector's keyword-only arguments: ``core``, ``info_keys``,
-        ``reuse_buffers``, ``observation_check``, ``episode_seeds``, ``num_workers``,
-        ``policy_placement`` (``"workers"``: with ``backend="async"``, each worker runs
-        the policy on its slice for whole rollouts), ``pipelined`` (``backend="async"``
-        with the policy here: the policy on one half of the envs while the other half
-        steps), ``context``, ``step_timeout``, ``max_restarts``, ``store_states``,
-        ``max_policy_lag``, ``policy_inputs``, ``ray_options``; see
-        :class:`ParallelRolloutCollector`.
+        Every keyword-only argument of :class:`ParallelRolloutCollector` (``core``,
+        ``num_workers``, ``policy_placement``, ``max_policy_lag``, ...), passed on as
+        given and checked there, once, with the collector's messages.
 
     Raises
     ------

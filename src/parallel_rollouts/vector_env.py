@@ -36,6 +36,7 @@ from .runners.lifecycle import Lifecycle, RunnerState
 from .processes.forwarded_warnings import raise_again
 from .config.layout import RolloutLayout
 from .config.spec import RolloutSpec
+from .config.backends import VECTOR_ENV_BACKENDS, check_backend
 from .config.worker_options import WorkerOptions
 from .data.typed_actions import TypedActionWriter
 from .steppers.ready_first import ReadyFirst, check_serve_order
@@ -43,8 +44,6 @@ from .steppers.ready_first import ReadyFirst, check_serve_order
 __all__ = ["ParallelVectorEnv"]
 
 logger = logging.getLogger("parallel_rollouts")
-
-_BACKENDS = ("sync", "async")
 
 
 class ParallelVectorEnv(Lifecycle, VectorEnv):
@@ -158,11 +157,10 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
                 num_workers=num_workers, context=context, step_timeout=step_timeout,
                 main_process_envs=main_process_envs, batch_size=batch_size,
             )
-        if backend not in _BACKENDS:
-            raise ConfigurationError(f"`backend` must be one of {_BACKENDS!r}; got {backend!r}.")
+        check_backend(backend, VECTOR_ENV_BACKENDS)
         check_env_factories(env_fns)
         options = WorkerOptions.parse(
-            num_factories=len(env_fns), backend=backend, backends=_BACKENDS,
+            num_factories=len(env_fns), backend=backend, backends=VECTOR_ENV_BACKENDS,
             num_workers=num_workers, context=context, step_timeout=step_timeout, main_process_envs=main_process_envs,
             # Ready-first stepping lets a slow env stall only itself: the envs of a share here would
             # step inside recv(), so there is none unless asked for.

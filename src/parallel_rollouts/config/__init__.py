@@ -1,1 +1,1 @@
-"""Configuration: the rollout spec, its frozen layout, seeding."""
+"""Configuration: the table of backends, worker options, the rollout spec, its frozen layout, seeding."""

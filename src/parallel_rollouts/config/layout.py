@@ -1,17 +1,19 @@
 """One rollout's layout, resolved once and handed whole to every group, worker and actor.
 
 A collector's settings (:class:`~parallel_rollouts.config.spec.RolloutSpec`) become a
-:class:`RolloutLayout` once its envs exist and their spaces are known: the spaces and
-their leaf layouts, the env count, horizon and seed, the info keys, the per-step core and
-the value checks. It is immutable, so no part can complete or change it for the others,
-and picklable, so a worker process or a Ray actor receives exactly the object the main
-process built (the core is loaded again there by name).
+:class:`RolloutLayout` once its envs exist and their spaces are known: the layout holds the
+spec (horizon, seed, info keys, the per-step core, the value checks) and adds the spaces and
+their leaf layouts, the env count and the columns' agents. It is immutable, so no part can
+complete or change it for the others, and picklable, so a worker process or a Ray actor
+receives exactly the object the main process built (the core is loaded again there by name;
+the env factories stay behind).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 from gymnasium import Space
@@ -28,32 +30,16 @@ __all__ = ["RolloutLayout"]
 class RolloutLayout:
     """Everything a part of a collector needs to lay out and step its rollouts."""
 
+    #: The :class:`~parallel_rollouts.config.spec.RolloutSpec` these rollouts follow (typed loosely:
+    #: the spec's module imports this one). Every setting of it reads as an attribute of the
+    #: layout too (``layout.horizon``), so that a new setting is declared once, in the spec.
+    spec: Any
     #: One env's observation space; every env declares the same.
     observation_space: Space
     #: One env's action space; every env declares the same.
     action_space: Space
     #: Env columns of the batch (a vector env counts its sub-envs).
     num_envs: int
-    horizon: int
-    root_seed: int
-    info_keys: tuple[str, ...] = ()
-    #: ``"compiled"`` or ``"python"``: the per-step core every process uses.
-    core_name: str = "compiled"
-    #: What an observation value outside its space does (``"warn"``, ``"raise"``, ``"off"``).
-    observation_check: str = "warn"
-    #: ``"every"`` episode is reset with its own seed, or only each env's ``"first"``
-    #: (later ones continue the env's generator and are recorded with seed -1).
-    episode_seeds: str = "every"
-    #: Action storage holds each action's own dtype (the VectorEnv adapter's; see ``typed_actions``).
-    typed_actions: bool = False
-    #: A recurrent policy's state at every row goes into the batch (``batch.states``).
-    store_states: bool = False
-    #: The policy is called with its own ``"copies"`` of each row, or read-only ``"views"`` of the batch.
-    policy_inputs: str = "protected"
-    #: Batches whose memory (and, in workers, whose segments' mappings) is kept for recycling.
-    batches_recycled: int = 2
-    #: Rollout workers lower their scheduling priority while a learner runs beside them.
-    yield_to_learner: bool = False
     #: With multi-agent envs, each column's agent name (None for a column of a single env);
     #: empty when no env is multi-agent. Messages name the agent behind a column with it.
     column_agents: tuple = ()
@@ -69,13 +55,26 @@ class RolloutLayout:
     __hash__ = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "info_keys", tuple(self.info_keys))
         object.__setattr__(self, "observation_layout", SpaceLayout(self.observation_space, "observation"))
         object.__setattr__(self, "action_layout", SpaceLayout(self.action_space, "action"))
         object.__setattr__(self, "core", load_core(self.core_name)[1])
 
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names the layout lacks: the spec's settings. Never for the spec itself
+        # (unpickling asks before it is set) or dunders (copy and pickle probe for them).
+        if name == "spec" or name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return getattr(self.spec, name)
+        except AttributeError:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}") from None
+
     def __getstate__(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        state = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        # Another process receives the settings, not the factories: a worker is handed its own
+        # slice of them (pickled with cloudpickle), and the group builder travels on its own.
+        state["spec"] = replace(self.spec, env_fns=(), group_builder=None)
+        return state
 
     def __setstate__(self, state: dict) -> None:
         for name, value in state.items():

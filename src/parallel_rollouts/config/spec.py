@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from gymnasium import Env, Space
 
@@ -21,7 +21,9 @@ class RolloutSpec:
     they declared and hands the :class:`~parallel_rollouts.config.layout.RolloutLayout` on.
     """
 
-    env_fns: tuple[Callable[[], Env], ...]
+    #: Not compared: two specs are equal when their settings are (a layout sent to another
+    #: process carries the settings without the factories).
+    env_fns: tuple[Callable[[], Env], ...] = field(compare=False)
     root_seed: int
     horizon: int
     info_keys: tuple[str, ...] = ()
@@ -64,9 +66,7 @@ class RolloutSpec:
         column_envs: tuple = (),
     ) -> RolloutLayout:
         """The layout of this collector's rollouts, given env 0's spaces, the env count and the columns' agents."""
-        # Every setting the layout shares with the spec is carried over as it is.
-        shared = {f.name: getattr(self, f.name) for f in fields(RolloutLayout) if f.init and hasattr(self, f.name)}
         return RolloutLayout(
-            observation_space=observation_space, action_space=action_space, num_envs=num_envs,
-            column_agents=column_agents, column_envs=column_envs, **shared,
+            self, observation_space=observation_space, action_space=action_space, num_envs=num_envs,
+            column_agents=column_agents, column_envs=column_envs,
         )

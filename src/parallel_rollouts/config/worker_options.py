@@ -13,17 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigurationError
+from .backends import backends_taking
 
-__all__ = ["APPLIES_TO", "WorkerOptions"]
-
-#: The backends each option means something to; given for any other, it is refused.
-APPLIES_TO = {
-    "num_workers": ("async", "ray"),
-    "context": ("async",),
-    "step_timeout": ("async", "ray"),
-    "max_restarts": ("async", "ray"),
-    "main_process_envs": ("async",),
-}
+__all__ = ["WorkerOptions"]
 
 
 @dataclass(frozen=True)
@@ -75,7 +67,8 @@ class WorkerOptions:
             "main_process_envs": main_process_envs,
         }
         for name, value in given.items():
-            applies_to = [option_backend for option_backend in APPLIES_TO[name] if backends is None or option_backend in backends]
+            # The backends it means something to (the table's); given for any other, it is refused.
+            applies_to = [option_backend for option_backend in backends_taking(name) if backends is None or option_backend in backends]
             if value is not None and backend not in applies_to:
                 raise ConfigurationError(
                     f"`{name}` applies to backend {' or '.join(map(repr, applies_to))} only; got backend={backend!r}."

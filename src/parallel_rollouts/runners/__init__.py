@@ -10,6 +10,8 @@
 
 The last two run the same code for one slice (:mod:`~parallel_rollouts.policy.slice_rollout`)
 and share one request/reply launch (:class:`~.base.RemoteRolloutRunner`); :mod:`.background`
-runs a per-step runner's next batch on a thread under ``max_policy_lag=1``. Every runner gets
-its storage from :class:`~parallel_rollouts.data.batch_memory.BatchMemory`.
+runs a per-step runner's next batch on a thread under ``max_policy_lag=1``, and every runner
+numbers the policy versions of the batches it hands out (:meth:`~.base.RolloutRunner.next_rollout`).
+Every runner gets its storage from :class:`~parallel_rollouts.data.batch_memory.BatchMemory`.
+:mod:`.options` parses a collector's options once; :mod:`.build` builds the runner they choose.
 """

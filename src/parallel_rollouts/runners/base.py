@@ -14,7 +14,9 @@ from ..data.recurrent_record import RecurrentRecord
 from ..data.storage import CompletedEpisodes, RolloutStorage
 from ..policy.snapshot import rollout_copy
 from ..policy.cancel import cancellable
+from ..processes.forwarded_warnings import raise_again
 from .background import BackgroundRollout
+from .global_generator import GlobalGeneratorWatch
 from .lifecycle import Lifecycle, RunnerState
 
 __all__ = ["RemoteRolloutRunner", "ReplacedWorkers", "RolloutResult", "RolloutRunner", "RunnerState", "stepped_result"]
@@ -67,6 +69,17 @@ class RolloutRunner(Lifecycle, abc.ABC):
     _background: BackgroundRollout | None = None
     #: Set by ``close()`` while a background rollout runs: it stops at its next row.
     _cancel: threading.Event | None = None
+    #: ``0``: each rollout runs when the caller asks for it; ``1``: the next one runs in the
+    #: background from the moment the last one is handed out (set once, when the runner is built).
+    max_policy_lag: int = 0
+    #: Rollouts handed out so far: the policy version of a snapshot taken now.
+    _handed_out: int = 0
+    #: The policy version of the rollout in flight (``max_policy_lag=1``; ``None``: none is).
+    _in_flight_version: int | None = None
+    #: What starting the next rollout raised at the last hand-out: reported at the next ask.
+    _launch_failure: BaseException | None = None
+    #: ``max_policy_lag=1``: whether the policy draws from PyTorch's global generator on the thread.
+    _generator_watch: GlobalGeneratorWatch | None = None
 
     def collect(self) -> RolloutResult:
         """One rollout (``READY`` -> ``COLLECTING`` -> ``READY``, or ``BROKEN``)."""
@@ -77,6 +90,72 @@ class RolloutRunner(Lifecycle, abc.ABC):
         finally:
             if self._state is RunnerState.COLLECTING:
                 self._state = RunnerState.READY
+
+    # -- the caller's rollouts, in turn or one ahead (``max_policy_lag``) ---------------------
+
+    def next_rollout(self) -> tuple[RolloutResult, int]:
+        """The caller's next rollout and its policy version (how many rollouts were handed out
+        before its policy was taken). With ``max_policy_lag=0`` it runs now; with ``1`` it is the
+        one in flight (launched now if none is). Call :meth:`hand_out` once the caller holds it.
+        What worker processes warned is raised quietly when it fails (the failure is what counts)."""
+        if self.max_policy_lag:
+            return self._join_in_flight()
+        self.check_usable()
+        try:
+            return self.collect(), self._handed_out
+        except BaseException:
+            raise_again(self.take_warnings(), quietly=True)
+            raise
+
+    def hand_out(self) -> None:
+        """The rollout :meth:`next_rollout` returned is the caller's: it counts, and with
+        ``max_policy_lag=1`` the next one starts now, with the policy as the caller hands this one
+        out (before it learns from it). A failure to start it is raised at the next ask: the
+        rollout in hand is complete and is returned all the same."""
+        if self.max_policy_lag:
+            self._in_flight_version = self._handed_out  # first: a Ctrl-C after the launch still finds it
+            try:
+                self.launch()
+            except Exception as error:
+                self._in_flight_version = None
+                self._launch_failure = error
+        self._handed_out += 1
+
+    def _join_in_flight(self) -> tuple[RolloutResult, int]:
+        if self.state is RunnerState.CLOSED:
+            # Closed with a rollout in flight: that rollout went with it.
+            self._in_flight_version = self._launch_failure = None
+            self.check_usable()
+        if self._launch_failure is not None:
+            # Starting this rollout failed when the last one was handed out: reported here, where
+            # this one would have been returned; the next ask starts afresh.
+            failure, self._launch_failure = self._launch_failure, None
+            raise failure
+        if self._generator_watch is None:
+            self._generator_watch = GlobalGeneratorWatch()
+        watched = None
+        if self._in_flight_version is None:
+            self.check_usable()
+            self._in_flight_version = self._handed_out  # first: a Ctrl-C after the launch still finds it
+            if self.launches_on_thread and self.live_policy is not None:
+                # Launched and waited for at once: nothing else in this process draws meanwhile.
+                watched = self._generator_watch.before()
+            try:
+                self.launch()
+            except BaseException:
+                self._in_flight_version = None
+                raise
+        try:
+            result = self.join()
+        except BaseException:
+            if not self.in_flight:
+                self._in_flight_version = None
+            raise_again(self.take_warnings(), quietly=True)  # the failure is what counts
+            raise
+        version, self._in_flight_version = self._in_flight_version, None
+        # The warning names the caller's collect(): two frames above next_rollout.
+        self._generator_watch.after(watched, stacklevel=4)
+        return result, version
 
     # -- a rollout in the background (``max_policy_lag=1``) -----------------------------------
 

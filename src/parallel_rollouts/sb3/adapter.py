@@ -45,6 +45,7 @@ from ..checks.conversion import convert_row, explain_rejected_row
 from ..errors import ConfigurationError, ObservationError, SpaceError
 from .actions import batch_per_env_actions, whole_float_actions
 from .env_side import NOT_ASKED, RAISED, RESTART_STREAM, make_seeded_episode_env
+from ..config.backends import backends_taking
 from ..config.seeding import EpisodeSeeds, check_episode_seeds, draw_root_seed, episode_seed, validate_seed
 from ..data.spaces import SpaceLayout
 from ..vector_env import ParallelVectorEnv, check_env_factories, default_backend
@@ -138,7 +139,7 @@ class ParallelVecEnv(VecEnv):
                     f"`start_method`={start_method!r} and `context`={context!r} both choose how workers start; "
                     "give one (`start_method` is SubprocVecEnv's name for `context`)."
                 )
-            if backend != "async":
+            if backend not in backends_taking("context"):
                 raise ConfigurationError(
                     f"`start_method`={start_method!r} applies to backend 'async' only, which starts worker "
                     f"processes; backend={backend!r} runs every env in this process. Drop it, or use 'async'."
