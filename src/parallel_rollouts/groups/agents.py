@@ -45,7 +45,7 @@ from ..data.spaces import check_env_spaces
 from ..data.storage import CompletedEpisodes, RolloutStorage
 from ..errors import ObservationError, SpaceError, WorkerError
 from .base import refused_step
-from .single_envs import describe_failure, unstorable_observation
+from .single_envs import describe_failure, episode_recorder, unstorable_observation
 
 __all__ = ["AgentEnvGroup", "agent_env_attribute", "agent_spaces", "check_parallel_env", "is_parallel_env"]
 
@@ -162,22 +162,28 @@ class AgentEnvGroup:
         self._observation_layout = layout.observation_layout
         self._action_layout = layout.action_layout
         self._info_keys = layout.info_keys
+        self._core = layout.core
         self._checker = ObservationChecker(layout.observation_layout, layout.core, layout.observation_check, env_offset)
         self._rounding = RoundingNotices(layout.observation_layout, env_offset)
         # The env's episode seeds: the stream of its first column, one seed per env episode.
         self._episode_seeds = EpisodeSeeds(layout.root_seed, env_offset, incarnation)
         self._reseed = layout.episode_seeds == "every"
         self._episodes_started = 0
-        self._episode_seed = UNKNOWN_SEED
-        self._running_returns = [0.0] * n
-        self._running_lengths = [0] * n
+        # The episode books every source keeps (the core's StepRecorder); every agent's running
+        # seed is its env's episode seed.
+        self._running_returns = np.zeros(n, dtype=np.float64)
+        self._running_lengths = np.zeros(n, dtype=np.int64)
+        self._running_seeds = np.full(n, UNKNOWN_SEED, dtype=np.int64)
+        self._done_columns = np.zeros(n, dtype=np.int64)
+        # The live agents of the row being booked (the negation of its reset_steps row).
+        self._live_mask = np.zeros(n, dtype=bool)
+        self._recorder = None
         # The columns of the agents live at the row the env stands at, in env.agents' order
         # (outlives a rollout, like the observations).
         self._live_columns: list[int] = []
         self._current_observations = layout.observation_layout.allocate((1, n), np.zeros)
         self._storage: RolloutStorage | None = None
         self._completed: CompletedEpisodes | None = None
-        self._completed_count = 0
         self._episode_buffers: CompletedEpisodes | None = None
         # The storage row the env stands at during a rollout; None while a step is under way.
         self._row: int | None = 0
@@ -208,7 +214,7 @@ class AgentEnvGroup:
                 self._storage.env_reset_seconds[0] += (perf_counter() - started) / self.num_envs
         if seeded:
             self._episodes_started += 1
-        self._episode_seed = UNKNOWN_SEED if seed is None else seed
+        self._running_seeds[:] = UNKNOWN_SEED if seed is None else seed
         if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], dict)):
             raise self._failure(
                 phase,
@@ -235,8 +241,8 @@ class AgentEnvGroup:
         for column in live:
             self._write_observation(row, column, observations, describe)
         self._live_columns = live
-        self._running_returns = [0.0] * self.num_envs
-        self._running_lengths = [0] * self.num_envs
+        self._running_returns[:] = 0.0
+        self._running_lengths[:] = 0
 
     def reset_all(self) -> None:
         """First reset of the env."""
@@ -258,7 +264,10 @@ class AgentEnvGroup:
         self._completed = self._episode_buffers = CompletedEpisodes.buffers_like(
             self._episode_buffers, storage.horizon * self.num_envs
         )
-        self._completed_count = 0
+        self._recorder = episode_recorder(
+            self._core, storage, self._running_returns, self._running_lengths, self._running_seeds,
+            self._completed, self._done_columns, self.env_offset,
+        )
         for leaf_storage, current in zip(storage.observations, self._current_observations):
             leaf_storage[0] = current[0]
         self._row = 0
@@ -288,11 +297,10 @@ class AgentEnvGroup:
         reward_row, terminated_row, truncated_row = [0.0] * n, [False] * n, [False] * n
         for column in live:
             agent = agents[column]
-            reward_row[column] = reward = self._number(rewards, "rewards", agent, t)
+            reward_row[column] = self._number(rewards, "rewards", agent, t)
             terminated_row[column] = self._flag(terminations, "terminations", agent, t)
             truncated_row[column] = self._flag(truncations, "truncations", agent, t)
-            self._running_returns[column] += reward
-            self._running_lengths[column] += 1
+        # The source's mask: a row whose agent is not live belongs to no episode.
         not_live = [True] * n
         for column in live:
             not_live[column] = False
@@ -300,7 +308,6 @@ class AgentEnvGroup:
         storage.rewards[t] = reward_row
         storage.terminations[t] = terminated_row
         storage.truncations[t] = truncated_row
-        storage.step_episode_seeds[t] = self._episode_seed
         for key in self._info_keys:
             row = [np.nan] * n
             for column in live:
@@ -325,13 +332,14 @@ class AgentEnvGroup:
         for column in live:
             if column not in after_set and column not in ended_set:
                 raise self._left_without_end(t, column)
+        # The books of every source: the live agents' rewards count, the ended agents' episodes are booked.
+        self._recorder.record_rows(t, np.logical_not(storage.reset_steps[t], out=self._live_mask))
         if ended:
             finals = [leaf[t] for leaf in storage.final_observations]
             what = lambda column: f"a terminal observation at step t={t} (final_observations row t={t}; {self.describe_column(column)})"  # noqa: E731
             for column in ended:
                 self._write_observation(finals, column, observations, what)
                 self._write_observation(next_row, column, observations, what)
-                self._book(t, column)
             self._check([leaf[ended] for leaf in finals], what, np.asarray(ended))
         self._live_columns = after
 
@@ -346,17 +354,6 @@ class AgentEnvGroup:
             after = self._live_columns
         self._check_columns(next_row, after, describe)
 
-    def _book(self, t: int, column: int) -> None:
-        completed, k = self._completed, self._completed_count
-        completed.returns[k] = self._running_returns[column]
-        completed.lengths[k] = self._running_lengths[column]
-        completed.env_indices[k] = self.env_offset + column
-        completed.end_steps[k] = t
-        completed.seeds[k] = self._episode_seed
-        self._completed_count = k + 1
-        self._running_returns[column] = 0.0
-        self._running_lengths[column] = 0
-
     def finish(self) -> CompletedEpisodes:
         """End the rollout: remember where the env is, return the agents' episodes."""
         storage = self._storage
@@ -364,8 +361,8 @@ class AgentEnvGroup:
             self._refuse_step(storage.horizon)
         for leaf_storage, current in zip(storage.observations, self._current_observations):
             current[0] = leaf_storage[storage.horizon]
-        completed = self._completed.head(self._completed_count)
-        self._storage, self._completed = None, None
+        completed = self._completed.head(self._recorder.completed_count)
+        self._storage, self._completed, self._recorder = None, None, None
         # Once per rollout, with every row written: a warning made an error drops a complete rollout.
         self._rounding.say()
         return completed
@@ -378,7 +375,7 @@ class AgentEnvGroup:
             self._refuse_step(t)
         for leaf_storage, current in zip(self._storage.observations, self._current_observations):
             current[0] = leaf_storage[self._row]
-        self._storage, self._completed = None, None
+        self._storage, self._completed, self._recorder = None, None, None
 
     def close(self) -> list[tuple[int, BaseException]]:
         """Close the env; ``(env_index, error)`` if its ``close`` raised."""
