@@ -266,10 +266,10 @@ class StepRecorder:
     def record_rows(self, t, counted=None):
         """Record step ``t`` from the rewards and flags already stored in row ``t``.
 
-        For sources that write whole rows themselves (a vector env). ``counted``
-        is ``None`` or a bool ``[num_envs]`` array; a column where it is False
-        took a step that belongs to no episode (a ``NEXT_STEP`` autoreset step):
-        its reward and length are not added. Returns how many episodes ended;
+        For sources that write whole rows themselves (a multi-agent env). ``counted``
+        is ``None`` or a bool ``[num_envs]`` array, the source's mask; a column where
+        it is False took a step that belongs to no episode (an agent that is not
+        live): its reward and length are not added. Returns how many episodes ended;
         their columns go to the front of ``done_columns``.
         """
         step = _index_in(t, self.horizon, "time step")
