@@ -28,24 +28,21 @@ actions replay it. The seed stream is the one of the env's first column.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from time import perf_counter
 from typing import Any
 
 import numpy as np
 from gymnasium import Env, Space
 
-from ..checks.conversion import convert_row
 from ..checks.env_returns import info_number
 from ..checks.observations import ObservationChecker
 from ..checks.rounding import RoundingNotices
 from ..config.layout import RolloutLayout
 from ..config.seeding import EpisodeSeeds
 from ..data.spaces import check_env_spaces
-from ..data.storage import CompletedEpisodes, RolloutStorage
 from ..errors import ObservationError, SpaceError, WorkerError
-from .base import refused_step
-from .single_envs import describe_failure, episode_recorder, unstorable_observation
+from .single_envs import describe_failure
+from .source_group import UNKNOWN_SEED, SourceGroup
 
 __all__ = ["AgentEnvGroup", "agent_env_attribute", "agent_spaces", "check_parallel_env", "is_parallel_env"]
 
@@ -59,9 +56,6 @@ def agent_env_attribute(env: Any, name: str) -> Any:
     if name in GYMNASIUM_DEFAULTS:
         return getattr(env, name, GYMNASIUM_DEFAULTS[name])
     return getattr(env, name)
-
-#: Recorded as the seed of an episode begun by an unseeded reset (``episode_seeds="first"``).
-UNKNOWN_SEED = -1
 
 
 def is_parallel_env(value: Any) -> bool:
@@ -145,7 +139,7 @@ def _same(first: Space, second: Space) -> bool:
         return False
 
 
-class AgentEnvGroup:
+class AgentEnvGroup(SourceGroup):
     """One multi-agent env, stepped into ``len(possible_agents)`` columns of rollout storage.
 
     Parameters are those of :class:`~parallel_rollouts.groups.single_envs.EnvGroup`,
@@ -155,7 +149,7 @@ class AgentEnvGroup:
     def __init__(self, env: Any, env_offset: int, layout: RolloutLayout, incarnation: int = 0) -> None:
         self.agents, observation_space, action_space = agent_spaces(env, f"the multi-agent env at env {env_offset}")
         check_env_spaces(env_offset, observation_space, action_space, layout.observation_space, layout.action_space)
-        self.env = env
+        self.source = self.env = env
         self.env_offset = env_offset
         self.num_envs = n = len(self.agents)
         self._column_of = {agent: column for column, agent in enumerate(self.agents)}
@@ -171,22 +165,13 @@ class AgentEnvGroup:
         self._episodes_started = 0
         # The episode books every source keeps (the core's StepRecorder); every agent's running
         # seed is its env's episode seed.
-        self._running_returns = np.zeros(n, dtype=np.float64)
-        self._running_lengths = np.zeros(n, dtype=np.int64)
-        self._running_seeds = np.full(n, UNKNOWN_SEED, dtype=np.int64)
-        self._done_columns = np.zeros(n, dtype=np.int64)
+        self._init_books()
         # The live agents of the row being booked (the negation of its reset_steps row).
         self._live_mask = np.zeros(n, dtype=bool)
-        self._recorder = None
         # The columns of the agents live at the row the env stands at, in env.agents' order
         # (outlives a rollout, like the observations).
         self._live_columns: list[int] = []
         self._current_observations = layout.observation_layout.allocate((1, n), np.zeros)
-        self._storage: RolloutStorage | None = None
-        self._completed: CompletedEpisodes | None = None
-        self._episode_buffers: CompletedEpisodes | None = None
-        # The storage row the env stands at during a rollout; None while a step is under way.
-        self._row: int | None = 0
 
     @property
     def episodes_started(self) -> int:
@@ -254,31 +239,6 @@ class AgentEnvGroup:
         self._rounding.say()
 
     # -- one rollout -----------------------------------------------------------------------
-
-    def begin(self, storage: RolloutStorage) -> None:
-        """Start a rollout into ``storage``, this group's column slice of the batch."""
-        if self._storage is not None:
-            self.abandon(self._row if self._row is not None else -1)
-        self._storage = storage
-        # Each agent ends at most one episode per step.
-        self._completed = self._episode_buffers = CompletedEpisodes.buffers_like(
-            self._episode_buffers, storage.horizon * self.num_envs
-        )
-        self._recorder = episode_recorder(
-            self._core, storage, self._running_returns, self._running_lengths, self._running_seeds,
-            self._completed, self._done_columns, self.env_offset,
-        )
-        for leaf_storage, current in zip(storage.observations, self._current_observations):
-            leaf_storage[0] = current[0]
-        self._row = 0
-
-    def step(self, t: int) -> None:
-        """Step the live agents with their actions in ``storage.actions[t]``; write row ``t`` (and ``t + 1``)."""
-        if self._row != t:
-            self._refuse_step(t)
-        self._row = None
-        self._step_row(t)
-        self._row = t + 1
 
     def _step_row(self, t: int) -> None:
         storage, agents, n = self._storage, self.agents, self.num_envs
@@ -353,40 +313,6 @@ class AgentEnvGroup:
             self._start_episode(next_row, reset_observations, describe)
             after = self._live_columns
         self._check_columns(next_row, after, describe)
-
-    def finish(self) -> CompletedEpisodes:
-        """End the rollout: remember where the env is, return the agents' episodes."""
-        storage = self._storage
-        if self._row != storage.horizon:
-            self._refuse_step(storage.horizon)
-        for leaf_storage, current in zip(storage.observations, self._current_observations):
-            current[0] = leaf_storage[storage.horizon]
-        completed = self._completed.head(self._recorder.completed_count)
-        self._storage, self._completed, self._recorder = None, None, None
-        # Once per rollout, with every row written: a warning made an error drops a complete rollout.
-        self._rounding.say()
-        return completed
-
-    def abandon(self, t: int) -> None:
-        """Drop the rollout; the next one starts from the row the env stands at."""
-        if self._storage is None:
-            return
-        if self._row is None:
-            self._refuse_step(t)
-        for leaf_storage, current in zip(self._storage.observations, self._current_observations):
-            current[0] = leaf_storage[self._row]
-        self._storage, self._completed, self._recorder = None, None, None
-
-    def close(self) -> list[tuple[int, BaseException]]:
-        """Close the env; ``(env_index, error)`` if its ``close`` raised."""
-        try:
-            self.env.close()
-        except Exception as error:
-            return [(self.env_offset, error)]
-        return []
-
-    def _refuse_step(self, t: int) -> None:
-        raise refused_step(self._row, t, self.env_offset, self.env_offset + self.num_envs - 1)
 
     # -- reading what the env returned -----------------------------------------------------
 
@@ -492,14 +418,7 @@ class AgentEnvGroup:
                 f"env {self.env_offset + column} returned {describe(column)} that does not match its observation "
                 f"space: {error}"
             ) from None
-        converted = []
-        for leaf_index, (leaf, value) in enumerate(zip(layout.leaves, values)):
-            array = convert_row(value, leaf.shape, leaf.dtype)
-            if array is None:
-                raise unstorable_observation(layout, leaf_index, self.env_offset + column, value, describe(column))
-            if array.dtype != leaf.dtype:
-                self._rounding.converted(leaf_index, column, array.dtype)
-            converted.append(array)
+        converted = self._converted_column(column, values, describe(column))
         for target, array in zip(row, converted):
             target[column] = array
 
@@ -519,19 +438,12 @@ class AgentEnvGroup:
 
     # -- errors ----------------------------------------------------------------------------
 
-    def _failure(self, phase: str, error: BaseException) -> WorkerError:
-        """The env raised (or broke the API): every agent of it is affected, each is listed."""
-        failure = describe_failure(self.env_offset, phase, error)
+    def _hosting(self) -> str:
         last = self.env_offset + self.num_envs - 1
-        message = (
+        return (
             f"the multi-agent env {type(self.env).__name__} hosting envs {self.env_offset}..{last} (agents "
-            f"{list(self.agents)!r}) raised {failure.exception_type} in `{phase}`: {failure.message}"
+            f"{list(self.agents)!r})"
         )
-        # One traceback (the first entry's) for the one exception.
-        failures = (failure,) + tuple(
-            replace(failure, env_index=self.env_offset + column, traceback="") for column in range(1, self.num_envs)
-        )
-        return WorkerError(message, failures)
 
     def _column_failure(self, column: int, phase: str, error: BaseException) -> WorkerError:
         """A value the env returned for one agent is refused: the error names the env column and the agent."""
