@@ -665,17 +665,21 @@ cdef class EpisodeBooks:
         """Record step ``t`` from the rewards and flags already in row ``t``; a column where
         ``counted`` (``None``: all, or bool ``[num_envs]``) is False adds neither reward nor length."""
         cdef Py_ssize_t column, n_done = 0
-        cdef const unsigned char[:] counted_view
+        # The mask's bytes read in place (checked by the caller): a view object per row would
+        # cost more than the row's books.
+        cdef const unsigned char* counted_data = NULL
+        cdef Py_ssize_t counted_stride = 0
         cdef bint all_counted = counted is None
         if not all_counted:
-            counted_view = counted.view(np.uint8)
+            counted_data = <const unsigned char*>cnp.PyArray_DATA(<cnp.ndarray>counted)
+            counted_stride = cnp.PyArray_STRIDES(<cnp.ndarray>counted)[0]
         if self.completed_count + self.num_envs > self.capacity:
             if self.completed_count + self._count_ended_row(t) > self.capacity:
                 return -1
         with nogil:
             for column in range(self.num_envs):
                 self.step_episode_seeds[t, column] = self.running_seeds[column]
-                if all_counted or counted_view[column]:
+                if all_counted or counted_data[column * counted_stride]:
                     self.running_returns[column] += self.rewards[t, column]
                     self.running_lengths[column] += 1
                 if self.terminations[t, column] or self.truncations[t, column]:

@@ -166,11 +166,11 @@ class AgentEnvGroup(SourceGroup):
         # The episode books every source keeps (the core's StepRecorder); every agent's running
         # seed is its env's episode seed.
         self._init_books()
-        # The live agents of the row being booked (the negation of its reset_steps row).
-        self._live_mask = np.zeros(n, dtype=bool)
         # The columns of the agents live at the row the env stands at, in env.agents' order
         # (outlives a rollout, like the observations).
         self._live_columns: list[int] = []
+        # The live agents of the row being booked, as a mask (the negation of its reset_steps row).
+        self._live_mask = np.zeros(n, dtype=bool)
         self._current_observations = layout.observation_layout.allocate((1, n), np.zeros)
 
     @property
@@ -293,7 +293,9 @@ class AgentEnvGroup(SourceGroup):
             if column not in after_set and column not in ended_set:
                 raise self._left_without_end(t, column)
         # The books of every source: the live agents' rewards count, the ended agents' episodes are booked.
-        self._recorder.record_rows(t, np.logical_not(storage.reset_steps[t], out=self._live_mask))
+        # With every agent live the mask counts every column, which the books do without one.
+        counted = None if len(live) == n else np.logical_not(storage.reset_steps[t], out=self._live_mask)
+        self._recorder.record_rows(t, counted)
         if ended:
             finals = [leaf[t] for leaf in storage.final_observations]
             what = lambda column: f"a terminal observation at step t={t} (final_observations row t={t}; {self.describe_column(column)})"  # noqa: E731
