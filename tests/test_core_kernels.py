@@ -212,7 +212,7 @@ def test_vector_row_books_match_the_reference(envs, horizon, next_step, reward_d
         reset_steps = np.zeros((horizon, envs), bool)
         counted = counted_start.copy()
         seconds = np.zeros(envs) if timed else None
-        vector = build.VectorRowBooks(books, reset_steps, counted, seconds, next_step)
+        vector = build.VectorRowBooks(books, reset_steps, counted, seconds)
         returned = []
         for t in range(horizon):
             terminations, truncations = raw_flags[t].view(np.bool_)
@@ -224,6 +224,9 @@ def test_vector_row_books_match_the_reference(envs, horizon, next_step, reward_d
                 vector.room_for(terminations, truncations),
                 vector.book(t, rewards[t], terminations, truncations, 0.25),
             )
+            if next_step:
+                # The mask of the next row, as the recorder sets it under NEXT_STEP.
+                vector.count_unended(terminations, truncations)
             returned.append(step)
             if step[-1]:
                 books.forget_seeds(step[-1])

@@ -86,13 +86,13 @@ cdef class VectorRowBooks:
     cdef unsigned char[::1] counted
     cdef double[:] step_seconds
     cdef bint timed
-    cdef bint next_step
     cdef Py_ssize_t num_envs
     cdef bint unit_strides
     cpdef int reward_kind(self, object rewards, object terminations, object truncations) except -1
     cpdef bint ended_uncounted(self, object terminations, object truncations) except -1
     cpdef bint room_for(self, object terminations, object truncations) except -1
     cpdef Py_ssize_t book(self, Py_ssize_t t, object rewards, object terminations, object truncations, double share) except -1
+    cpdef int count_unended(self, object terminations, object truncations) except -1
     cdef Py_ssize_t _book_contiguous(
         self, Py_ssize_t t, const double* reward64, const float* reward32, const unsigned char* terminated,
         const unsigned char* truncated, double share,

@@ -20,7 +20,7 @@ from libc.float cimport FLT_MIN
 from libc.limits cimport LLONG_MAX, LLONG_MIN
 from libc.math cimport INFINITY, ceil, floor, nextafterf
 from libc.stdint cimport uint64_t
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy
 
 import numpy as np
 
@@ -665,17 +665,21 @@ cdef class EpisodeBooks:
         """Record step ``t`` from the rewards and flags already in row ``t``; a column where
         ``counted`` (``None``: all, or bool ``[num_envs]``) is False adds neither reward nor length."""
         cdef Py_ssize_t column, n_done = 0
-        cdef const unsigned char[:] counted_view
+        # The mask's bytes read in place (checked by the caller): a view object per row would
+        # cost more than the row's books.
+        cdef const unsigned char* counted_data = NULL
+        cdef Py_ssize_t counted_stride = 0
         cdef bint all_counted = counted is None
         if not all_counted:
-            counted_view = counted.view(np.uint8)
+            counted_data = <const unsigned char*>cnp.PyArray_DATA(<cnp.ndarray>counted)
+            counted_stride = cnp.PyArray_STRIDES(<cnp.ndarray>counted)[0]
         if self.completed_count + self.num_envs > self.capacity:
             if self.completed_count + self._count_ended_row(t) > self.capacity:
                 return -1
         with nogil:
             for column in range(self.num_envs):
                 self.step_episode_seeds[t, column] = self.running_seeds[column]
-                if all_counted or counted_view[column]:
+                if all_counted or counted_data[column * counted_stride]:
                     self.running_returns[column] += self.rewards[t, column]
                     self.running_lengths[column] += 1
                 if self.terminations[t, column] or self.truncations[t, column]:
@@ -698,19 +702,18 @@ cdef class VectorRowBooks:
     ``reset_steps`` ``[horizon, num_envs]`` bool, ``counted`` contiguous
     ``[num_envs]`` bool (kept across rollouts), ``step_seconds`` ``None`` or
     ``[num_envs]`` float64, all checked by ``arguments.check_vector_row_arguments``.
-    With ``next_step`` (Gymnasium's NEXT_STEP autoreset), a column that ended at
-    the step before spends this one on its reset: it is marked in
-    ``reset_steps`` and adds neither reward nor length.
+    ``counted`` is the source's mask of the row being booked, owned by the caller:
+    a column where it is False took a step that belongs to no episode, is marked
+    in ``reset_steps`` and adds neither reward nor length.
     """
 
-    def __init__(self, EpisodeBooks books not None, reset_steps, counted, step_seconds, bint next_step):
+    def __init__(self, EpisodeBooks books not None, reset_steps, counted, step_seconds):
         self.books = books
         self.reset_steps = reset_steps.view(np.uint8)
         self.counted = counted.view(np.uint8)
         self.timed = step_seconds is not None
         if self.timed:
             self.step_seconds = step_seconds
-        self.next_step = next_step
         self.num_envs = books.num_envs
         self.unit_strides = self.num_envs > 0 and (
             books.rewards.strides[1] == sizeof(double)
@@ -737,8 +740,8 @@ cdef class VectorRowBooks:
         return 0
 
     cpdef bint ended_uncounted(self, object terminations, object truncations) except -1:
-        """NEXT_STEP only: whether a column reports an end at its reset step (flags checked by ``reward_kind``)."""
-        if not self.next_step or self.num_envs == 0:
+        """Whether a column reports an end in a row the mask does not count (flags checked by ``reward_kind``)."""
+        if self.num_envs == 0:
             return False
         return _ended_uncounted(
             <const unsigned char*>cnp.PyArray_DATA(<cnp.ndarray>terminations),
@@ -786,7 +789,6 @@ cdef class VectorRowBooks:
         cdef int64[:] running_lengths = books.running_lengths
         cdef int64[:] running_seeds = books.running_seeds
         cdef unsigned char[::1] counted = self.counted
-        cdef bint next_step = self.next_step
         with nogil:
             for column in range(n):
                 reward = reward64[column] if reward64 != NULL else <double>reward32[column]
@@ -795,13 +797,8 @@ cdef class VectorRowBooks:
                 terminations_row[column] = terminated[column] != 0
                 truncations_row[column] = truncated[column] != 0
                 seeds_row[column] = running_seeds[column]
-                if next_step:
-                    counted_now = counted[column] != 0
-                    reset_row[column] = not counted_now
-                    counted[column] = not ended
-                else:
-                    counted_now = True
-                    reset_row[column] = 0
+                counted_now = counted[column] != 0
+                reset_row[column] = not counted_now
                 if counted_now:
                     running_returns[column] += reward
                     running_lengths[column] += 1
@@ -844,29 +841,20 @@ cdef class VectorRowBooks:
                 truncations_row[column] = truncated[column] != 0
                 any_ended |= terminated[column] | truncated[column]
             memcpy(&books.step_episode_seeds[t, 0], &books.running_seeds[0], n * sizeof(int64))
-            if self.next_step:
-                # A column that ended at the step before spent this one on its reset: it is
-                # marked, and its reward counts in no episode.
-                for column in range(n):
-                    reset_row[column] = counted[column] == 0
-                # A select of bits rather than a branch, so that the loop compiles to vector
-                # code; an uncounted column keeps its value bit for bit.
-                for column in range(n):
-                    old_value = running_returns[column]
-                    new_value = old_value + rewards_row[column]
-                    memcpy(&old_bits, &old_value, 8)
-                    memcpy(&new_bits, &new_value, 8)
-                    keep_new = 0 - <uint64_t>(counted[column] != 0)
-                    new_bits = (new_bits & keep_new) | (old_bits & ~keep_new)
-                    memcpy(&running_returns[column], &new_bits, 8)
-                    running_lengths[column] += counted[column] != 0
-                for column in range(n):
-                    counted[column] = (terminated[column] | truncated[column]) == 0
-            else:
-                memset(reset_row, 0, n)
-                for column in range(n):
-                    running_returns[column] += rewards_row[column]
-                    running_lengths[column] += 1
+            # A column the mask does not count is marked, and its reward counts in no episode.
+            for column in range(n):
+                reset_row[column] = counted[column] == 0
+            # A select of bits rather than a branch, so that the loop compiles to vector
+            # code; an uncounted column keeps its value bit for bit.
+            for column in range(n):
+                old_value = running_returns[column]
+                new_value = old_value + rewards_row[column]
+                memcpy(&old_bits, &old_value, 8)
+                memcpy(&new_bits, &new_value, 8)
+                keep_new = 0 - <uint64_t>(counted[column] != 0)
+                new_bits = (new_bits & keep_new) | (old_bits & ~keep_new)
+                memcpy(&running_returns[column], &new_bits, 8)
+                running_lengths[column] += counted[column] != 0
             if any_ended:
                 n_done = _book_ended(books, t, terminated, truncated, n)
             if self.timed:
@@ -875,11 +863,24 @@ cdef class VectorRowBooks:
                     step_seconds[column] += share
         return n_done
 
+    cpdef int count_unended(self, object terminations, object truncations) except -1:
+        """Set the mask to the columns whose flags report no end (flags checked by ``reward_kind``)."""
+        cdef const unsigned char* terminated = <const unsigned char*>cnp.PyArray_DATA(<cnp.ndarray>terminations)
+        cdef const unsigned char* truncated = <const unsigned char*>cnp.PyArray_DATA(<cnp.ndarray>truncations)
+        cdef Py_ssize_t column
+        if self.num_envs == 0:
+            return 0
+        cdef unsigned char* counted = &self.counted[0]
+        # With the GIL held: releasing it would cost more than this one pass over the flags.
+        for column in range(self.num_envs):
+            counted[column] = (terminated[column] | truncated[column]) == 0
+        return 0
+
 
 cdef bint _ended_uncounted(
     const unsigned char* terminated, const unsigned char* truncated, const unsigned char* counted, Py_ssize_t n
 ) noexcept nogil:
-    """Whether a column ended that did not count this step (NEXT_STEP: it ended twice in a row).
+    """Whether a column ended in a step its mask does not count.
 
     A branch-free reduction, which compiles to vector code: the common answer is no."""
     cdef Py_ssize_t column

@@ -266,8 +266,14 @@ def check_done_columns(done_columns: Any, num_envs: int) -> None:
         )
 
 
+_BOOL = np.dtype(np.bool_)
+
+
 def check_counted(counted: Any, num_envs: int) -> None:
     """``counted``: a bool vector of one entry per env (only read)."""
+    # Checked on every row a source books under its mask: the common answer first, in a few compares.
+    if type(counted) is np.ndarray and counted.dtype == _BOOL and counted.shape == (num_envs,):
+        return
     _require_array(counted, "counted", np.bool_, 1, writeable=False)
     if counted.shape[0] != num_envs:
         raise ValueError(f"`counted` has {counted.shape[0]} entries; expected {num_envs}.")

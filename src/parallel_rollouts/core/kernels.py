@@ -194,19 +194,18 @@ def _is_vector(values, length: int, dtype) -> bool:
 class VectorRowBooks:
     """The books of the rows a vector env returns, written straight from its arrays.
 
-    With ``next_step`` (Gymnasium's NEXT_STEP autoreset), a column that ended at
-    the step before spends this one on its reset: it is marked in
-    ``reset_steps`` and adds neither reward nor length.
+    ``counted`` is the source's mask of the row being booked, owned by the caller:
+    a column where it is False took a step that belongs to no episode, is marked
+    in ``reset_steps`` and adds neither reward nor length.
     """
 
-    def __init__(self, books: EpisodeBooks, reset_steps, counted, step_seconds, next_step: bool) -> None:
+    def __init__(self, books: EpisodeBooks, reset_steps, counted, step_seconds) -> None:
         if not isinstance(books, EpisodeBooks):
             raise TypeError(f"`books` must be an EpisodeBooks; got {type(books).__name__}.")
         self._books = books
         self._reset_steps = reset_steps
         self._counted = counted
         self._step_seconds = step_seconds
-        self._next_step = bool(next_step)
         self._num_envs = books.num_envs
 
     def reward_kind(self, rewards, terminations, truncations) -> int:
@@ -225,9 +224,7 @@ class VectorRowBooks:
         return (terminations.view(np.uint8) != 0) | (truncations.view(np.uint8) != 0)
 
     def ended_uncounted(self, terminations, truncations) -> bool:
-        """NEXT_STEP only: whether a column reports an end at its reset step."""
-        if not self._next_step:
-            return False
+        """Whether a column reports an end in a row the mask does not count."""
         return bool((self._ended(terminations, truncations) & ~(self._counted.view(np.uint8) != 0)).any())
 
     def room_for(self, terminations, truncations) -> bool:
@@ -243,19 +240,18 @@ class VectorRowBooks:
         books._terminations[t] = terminations.view(np.uint8) != 0
         books._truncations[t] = truncations.view(np.uint8) != 0
         books._step_episode_seeds[t] = books._running_seeds
-        if self._next_step:
-            counted = self._counted.view(np.uint8) != 0
-            self._reset_steps[t] = ~counted
-            self._counted[:] = ~ended
-            books._running_returns[counted] += books._rewards[t][counted]
-            books._running_lengths += counted
-        else:
-            self._reset_steps[t] = False
-            books._running_returns += books._rewards[t]
-            books._running_lengths += 1
+        counted = self._counted.view(np.uint8) != 0
+        self._reset_steps[t] = ~counted
+        books._running_returns[counted] += books._rewards[t][counted]
+        books._running_lengths += counted
         if self._step_seconds is not None:
             self._step_seconds += share
         return books._end_episodes(t, ended)
+
+    def count_unended(self, terminations, truncations) -> int:
+        """Set the mask to the columns whose flags report no end (flags checked by ``reward_kind``)."""
+        self._counted[:] = ~self._ended(terminations, truncations)
+        return 0
 
 
 def find_out_of_bounds(values, low, high) -> int:

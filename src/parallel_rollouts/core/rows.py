@@ -266,10 +266,10 @@ class StepRecorder:
     def record_rows(self, t, counted=None):
         """Record step ``t`` from the rewards and flags already stored in row ``t``.
 
-        For sources that write whole rows themselves (a vector env). ``counted``
-        is ``None`` or a bool ``[num_envs]`` array; a column where it is False
-        took a step that belongs to no episode (a ``NEXT_STEP`` autoreset step):
-        its reward and length are not added. Returns how many episodes ended;
+        For sources that write whole rows themselves (a multi-agent env). ``counted``
+        is ``None`` or a bool ``[num_envs]`` array, the source's mask; a column where
+        it is False took a step that belongs to no episode (an agent that is not
+        live): its reward and length are not added. Returns how many episodes ended;
         their columns go to the front of ``done_columns``.
         """
         step = _index_in(t, self.horizon, "time step")
@@ -618,8 +618,10 @@ class VectorRowRecorder:
         step ``t`` was a ``NEXT_STEP`` reset (belongs to no episode).
     counted:
         A contiguous ``[num_envs]`` bool array owned by the caller and kept across
-        rollouts: False for a sub-env whose episode ended at the step before (in
-        ``"NextStep"`` mode its next step is the vector env's reset). Updated in place.
+        rollouts: the source's mask of the next row, False for a sub-env whose step
+        belongs to no episode. In ``"NextStep"`` mode the recorder sets it after each
+        row to the sub-envs that did not end (the vector env spends the next step of
+        an ended one on its reset); in the other modes it is left as the caller set it.
     step_seconds:
         ``None``, or ``[num_envs]`` float64: each row adds an equal share of the
         seconds the vector env's ``step`` took to every sub-env.
@@ -632,8 +634,8 @@ class VectorRowRecorder:
     contiguous float64 or float32 ``[num_envs]`` array, both flags contiguous
     bool ``[num_envs]`` arrays, each observation leaf an array of the
     storage's dtype and shape ``[num_envs, *leaf]`` (any strides), every checked value inside
-    its bounds, and (``"NextStep"``) no sub-env reporting an end at its reset
-    step. A decline writes nothing, except when only the bounds are broken:
+    its bounds, and no sub-env reporting an end in a row ``counted`` does not
+    count (under ``"NextStep"``, at its reset step). A decline writes nothing, except when only the bounds are broken:
     the observations are stored into row ``t + 1`` first and checked there (one
     pass over the values), so that row is written. The caller then takes the
     general path, which converts, warns or raises as the rules say, and writes
@@ -666,7 +668,7 @@ class VectorRowRecorder:
         self.scatter_finals = autoreset_mode != "SameStep"
         self.seeds_unknown = autoreset_mode != "Disabled"
         self.num_envs = recorder.num_envs
-        self.row_books = kernels.VectorRowBooks(recorder.books, reset_steps, counted, step_seconds, self.next_step)
+        self.row_books = kernels.VectorRowBooks(recorder.books, reset_steps, counted, step_seconds)
 
     def record(self, t, rewards, terminations, truncations, leaves, seconds):
         """Store, check and book row ``t``; return how many episodes ended, or -1 (declined; see the class)."""
@@ -724,6 +726,9 @@ class VectorRowRecorder:
     def _book(self, t, rewards, terminations, truncations, seconds):
         """The books of a stored row (checked, with room): autoreset's bookkeeping for a vector env."""
         n_done = self.row_books.book(t, rewards, terminations, truncations, seconds / self.num_envs if self.num_envs else 0.0)
+        if self.next_step:
+            # The vector env spends an ended sub-env's next step on its reset: that row counts in no episode.
+            self.row_books.count_unended(terminations, truncations)
         if self.scatter_finals and n_done:
             # Row t + 1 holds the terminal observations until the vector env's reset overwrites it.
             for writer in self.writers:

@@ -28,24 +28,21 @@ actions replay it. The seed stream is the one of the env's first column.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from time import perf_counter
 from typing import Any
 
 import numpy as np
 from gymnasium import Env, Space
 
-from ..checks.conversion import convert_row
 from ..checks.env_returns import info_number
 from ..checks.observations import ObservationChecker
 from ..checks.rounding import RoundingNotices
 from ..config.layout import RolloutLayout
 from ..config.seeding import EpisodeSeeds
 from ..data.spaces import check_env_spaces
-from ..data.storage import CompletedEpisodes, RolloutStorage
 from ..errors import ObservationError, SpaceError, WorkerError
-from .base import refused_step
-from .single_envs import describe_failure, unstorable_observation
+from .single_envs import describe_failure
+from .source_group import UNKNOWN_SEED, SourceGroup
 
 __all__ = ["AgentEnvGroup", "agent_env_attribute", "agent_spaces", "check_parallel_env", "is_parallel_env"]
 
@@ -59,9 +56,6 @@ def agent_env_attribute(env: Any, name: str) -> Any:
     if name in GYMNASIUM_DEFAULTS:
         return getattr(env, name, GYMNASIUM_DEFAULTS[name])
     return getattr(env, name)
-
-#: Recorded as the seed of an episode begun by an unseeded reset (``episode_seeds="first"``).
-UNKNOWN_SEED = -1
 
 
 def is_parallel_env(value: Any) -> bool:
@@ -145,7 +139,7 @@ def _same(first: Space, second: Space) -> bool:
         return False
 
 
-class AgentEnvGroup:
+class AgentEnvGroup(SourceGroup):
     """One multi-agent env, stepped into ``len(possible_agents)`` columns of rollout storage.
 
     Parameters are those of :class:`~parallel_rollouts.groups.single_envs.EnvGroup`,
@@ -155,32 +149,29 @@ class AgentEnvGroup:
     def __init__(self, env: Any, env_offset: int, layout: RolloutLayout, incarnation: int = 0) -> None:
         self.agents, observation_space, action_space = agent_spaces(env, f"the multi-agent env at env {env_offset}")
         check_env_spaces(env_offset, observation_space, action_space, layout.observation_space, layout.action_space)
-        self.env = env
+        self.source = self.env = env
         self.env_offset = env_offset
         self.num_envs = n = len(self.agents)
         self._column_of = {agent: column for column, agent in enumerate(self.agents)}
         self._observation_layout = layout.observation_layout
         self._action_layout = layout.action_layout
         self._info_keys = layout.info_keys
+        self._core = layout.core
         self._checker = ObservationChecker(layout.observation_layout, layout.core, layout.observation_check, env_offset)
         self._rounding = RoundingNotices(layout.observation_layout, env_offset)
         # The env's episode seeds: the stream of its first column, one seed per env episode.
         self._episode_seeds = EpisodeSeeds(layout.root_seed, env_offset, incarnation)
         self._reseed = layout.episode_seeds == "every"
         self._episodes_started = 0
-        self._episode_seed = UNKNOWN_SEED
-        self._running_returns = [0.0] * n
-        self._running_lengths = [0] * n
+        # The episode books every source keeps (the core's StepRecorder); every agent's running
+        # seed is its env's episode seed.
+        self._init_books()
         # The columns of the agents live at the row the env stands at, in env.agents' order
         # (outlives a rollout, like the observations).
         self._live_columns: list[int] = []
+        # The live agents of the row being booked, as a mask (the negation of its reset_steps row).
+        self._live_mask = np.zeros(n, dtype=bool)
         self._current_observations = layout.observation_layout.allocate((1, n), np.zeros)
-        self._storage: RolloutStorage | None = None
-        self._completed: CompletedEpisodes | None = None
-        self._completed_count = 0
-        self._episode_buffers: CompletedEpisodes | None = None
-        # The storage row the env stands at during a rollout; None while a step is under way.
-        self._row: int | None = 0
 
     @property
     def episodes_started(self) -> int:
@@ -208,7 +199,7 @@ class AgentEnvGroup:
                 self._storage.env_reset_seconds[0] += (perf_counter() - started) / self.num_envs
         if seeded:
             self._episodes_started += 1
-        self._episode_seed = UNKNOWN_SEED if seed is None else seed
+        self._running_seeds[:] = UNKNOWN_SEED if seed is None else seed
         if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], dict)):
             raise self._failure(
                 phase,
@@ -235,8 +226,8 @@ class AgentEnvGroup:
         for column in live:
             self._write_observation(row, column, observations, describe)
         self._live_columns = live
-        self._running_returns = [0.0] * self.num_envs
-        self._running_lengths = [0] * self.num_envs
+        self._running_returns[:] = 0.0
+        self._running_lengths[:] = 0
 
     def reset_all(self) -> None:
         """First reset of the env."""
@@ -248,28 +239,6 @@ class AgentEnvGroup:
         self._rounding.say()
 
     # -- one rollout -----------------------------------------------------------------------
-
-    def begin(self, storage: RolloutStorage) -> None:
-        """Start a rollout into ``storage``, this group's column slice of the batch."""
-        if self._storage is not None:
-            self.abandon(self._row if self._row is not None else -1)
-        self._storage = storage
-        # Each agent ends at most one episode per step.
-        self._completed = self._episode_buffers = CompletedEpisodes.buffers_like(
-            self._episode_buffers, storage.horizon * self.num_envs
-        )
-        self._completed_count = 0
-        for leaf_storage, current in zip(storage.observations, self._current_observations):
-            leaf_storage[0] = current[0]
-        self._row = 0
-
-    def step(self, t: int) -> None:
-        """Step the live agents with their actions in ``storage.actions[t]``; write row ``t`` (and ``t + 1``)."""
-        if self._row != t:
-            self._refuse_step(t)
-        self._row = None
-        self._step_row(t)
-        self._row = t + 1
 
     def _step_row(self, t: int) -> None:
         storage, agents, n = self._storage, self.agents, self.num_envs
@@ -288,11 +257,10 @@ class AgentEnvGroup:
         reward_row, terminated_row, truncated_row = [0.0] * n, [False] * n, [False] * n
         for column in live:
             agent = agents[column]
-            reward_row[column] = reward = self._number(rewards, "rewards", agent, t)
+            reward_row[column] = self._number(rewards, "rewards", agent, t)
             terminated_row[column] = self._flag(terminations, "terminations", agent, t)
             truncated_row[column] = self._flag(truncations, "truncations", agent, t)
-            self._running_returns[column] += reward
-            self._running_lengths[column] += 1
+        # The source's mask: a row whose agent is not live belongs to no episode.
         not_live = [True] * n
         for column in live:
             not_live[column] = False
@@ -300,7 +268,6 @@ class AgentEnvGroup:
         storage.rewards[t] = reward_row
         storage.terminations[t] = terminated_row
         storage.truncations[t] = truncated_row
-        storage.step_episode_seeds[t] = self._episode_seed
         for key in self._info_keys:
             row = [np.nan] * n
             for column in live:
@@ -325,13 +292,16 @@ class AgentEnvGroup:
         for column in live:
             if column not in after_set and column not in ended_set:
                 raise self._left_without_end(t, column)
+        # The books of every source: the live agents' rewards count, the ended agents' episodes are booked.
+        # With every agent live the mask counts every column, which the books do without one.
+        counted = None if len(live) == n else np.logical_not(storage.reset_steps[t], out=self._live_mask)
+        self._recorder.record_rows(t, counted)
         if ended:
             finals = [leaf[t] for leaf in storage.final_observations]
             what = lambda column: f"a terminal observation at step t={t} (final_observations row t={t}; {self.describe_column(column)})"  # noqa: E731
             for column in ended:
                 self._write_observation(finals, column, observations, what)
                 self._write_observation(next_row, column, observations, what)
-                self._book(t, column)
             self._check([leaf[ended] for leaf in finals], what, np.asarray(ended))
         self._live_columns = after
 
@@ -345,51 +315,6 @@ class AgentEnvGroup:
             self._start_episode(next_row, reset_observations, describe)
             after = self._live_columns
         self._check_columns(next_row, after, describe)
-
-    def _book(self, t: int, column: int) -> None:
-        completed, k = self._completed, self._completed_count
-        completed.returns[k] = self._running_returns[column]
-        completed.lengths[k] = self._running_lengths[column]
-        completed.env_indices[k] = self.env_offset + column
-        completed.end_steps[k] = t
-        completed.seeds[k] = self._episode_seed
-        self._completed_count = k + 1
-        self._running_returns[column] = 0.0
-        self._running_lengths[column] = 0
-
-    def finish(self) -> CompletedEpisodes:
-        """End the rollout: remember where the env is, return the agents' episodes."""
-        storage = self._storage
-        if self._row != storage.horizon:
-            self._refuse_step(storage.horizon)
-        for leaf_storage, current in zip(storage.observations, self._current_observations):
-            current[0] = leaf_storage[storage.horizon]
-        completed = self._completed.head(self._completed_count)
-        self._storage, self._completed = None, None
-        # Once per rollout, with every row written: a warning made an error drops a complete rollout.
-        self._rounding.say()
-        return completed
-
-    def abandon(self, t: int) -> None:
-        """Drop the rollout; the next one starts from the row the env stands at."""
-        if self._storage is None:
-            return
-        if self._row is None:
-            self._refuse_step(t)
-        for leaf_storage, current in zip(self._storage.observations, self._current_observations):
-            current[0] = leaf_storage[self._row]
-        self._storage, self._completed = None, None
-
-    def close(self) -> list[tuple[int, BaseException]]:
-        """Close the env; ``(env_index, error)`` if its ``close`` raised."""
-        try:
-            self.env.close()
-        except Exception as error:
-            return [(self.env_offset, error)]
-        return []
-
-    def _refuse_step(self, t: int) -> None:
-        raise refused_step(self._row, t, self.env_offset, self.env_offset + self.num_envs - 1)
 
     # -- reading what the env returned -----------------------------------------------------
 
@@ -495,14 +420,7 @@ class AgentEnvGroup:
                 f"env {self.env_offset + column} returned {describe(column)} that does not match its observation "
                 f"space: {error}"
             ) from None
-        converted = []
-        for leaf_index, (leaf, value) in enumerate(zip(layout.leaves, values)):
-            array = convert_row(value, leaf.shape, leaf.dtype)
-            if array is None:
-                raise unstorable_observation(layout, leaf_index, self.env_offset + column, value, describe(column))
-            if array.dtype != leaf.dtype:
-                self._rounding.converted(leaf_index, column, array.dtype)
-            converted.append(array)
+        converted = self._converted_column(column, values, describe(column))
         for target, array in zip(row, converted):
             target[column] = array
 
@@ -522,19 +440,12 @@ class AgentEnvGroup:
 
     # -- errors ----------------------------------------------------------------------------
 
-    def _failure(self, phase: str, error: BaseException) -> WorkerError:
-        """The env raised (or broke the API): every agent of it is affected, each is listed."""
-        failure = describe_failure(self.env_offset, phase, error)
+    def _hosting(self) -> str:
         last = self.env_offset + self.num_envs - 1
-        message = (
+        return (
             f"the multi-agent env {type(self.env).__name__} hosting envs {self.env_offset}..{last} (agents "
-            f"{list(self.agents)!r}) raised {failure.exception_type} in `{phase}`: {failure.message}"
+            f"{list(self.agents)!r})"
         )
-        # One traceback (the first entry's) for the one exception.
-        failures = (failure,) + tuple(
-            replace(failure, env_index=self.env_offset + column, traceback="") for column in range(1, self.num_envs)
-        )
-        return WorkerError(message, failures)
 
     def _column_failure(self, column: int, phase: str, error: BaseException) -> WorkerError:
         """A value the env returned for one agent is refused: the error names the env column and the agent."""

@@ -1,10 +1,13 @@
 """The one interface of every group: what a stepper, a worker or an actor drives.
 
-Three kinds implement it: :class:`~parallel_rollouts.groups.single_envs.EnvGroup` (single
-envs, the collector's step semantics), :class:`~parallel_rollouts.groups.vector_source.VectorEnvGroup`
-(a Gymnasium vector env as a source of rollouts) and
+:class:`~parallel_rollouts.groups.single_envs.EnvGroup` (single envs, the collector's step
+semantics), :class:`~parallel_rollouts.groups.vector_source.VectorEnvGroup` (a Gymnasium vector
+env as a source of rollouts) and :class:`~parallel_rollouts.groups.agents.AgentEnvGroup` (a
+PettingZoo env, one column per agent), the last two sharing their rollout life in
+:class:`~parallel_rollouts.groups.source_group.SourceGroup`, implement it, as do
 :class:`~parallel_rollouts.groups.gymnasium_envs.GymnasiumGroup` (single envs stepped as
-Gymnasium's vector envs step them, for :class:`~parallel_rollouts.ParallelVectorEnv`);
+Gymnasium's vector envs step them, for :class:`~parallel_rollouts.ParallelVectorEnv`) and its
+multi-agent twin;
 :class:`~parallel_rollouts.groups.chain.GroupChain` chains groups over consecutive columns.
 Each is built from its envs, its first global env index and the collector's
 :class:`~parallel_rollouts.config.layout.RolloutLayout`; ``EnvGroup`` and ``VectorEnvGroup``

@@ -43,7 +43,6 @@ after it pass no seed.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from time import perf_counter
 from typing import Any
 
@@ -59,9 +58,9 @@ from ..checks.observations import ObservationChecker
 from ..checks.rounding import RoundingNotices
 from ..config.seeding import EpisodeSeeds
 from ..data.spaces import SpaceLayout, check_env_spaces
-from ..data.storage import CompletedEpisodes, RolloutStorage
-from .base import refused_step
-from .single_envs import describe_failure, episode_recorder, unstorable_observation
+from ..data.storage import RolloutStorage
+from .single_envs import describe_failure, unstorable_observation
+from .source_group import UNKNOWN_SEED, SourceGroup
 
 __all__ = [
     "UNKNOWN_SEED",
@@ -71,10 +70,6 @@ __all__ = [
     "is_vector_env",
     "misdeclared_autoreset",
 ]
-
-#: Recorded as an episode's seed when the vector env chose it (or no per-env seed exists).
-UNKNOWN_SEED = -1
-
 
 def is_vector_env(value: Any) -> bool:
     """True for a Gymnasium ``VectorEnv`` (or a wrapper of one), not for a single ``Env``."""
@@ -201,7 +196,7 @@ def _same(first: Space, second: Space) -> bool:
         return False
 
 
-class VectorEnvGroup:
+class VectorEnvGroup(SourceGroup):
     """One vector env, stepped into a column slice of rollout storage.
 
     Parameters are those of :class:`~parallel_rollouts.groups.single_envs.EnvGroup`,
@@ -220,7 +215,7 @@ class VectorEnvGroup:
             layout.action_space,
         )
         observation_layout = layout.observation_layout
-        self.vector_env = vector_env
+        self.source = self.vector_env = vector_env
         self.env_offset = env_offset
         self.num_envs = n
         self.autoreset_mode = autoreset_mode_of(vector_env)
@@ -235,25 +230,14 @@ class VectorEnvGroup:
         self._episodes_started = np.zeros(n, dtype=np.int64)
         # None until the first reset shows whether reset(seed=[...]) is accepted.
         self._per_env_seeds: bool | None = None
-        self._running_returns = np.zeros(n, dtype=np.float64)
-        self._running_lengths = np.zeros(n, dtype=np.int64)
-        self._running_seeds = np.full(n, UNKNOWN_SEED, dtype=np.int64)
+        self._init_books()
         # NEXT_STEP: False for the sub-envs whose episode ended at the previous step,
         # so that this step is their reset step and counts in no episode. It outlives
         # a rollout, like the observations.
         self._counted = np.ones(n, dtype=bool)
-        self._done_columns = np.zeros(n, dtype=np.int64)
         self._current_observations = observation_layout.allocate((1, n), np.zeros)
-        self._storage: RolloutStorage | None = None
-        self._completed: CompletedEpisodes | None = None
-        # Written again by every rollout (read out by a copy): see CompletedEpisodes.buffers_like.
-        self._episode_buffers: CompletedEpisodes | None = None
-        self._recorder = None
         self._rows = None
         self._final_writers: list = []
-        # The storage row the sub-envs stand at during a rollout; None while a step is under
-        # way (an interruption there leaves the vector env in an unknown state).
-        self._row: int | None = 0
 
     @property
     def episodes_started(self) -> list[int]:
@@ -327,23 +311,8 @@ class VectorEnvGroup:
 
     # -- one rollout -----------------------------------------------------------------------
 
-    def begin(self, storage: RolloutStorage) -> None:
-        """Start a rollout into ``storage``, this group's column slice of the batch.
-
-        A rollout that was neither finished nor abandoned (an interruption outside any
-        step) is abandoned first, at the row the sub-envs stand at.
-        """
-        if self._storage is not None:
-            self.abandon(self._row if self._row is not None else -1)
-        self._storage = storage
-        completed = self._completed = self._episode_buffers = CompletedEpisodes.buffers_like(
-            self._episode_buffers, storage.horizon * self.num_envs
-        )
-        # The episode books of whole rows, kept by the compiled core in one pass per step.
-        self._recorder = episode_recorder(
-            self._core, storage, self._running_returns, self._running_lengths, self._running_seeds,
-            completed, self._done_columns, self.env_offset,
-        )
+    def _begin_rows(self, storage: RolloutStorage) -> None:
+        """The compiled row of this rollout, over the episode books the rollout began."""
         # Terminal rows are copied by the compiled kernel the per-env groups use.
         self._final_writers = [
             self._core.ObservationWriter(observations, finals)
@@ -354,20 +323,13 @@ class VectorEnvGroup:
             self._recorder, self._final_writers, self._checker.checked_leaves(), storage.reset_steps,
             self._counted, storage.env_step_seconds[0], self.autoreset_mode.value,
         )
-        for leaf_storage, current in zip(storage.observations, self._current_observations):
-            leaf_storage[0] = current[0]
-        self._row = 0
 
-    def step(self, t: int) -> None:
-        """Step the vector env once with the actions in ``storage.actions[t]``."""
-        if self._row != t:
-            self._refuse_step(t)
-        self._row = None
-        self._step_row(t)
-        self._row = t + 1
+    def _end_rollout(self) -> None:
+        self._rows, self._final_writers = None, []
+        super()._end_rollout()
 
-    def _refuse_step(self, t: int) -> None:
-        raise refused_step(self._row, t, self.env_offset, self.env_offset + self.num_envs - 1)
+    def _hosting(self) -> str:
+        return f"{_describe(self.vector_env)} hosting envs {self.env_offset}..{self.env_offset + self.num_envs - 1}"
 
     def _step_row(self, t: int) -> None:
         storage = self._storage
@@ -488,70 +450,11 @@ class VectorEnvGroup:
                     f"env {self.env_offset + column} returned {what} that does not match the observation "
                     f"space: {error}"
                 ) from None
-            # Every leaf is converted before any is stored, under the one conversion rule.
-            converted = []
-            for leaf_index, (leaf, value) in enumerate(zip(layout.leaves, values)):
-                array = convert_row(value, leaf.shape, leaf.dtype)
-                if array is None:
-                    raise unstorable_observation(layout, leaf_index, self.env_offset + column, value, what)
-                if array.dtype != leaf.dtype:
-                    self._rounding.converted(leaf_index, column, array.dtype)
-                converted.append(array)
+            converted = self._converted_column(column, values, what)
             for finals, array in zip(self._storage.final_observations, converted):
                 finals[t, column] = array
 
-    def finish(self) -> CompletedEpisodes:
-        """End the rollout: remember where each sub-env is, return the episodes."""
-        storage = self._storage
-        if self._row != storage.horizon:
-            self._refuse_step(storage.horizon)
-        for leaf_storage, current in zip(storage.observations, self._current_observations):
-            current[0] = leaf_storage[storage.horizon]
-        completed = self._completed.head(self._recorder.completed_count)
-        self._storage, self._completed, self._recorder, self._rows, self._final_writers = None, None, None, None, []
-        # Once per rollout, with every row written: a warning made an error drops a complete rollout.
-        self._rounding.say()
-        return completed
-
-    def abandon(self, t: int) -> None:
-        """Drop the rollout; the next one starts from the row the sub-envs stand at.
-
-        ``t`` is the number of steps the caller saw complete; when an interruption fell
-        between a step and the caller's count, the group's own record of its row wins. If a
-        step itself was cut short, the sub-envs' state is unknown and this raises
-        :class:`CollectorClosedError`.
-        """
-        if self._storage is None:
-            return
-        if self._row is None:
-            self._refuse_step(t)
-        for leaf_storage, current in zip(self._storage.observations, self._current_observations):
-            current[0] = leaf_storage[self._row]
-        self._storage, self._completed, self._recorder, self._rows, self._final_writers = None, None, None, None, []
-
-    def close(self) -> list[tuple[int, BaseException]]:
-        """Close the vector env; return ``(env_index, error)`` if its ``close`` raised."""
-        try:
-            self.vector_env.close()
-        except Exception as error:
-            return [(self.env_offset, error)]
-        return []
-
     # -- conversions and checks ------------------------------------------------------------
-
-    def _failure(self, phase: str, error: BaseException) -> WorkerError:
-        """The vector env raised: every one of its sub-envs is affected, so each is listed."""
-        failure = describe_failure(self.env_offset, phase, error)
-        last = self.env_offset + self.num_envs - 1
-        message = (
-            f"{_describe(self.vector_env)} hosting envs {self.env_offset}..{last} raised "
-            f"{failure.exception_type} in `{phase}`: {failure.message}"
-        )
-        # One traceback (the first entry's) for the one exception.
-        failures = (failure,) + tuple(
-            replace(failure, env_index=self.env_offset + column, traceback="") for column in range(1, self.num_envs)
-        )
-        return WorkerError(message, failures)
 
     def _store_per_env(self, values: Any, row: np.ndarray, name: str) -> np.ndarray:
         """Write one value per sub-env into ``row`` under the conversion rule; return ``row``.
