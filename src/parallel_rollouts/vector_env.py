@@ -32,7 +32,7 @@ from .runners.lifecycle import Lifecycle, RunnerState
 from .config.spec import RolloutSpec
 from .config.worker_options import WorkerOptions
 from .data.typed_actions import TypedActionWriter
-from .steppers.base import VectorStepper
+from .steppers.base import OnFailure, OnFinished, VectorStepper
 from .steppers.in_process import InProcessVectorStepper
 from .steppers.ready_first import ReadyFirst, check_serve_order
 
@@ -606,7 +606,9 @@ def _weakly(method: Callable) -> Callable:
     return call
 
 
-def _start_stepper(backend: str, spec: RolloutSpec, options: WorkerOptions, on_failure, on_finished) -> VectorStepper:
+def _start_stepper(
+    backend: str, spec: RolloutSpec, options: WorkerOptions, on_failure: OnFailure, on_finished: OnFinished
+) -> VectorStepper:
     """The stepper of ``backend``'s envs (see :class:`~.steppers.base.VectorStepper` for the callbacks)."""
     if backend == "sync":
         return InProcessVectorStepper(spec, on_failure, on_finished)

@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from ..config.layout import RolloutLayout
 from ..data.storage import CompletedEpisodes, RolloutStorage
@@ -12,7 +15,12 @@ from ..data.storage import CompletedEpisodes, RolloutStorage
 if TYPE_CHECKING:
     from ..processes.batch_segments import BatchSegments
 
-__all__ = ["RolloutStepper", "VectorStepper"]
+__all__ = ["OnFailure", "OnFinished", "RolloutStepper", "VectorStepper"]
+
+#: What a :class:`VectorStepper` calls with an error that leaves its envs in an unknown state.
+OnFailure = Callable[[BaseException], None]
+#: What a :class:`VectorStepper` calls with envs whose ready-first step is done, and their events.
+OnFinished = Callable[[np.ndarray, "list | None"], None]
 
 
 class RolloutStepper(abc.ABC):

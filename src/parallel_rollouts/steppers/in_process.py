@@ -16,7 +16,7 @@ Gymnasium group (:mod:`~parallel_rollouts.groups.gymnasium_envs`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from gymnasium import Env
@@ -28,7 +28,7 @@ from ..groups.single_envs import close_each
 from ..config.layout import RolloutLayout
 from ..config.spec import RolloutSpec
 from ..data.storage import CompletedEpisodes, RolloutStorage
-from .base import RolloutStepper, VectorStepper
+from .base import OnFailure, OnFinished, RolloutStepper, VectorStepper
 
 __all__ = ["GROUPINGS", "InProcessStepper", "InProcessVectorStepper", "close_envs"]
 
@@ -92,12 +92,7 @@ class InProcessVectorStepper(VectorStepper):
     :meth:`send_envs` is done (and reported) before it returns.
     """
 
-    def __init__(
-        self,
-        spec: RolloutSpec,
-        on_failure: Callable[[BaseException], None],
-        on_finished: Callable[[np.ndarray, list | None], None],
-    ) -> None:
+    def __init__(self, spec: RolloutSpec, on_failure: OnFailure, on_finished: OnFinished) -> None:
         envs = make_all(spec.env_fns, 0)
         try:
             for index, env in enumerate(envs):

@@ -18,7 +18,6 @@ one breaks the vector env).
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable
 
 import numpy as np
 
@@ -31,7 +30,7 @@ from ..processes.startup import unguarded_main_error
 from ..config.spec import RolloutSpec
 from ..config.worker_options import WorkerOptions
 from ..data.storage import CompletedEpisodes, RolloutStorage
-from .base import RolloutStepper, VectorStepper
+from .base import OnFailure, OnFinished, RolloutStepper, VectorStepper
 from .ready_first import WorkerQueues
 
 __all__ = ["ProcessStepper", "ProcessVectorStepper"]
@@ -181,12 +180,7 @@ class ProcessStepper(RolloutStepper):
 class ProcessVectorStepper(VectorStepper):
     """A ``ParallelVectorEnv``'s envs on a :class:`WorkerPool`, each worker hosting one group of its slice."""
 
-    def __init__(
-        self,
-        pool: WorkerPool,
-        on_failure: Callable[[BaseException], None],
-        on_finished: Callable[[np.ndarray, list | None], None],
-    ) -> None:
+    def __init__(self, pool: WorkerPool, on_failure: OnFailure, on_finished: OnFinished) -> None:
         self.pool = pool
         self.layout = pool.layout
         self.storage = pool.shared.storage
@@ -194,13 +188,7 @@ class ProcessVectorStepper(VectorStepper):
         self._ready_first = WorkerQueues(pool, on_finished, on_failure)
 
     @classmethod
-    def start(
-        cls,
-        spec: RolloutSpec,
-        options: WorkerOptions,
-        on_failure: Callable[[BaseException], None],
-        on_finished: Callable[[np.ndarray, list | None], None],
-    ) -> ProcessVectorStepper:
+    def start(cls, spec: RolloutSpec, options: WorkerOptions, on_failure: OnFailure, on_finished: OnFinished) -> ProcessVectorStepper:
         """Start the workers and have each begin its group on the working segment."""
         try:
             pool = WorkerPool.start(spec, options=options)
@@ -216,12 +204,6 @@ class ProcessVectorStepper(VectorStepper):
             stepper.close()
             raise
         return stepper
-
-    def start_step(self) -> None:
-        self._send(protocol.STEP)
-
-    def finish_step(self) -> list:
-        return self._receive()
 
     def handle(self, request: tuple) -> list:
         # Envs sent and not yet received: their steps finish first (reported as done), as in this
@@ -248,8 +230,8 @@ class ProcessVectorStepper(VectorStepper):
         self._send(command, payload)
         return self._receive()
 
-    def _send(self, command: bytes, payload: bytes = b"") -> None:
-        """Send one request to every worker; :meth:`_receive` takes the replies."""
+    def _send(self, command: bytes = protocol.STEP, payload: bytes = b"") -> None:
+        """Send one request to every worker (by default a step); :meth:`_receive` takes the replies."""
         try:
             self.pool.send(command, 0, payload=payload)
         except BaseException as error:
@@ -270,3 +252,8 @@ class ProcessVectorStepper(VectorStepper):
         raise_again(pool.take_warnings())
         replies = [reply[1:] if reply[:1] == protocol.FINISHED else None for reply in replies]
         return [None if reply is None else pickle.loads(reply) for reply in replies]
+
+    # A step is a request like any other (the pool sends a bare STEP by the doorbell where it has
+    # one); these names save the step path a call each.
+    start_step = _send
+    finish_step = _receive

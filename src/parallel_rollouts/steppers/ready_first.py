@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pickle
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,6 +29,7 @@ from ..processes.forwarded_warnings import raise_again
 
 if TYPE_CHECKING:
     from ..processes.pool import WorkerPool
+    from .base import OnFailure, OnFinished
 
 __all__ = ["ReadyFirst", "WorkerQueues", "check_serve_order"]
 
@@ -150,12 +151,7 @@ class WorkerQueues:
     workers in an unknown state to ``on_failure(error)`` before it is raised.
     """
 
-    def __init__(
-        self,
-        pool: WorkerPool,
-        on_finished: Callable[[np.ndarray, list | None], None],
-        on_failure: Callable[[BaseException], None],
-    ) -> None:
+    def __init__(self, pool: WorkerPool, on_finished: OnFinished, on_failure: OnFailure) -> None:
         self._pool = pool
         self._on_finished = on_finished
         self._on_failure = on_failure
