@@ -409,7 +409,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         return with_final_observations(events, ended, final_leaves, self._observation_layout)
 
     def _finished(self, ids: np.ndarray, events: list | None) -> None:
-        """Book envs ``ids`` (sorted) as stepped, with their events (terminal observations restored)."""
+        """Book envs ``ids`` as stepped, with their events (terminal observations restored)."""
         if self._books_ended:
             self._note_ended(ids, [events])
         if self._stores_finals:

@@ -96,8 +96,8 @@ class VectorStepper(abc.ABC):
     Two callbacks, given at construction, tie a stepper to its owner: ``on_failure(error)`` is
     called with any error that leaves the envs in an unknown state, before it is raised (the
     owner is then broken; a caller's mistake the groups refuse is a reply, not an error), and
-    ``on_finished(env_ids, events)`` with each ready-first step done (``env_ids`` sorted
-    within one call).
+    ``on_finished(env_ids, events)`` with each ready-first step done (``env_ids`` int64,
+    ``events`` as in a part).
     """
 
     layout: RolloutLayout
