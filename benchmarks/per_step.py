@@ -166,7 +166,7 @@ def measure_workload(workload: Workload, num_envs: int, steps: int, rounds: int,
     try:
         for name in FRONT_DOORS:
             contenders.append(_build(name, workload, num_envs, steps))
-        shares = len(contenders[FRONT_DOORS.index("vector-env/async")].env._backend.workers)
+        shares = len(contenders[FRONT_DOORS.index("vector-env/async")].env._backend.pool.workers)
         seconds = _interleaved(contenders, rounds, warmup)
     finally:
         for contender in contenders:
@@ -237,7 +237,7 @@ def measure_ppo(num_envs: int, n_steps: int, rounds: int) -> dict:
             contender.run()
         dummy = contenders[0]
         # The processes stepping the adapter's envs (the main process's share counts as one).
-        shares = len(contenders[1].env._vector_env._backend.workers)
+        shares = len(contenders[1].env._vector_env._backend.pool.workers)
 
         def timed(contender) -> float:
             seconds = _timed(contender)

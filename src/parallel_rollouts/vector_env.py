@@ -13,7 +13,7 @@ observations, rewards, flags and infos for the same seeds and actions.
 from __future__ import annotations
 
 import logging
-import pickle
+import weakref
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -24,21 +24,17 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from .checks.actions import ActionBatchChecker
-from .checks.factories import not_an_env
-from .groups.single_envs import close_each
-from .groups import make_all, resolve_layout, spaces_per_env
-from .groups.agents import is_parallel_env
-from .groups.gymnasium_envs import GymnasiumGroup, build_gymnasium_group, with_final_observations
+from .groups.gymnasium_envs import build_gymnasium_group, with_final_observations
 from .groups.requests import raise_any_refusal
 from .core.selector import load_core
 from .errors import ConfigurationError, ResetNeededError, VectorEnvClosedError
 from .runners.lifecycle import Lifecycle, RunnerState
-from .processes.forwarded_warnings import raise_again
-from .config.layout import RolloutLayout
 from .config.spec import RolloutSpec
 from .config.backends import VECTOR_ENV_BACKENDS, check_backend
 from .config.worker_options import WorkerOptions
 from .data.typed_actions import TypedActionWriter
+from .steppers.base import OnFailure, OnFinished, VectorStepper
+from .steppers.in_process import InProcessVectorStepper
 from .steppers.ready_first import ReadyFirst, check_serve_order
 
 __all__ = ["ParallelVectorEnv"]
@@ -149,8 +145,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         batch_size: int | None = None,
         serve_order: Sequence[Sequence[int]] | None = None,
     ) -> None:
-        self._backend = None
-        self._group: GymnasiumGroup | None = None
+        self._backend: VectorStepper | None = None
         self._ready_first: ReadyFirst | None = None
         if backend is None:
             backend = default_backend(
@@ -190,10 +185,12 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
             tuple(env_fns), root_seed=0, horizon=1, core_name=core_name, typed_actions=True,
             group_builder=partial(build_gymnasium_group, autoreset_mode=self.autoreset_mode),
         )
-        if backend == "sync":
-            layout = self._start_sync(spec)
-        else:
-            layout = self._start_async(spec, options)
+        self._backend = _start_stepper(backend, spec, options, _weakly(self._break), _weakly(self._finished))
+        self._start_step, self._finish_step = self._backend.start_step, self._backend.finish_step
+        layout = self._backend.layout
+        self._storage = self._backend.storage
+        self._observation_layout = layout.observation_layout
+        self._action_layout = layout.action_layout
         # One sub-env per single env, one per agent of a multi-agent env.
         self.num_envs = layout.num_envs
         self.column_agents = layout.column_agents
@@ -211,21 +208,21 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         self._ended_unreset = np.zeros(self.num_envs, dtype=bool)
         #: Whether either mask above marks an env: the check before a step is then one test.
         self._some_env_unsteppable = True
+        self._books_ended = self.autoreset_mode is AutoresetMode.DISABLED
+        # Ended envs' terminal observations may arrive through `final_observations` (SAME_STEP
+        # mode, single-agent groups: with_final_observations).
+        self._stores_finals = self.autoreset_mode is AutoresetMode.SAME_STEP and not self._column_envs.size
         self._action_checker = ActionBatchChecker(
             self._action_layout, self.num_envs, core_module, "the", float_box_bounds="pass"
         )
         self._action_writer = TypedActionWriter(self._action_layout, [leaf[0] for leaf in self._storage.actions])
-        # Ready-first stepping: the checker for each number of envs sent at once, the envs each
-        # busy worker is stepping, those queued behind, and the envs `send` takes by default.
+        # Ready-first stepping: the checker for each number of envs sent at once, and the envs
+        # `send` takes by default.
         self._subset_checkers: dict[int, ActionBatchChecker] = {}
-        self._stepping: dict[int, np.ndarray] = {}
-        self._queued: dict[int, list[np.ndarray]] = {}
         self._last_served = np.arange(self.num_envs, dtype=np.int64)
-        self._worker_starts: np.ndarray | None = None
         # A whole step started by `_send_step` and not yet taken by `_receive_step` (the SB3
-        # adapter's step_async / step_wait), and on sync the parts it already gave.
+        # adapter's step_async / step_wait).
         self._step_in_flight = False
-        self._sent_parts: list | None = None
         self._core_module = core_module
         self.single_observation_space = self._observation_layout.space
         self.single_action_space = self._action_layout.space
@@ -235,73 +232,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         self.metadata = {**dict(metadata or {}), "autoreset_mode": self.autoreset_mode}
         self.render_mode = render_mode
 
-    # -- start-up --------------------------------------------------------------------------
-
-    def _start_sync(self, spec: RolloutSpec) -> RolloutLayout:
-        envs = make_all(spec.env_fns, 0)
-        try:
-            for index, env in enumerate(envs):
-                if not isinstance(env, Env) and not is_parallel_env(env):
-                    raise not_an_env(f"env_fns[{index}]", env, vector_envs=False)
-            layout = resolve_layout(spec, spaces_per_env(envs))
-            self._group = spec.group_builder(envs, 0, layout)
-        except BaseException:
-            close_each(envs)
-            raise
-        self._observation_layout = layout.observation_layout
-        self._action_layout = layout.action_layout
-        self._storage = layout.allocate_storage()
-        self._group.begin(self._storage)
-        return layout
-
-    def _start_async(self, spec: RolloutSpec, options: WorkerOptions) -> RolloutLayout:
-        from .processes import protocol
-        from .processes.pool import WorkerPool
-        from .processes.startup import unguarded_main_error
-
-        try:
-            self._backend = WorkerPool.start(spec, options=options)
-        except ConfigurationError as error:
-            if str(error) == str(unguarded_main_error()):
-                # The pool speaks of collectors; here the user created a ParallelVectorEnv.
-                raise unguarded_main_error("the ParallelVectorEnv") from None
-            raise
-        self._worker = protocol
-        self._observation_layout = self._backend.layout.observation_layout
-        self._action_layout = self._backend.layout.action_layout
-        self._storage = self._backend.shared.storage
-        self._request(protocol.BEGIN)
-        return self._backend.layout
-
     # -- talking to the envs ---------------------------------------------------------------
-
-    def _request(self, command: bytes, argument: int = 0, payload: bytes = b"") -> list:
-        """Run one request on every worker; the unpickled results in worker order (``None`` where empty)."""
-        self._send_request(command, argument, payload)
-        return self._receive_request()
-
-    def _send_request(self, command: bytes, argument: int = 0, payload: bytes = b"") -> None:
-        """Send one request to every worker; :meth:`_receive_request` takes the replies."""
-        self.check_usable()
-        try:
-            self._backend.send(command, argument, payload=payload)
-        except BaseException as error:
-            self._break(error)
-            raise
-
-    def _receive_request(self) -> list:
-        """Every worker's reply to the request sent, unpickled, in worker order (``None`` where empty)."""
-        try:
-            replies = self._backend.receive()
-            self._backend.raise_failures(replies)
-        except BaseException as error:
-            self._break(error)
-            raise_again(self._backend.take_warnings(), quietly=True)
-            raise
-        # The request is complete on every worker: a warning made an error loses only its result.
-        raise_again(self._backend.take_warnings())
-        replies = [reply[1:] if reply[:1] == self._worker.FINISHED else None for reply in replies]
-        return [None if reply is None else pickle.loads(reply) for reply in replies]
 
     def _refuse_step_in_flight(self) -> None:
         if self._step_in_flight:
@@ -314,13 +245,8 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         """``group.handle(request)`` on every group; the results in group order."""
         self.check_usable()
         self._refuse_step_in_flight()
-        if self._group is not None:
-            return [self._guarded(self._group.handle, request)]
-        if self._stepping:
-            # Envs sent and not yet received: their steps finish first (booked for `recv`), as on
-            # sync, where `send` steps at once; the request then sees the envs as sync's would.
-            self._finish_in_flight()
-        return self._request(self._worker.HANDLE, 0, pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
+        # Envs sent and not yet received finish their steps first (booked for `recv`).
+        return self._backend.handle(request)
 
     def _merge_infos(self, parts: list) -> dict:
         infos: dict = {}
@@ -358,7 +284,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         self._refuse_step_in_flight()
         seeds = self._seeds_per_env(seed)
         if self._ready_first is not None:
-            self._drain()
+            self._backend.drain_envs()
             # Nothing is in flight now: whatever the reset does, no env stays marked as sent.
             self._ready_first.reset()
             self._last_served = np.arange(self.num_envs, dtype=np.int64)
@@ -451,10 +377,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         # Set first: a failure below breaks this vector env, and an interruption after the
         # request went out leaves a step owed, which the flag says.
         self._step_in_flight = True
-        if self._group is not None:
-            self._sent_parts = [self._guarded(self._group.step, 0)]
-        else:
-            self._send_request(self._worker.STEP)
+        self._start_step()
 
     def _receive_step(self) -> tuple:
         """The result of the step :meth:`_send_step` started: ``(observations, rewards,
@@ -463,12 +386,10 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         if not self._step_in_flight:
             raise RuntimeError("no step of every env was started: `_send_step(actions)` first.")
         self._step_in_flight = False
-        if self._group is not None:
-            parts, self._sent_parts = self._sent_parts, None
-        else:
-            parts = self._receive_request()
-        self._note_ended(slice(None), parts)
-        if self._stores_finals():
+        parts = self._finish_step()
+        if self._books_ended:
+            self._note_ended(slice(None), parts)
+        if self._stores_finals:
             ended = np.flatnonzero(self._storage.terminations[0] | self._storage.truncations[0]).tolist()
             # One part in env order (the groups' parts follow one another in env order).
             parts = [self._with_finals([event for part in parts for event in part or ()], ended)]
@@ -481,19 +402,15 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
             parts,
         )
 
-    def _stores_finals(self) -> bool:
-        """Whether ended envs' terminal observations may arrive through ``final_observations``
-        (``SAME_STEP`` mode, single-agent groups: :func:`~.groups.gymnasium_envs.with_final_observations`)."""
-        return self.autoreset_mode is AutoresetMode.SAME_STEP and not self._column_envs.size
-
     def _with_finals(self, events: list | None, ended: list[int]) -> list | None:
         final_leaves = [leaf[0] for leaf in self._storage.final_observations]
         return with_final_observations(events, ended, final_leaves, self._observation_layout)
 
     def _finished(self, ids: np.ndarray, events: list | None) -> None:
-        """Book envs ``ids`` (sorted) as stepped, with their events (terminal observations restored)."""
-        self._note_ended(ids, [events])
-        if self._stores_finals():
+        """Book envs ``ids`` as stepped, with their events (terminal observations restored)."""
+        if self._books_ended:
+            self._note_ended(ids, [events])
+        if self._stores_finals:
             storage = self._storage
             ended = np.sort(ids[storage.terminations[0][ids] | storage.truncations[0][ids]]).tolist()
             events = self._with_finals(events, ended)
@@ -502,8 +419,6 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
     def _note_ended(self, ids: Any, parts: list) -> None:
         """DISABLED mode: mark the envs of ``ids`` whose episode ended at this step (a multi-agent
         env: all its columns, once ``infos["env_done"]`` in the parts' events says its episode ended)."""
-        if self.autoreset_mode is not AutoresetMode.DISABLED:
-            return
         if not self._column_envs.size:
             storage = self._storage
             self._ended_unreset[ids] = storage.terminations[0][ids] | storage.truncations[0][ids]
@@ -569,22 +484,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
             )
         ready_first.sent(ids)
         self._action_writer.write(leaves, envs=ids)
-        if self._group is not None:
-            ids = np.sort(ids)
-            events = self._guarded(self._group.step, 0, ids.tolist())
-            self._finished(ids, events)
-            return
-        if self._worker_starts is None:  # a worker's columns never change, replaced or not
-            self._worker_starts = np.array([worker.start for worker in self._backend.workers], dtype=np.int64)
-        owners = np.searchsorted(self._worker_starts, ids, side="right") - 1
-        for position, worker in enumerate(self._backend.workers):
-            mine = ids[owners == position]
-            if not mine.size:
-                continue
-            if worker.index in self._stepping:
-                self._queued.setdefault(worker.index, []).append(mine)
-            else:
-                self._post(worker, mine)
+        self._backend.send_envs(ids)
 
     def recv(self):
         """Ready-first stepping: wait for the next ``batch_size`` envs to finish their step and
@@ -595,7 +495,7 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
         self._refuse_step_in_flight()
         batch = ready_first.next_batch()
         while batch is None:
-            self._take_finished()
+            self._backend.wait_envs()
             batch = ready_first.next_batch()
         self._last_served = batch
         storage = self._storage
@@ -629,47 +529,6 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
                 f"`env_ids` must be a non-empty 1-D sequence of env indices from 0 to {self.num_envs - 1}; got {env_ids!r}."
             )
         return ids.astype(np.int64)
-
-    def _post(self, worker, ids: np.ndarray) -> None:
-        self._stepping[worker.index] = ids
-        try:
-            self._backend.send(self._worker.STEP_ENVS, ids.size, [worker], ids.tobytes())
-        except BaseException as error:
-            self._break(error)
-            raise
-
-    def _take_finished(self) -> None:
-        """Wait for at least one busy worker to reply; book its envs and send it what is queued."""
-        pool = self._backend
-        busy = [worker for worker in pool.workers if worker.index in self._stepping]
-        if not busy:
-            raise RuntimeError("ready-first stepping lost track of the envs in flight")
-        try:
-            for worker in pool.wait_any(busy):
-                reply = pool.receive([worker], steps=0)
-                pool.raise_failures(reply)
-                events = pickle.loads(reply[0][1:]) if reply[0][:1] == self._worker.FINISHED else None
-                self._finished(self._stepping.pop(worker.index), events)
-                queued = self._queued.pop(worker.index, None)
-                if queued:
-                    self._post(worker, np.concatenate(queued))
-        except BaseException as error:
-            self._break(error)
-            raise_again(pool.take_warnings(), quietly=True)
-            raise
-        raise_again(pool.take_warnings())
-
-    def _finish_in_flight(self) -> None:
-        """Wait until every env sent (queued ones too) has stepped; ``recv`` returns them as usual."""
-        while self._stepping:
-            self._take_finished()
-
-    def _drain(self) -> None:
-        """Wait out every ready-first step in flight (``reset`` starts from a quiet pool)."""
-        self._queued.clear()
-        while self._stepping:
-            self._take_finished()
-            self._queued.clear()
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
         """Call method ``name`` of every env (or read the attribute); one result per env.
@@ -706,15 +565,12 @@ class ParallelVectorEnv(Lifecycle, VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         """Close every env and release the workers and shared memory (called once, by :meth:`close`)."""
-        self._step_in_flight, self._sent_parts = False, None  # a step in flight is finished by the close
+        self._step_in_flight = False  # a step in flight is finished by the close
         if self._backend is not None:
-            # This object's views of the shared segment go first, so that closing the pool unmaps
-            # it now rather than when this object is dropped.
+            # This object's views of the envs' storage go first, so that closing shared memory
+            # unmaps it now rather than when this object is dropped.
             self._storage = self._action_writer = None
             self._backend.close()
-        elif self._group is not None:
-            for index, error in self._group.close():
-                logger.warning("env %d raised while closing: %s", index, error)
 
     def __del__(self) -> None:
         if not getattr(self, "closed", True):
@@ -734,6 +590,30 @@ class _BatchInfos:
 
     def __init__(self, num_envs: int) -> None:
         self.num_envs = num_envs
+
+
+def _weakly(method: Callable) -> Callable:
+    """``method`` of this vector env, called through a weak reference: the stepper that keeps it
+    then holds no cycle back to its owner, so a vector env dropped unclosed is closed at once
+    (``__del__``), not at the next garbage collection."""
+    reference = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> Any:
+        return reference()(*args)
+
+    return call
+
+
+def _start_stepper(
+    backend: str, spec: RolloutSpec, options: WorkerOptions, on_failure: OnFailure, on_finished: OnFinished
+) -> VectorStepper:
+    """The stepper of ``backend``'s envs (see :class:`~.steppers.base.VectorStepper` for the callbacks)."""
+    if backend == "sync":
+        return InProcessVectorStepper(spec, on_failure, on_finished)
+    # Worker processes are imported only when a vector env starts some.
+    from .steppers.processes import ProcessVectorStepper
+
+    return ProcessVectorStepper.start(spec, options, on_failure, on_finished)
 
 
 def default_backend(**async_options: Any) -> str:

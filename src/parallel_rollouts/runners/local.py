@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..data.batch_memory import BatchMemory
 from ..policy.loop import RolloutLoop
-from ..steppers.base import EnvStepper
+from ..steppers.base import RolloutStepper
 from .base import ReplacedWorkers, RolloutResult, RolloutRunner, stepped_result
 
 __all__ = ["LocalRunner"]
@@ -13,7 +13,7 @@ __all__ = ["LocalRunner"]
 class LocalRunner(RolloutRunner):
     """For each row: policy -> checked actions -> ``stepper.step(t)`` (``serial``, ``sync``, ``async``)."""
 
-    def __init__(self, stepper: EnvStepper, memory: BatchMemory, loop: RolloutLoop, live_policy=None) -> None:
+    def __init__(self, stepper: RolloutStepper, memory: BatchMemory, loop: RolloutLoop, live_policy=None) -> None:
         self.live_policy = live_policy
         self.stepper = stepper
         self.layout = stepper.layout

@@ -1,9 +1,13 @@
-"""What a runner asks of a per-step env stepper."""
+"""What a runner asks of a per-step env stepper (:class:`RolloutStepper`), and what
+:class:`~parallel_rollouts.ParallelVectorEnv` asks of its envs (:class:`VectorStepper`)."""
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from ..config.layout import RolloutLayout
 from ..data.storage import CompletedEpisodes, RolloutStorage
@@ -11,10 +15,15 @@ from ..data.storage import CompletedEpisodes, RolloutStorage
 if TYPE_CHECKING:
     from ..processes.batch_segments import BatchSegments
 
-__all__ = ["EnvStepper"]
+__all__ = ["OnFailure", "OnFinished", "RolloutStepper", "VectorStepper"]
+
+#: What a :class:`VectorStepper` calls with an error that leaves its envs in an unknown state.
+OnFailure = Callable[[BaseException], None]
+#: What a :class:`VectorStepper` calls with envs whose ready-first step is done, and their events.
+OnFinished = Callable[[np.ndarray, "list | None"], None]
 
 
-class EnvStepper(abc.ABC):
+class RolloutStepper(abc.ABC):
     """Steps every env one row at a time; the actions for row ``t`` are already in storage.
 
     Per rollout: ``begin(storage)``; for each ``t`` the runner writes ``actions[t]`` and
@@ -74,3 +83,51 @@ class EnvStepper(abc.ABC):
     def take_warnings(self) -> list:
         """Warnings raised where the envs run since the last call, to raise in this process."""
         return []
+
+
+class VectorStepper(abc.ABC):
+    """The envs of a :class:`~parallel_rollouts.ParallelVectorEnv`: Gymnasium steps of row 0 of
+    :attr:`storage`, requests to every env, and ready-first steps of some envs.
+
+    The vector env writes the actions into ``storage.actions[0]``; a step writes the envs'
+    observations, rewards and flags into row 0. A *part* is what one group of envs returned:
+    ``None`` or a list of ``(env_index, info)`` events in env order; parts come in env order.
+
+    Two callbacks, given at construction, tie a stepper to its owner: ``on_failure(error)`` is
+    called with any error that leaves the envs in an unknown state, before it is raised (the
+    owner is then broken; a caller's mistake the groups refuse is a reply, not an error), and
+    ``on_finished(env_ids, events)`` with each ready-first step done (``env_ids`` int64,
+    ``events`` as in a part).
+    """
+
+    layout: RolloutLayout
+    storage: RolloutStorage
+
+    @abc.abstractmethod
+    def start_step(self) -> None:
+        """Start a step of every env (in this process: the step itself)."""
+
+    @abc.abstractmethod
+    def finish_step(self) -> list:
+        """The parts of the step :meth:`start_step` started, once it is done."""
+
+    @abc.abstractmethod
+    def handle(self, request: tuple) -> list:
+        """``group.handle(request)`` on every group (reset, call, set_attr); their results in
+        group order. Ready-first steps in flight finish first (reported to ``on_finished``)."""
+
+    @abc.abstractmethod
+    def send_envs(self, env_ids) -> None:
+        """Start a step of envs ``env_ids`` (int64); each is reported to ``on_finished`` when done."""
+
+    @abc.abstractmethod
+    def wait_envs(self) -> None:
+        """Wait until at least one step :meth:`send_envs` started is done, and report it."""
+
+    @abc.abstractmethod
+    def drain_envs(self) -> None:
+        """Wait out every step :meth:`send_envs` started; those not yet started never are."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close every env and release what the stepper holds (called once)."""

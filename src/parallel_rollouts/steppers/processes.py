@@ -9,6 +9,10 @@ into a segment of its own (:mod:`~parallel_rollouts.processes.batch_segments`), 
 With ``max_restarts``, a worker that dies or overruns ``step_timeout`` at step ``t`` is
 replaced at once; its envs sit out the rest of the rollout (their rows from ``t`` on are
 lost, see :meth:`ProcessStepper.lost_from_rows`) and join the next one with fresh episodes.
+
+:class:`ProcessVectorStepper` steps a ``ParallelVectorEnv(backend="async")``'s envs on the same
+workers: row 0 of the working segment, one request per call, no worker ever replaced (a lost
+one breaks the vector env).
 """
 
 from __future__ import annotations
@@ -17,18 +21,22 @@ import pickle
 
 import numpy as np
 
+from ..errors import ConfigurationError
 from ..processes import protocol
 from ..processes.batch_segments import BatchSegments
+from ..processes.forwarded_warnings import raise_again
 from ..processes.pool import WorkerPool
+from ..processes.startup import unguarded_main_error
 from ..config.spec import RolloutSpec
 from ..config.worker_options import WorkerOptions
 from ..data.storage import CompletedEpisodes, RolloutStorage
-from .base import EnvStepper
+from .base import OnFailure, OnFinished, RolloutStepper, VectorStepper
+from .ready_first import WorkerQueues
 
-__all__ = ["ProcessStepper"]
+__all__ = ["ProcessStepper", "ProcessVectorStepper"]
 
 
-class ProcessStepper(EnvStepper):
+class ProcessStepper(RolloutStepper):
     """Per-step stepping of a :class:`WorkerPool`; parts of it can step while the main process works."""
 
     def __init__(self, pool: WorkerPool) -> None:
@@ -167,3 +175,85 @@ class ProcessStepper(EnvStepper):
                 self._lost_from = np.full(self.num_envs, self.layout.horizon, dtype=np.int64)
             self._lost_from[worker.start : worker.stop] = self._rows_in_flight.get(worker.index, 0)
             self.pool.replace(worker)
+
+
+class ProcessVectorStepper(VectorStepper):
+    """A ``ParallelVectorEnv``'s envs on a :class:`WorkerPool`, each worker hosting one group of its slice."""
+
+    def __init__(self, pool: WorkerPool, on_failure: OnFailure, on_finished: OnFinished) -> None:
+        self.pool = pool
+        self.layout = pool.layout
+        self.storage = pool.shared.storage
+        self._on_failure = on_failure
+        self._ready_first = WorkerQueues(pool, on_finished, on_failure)
+
+    @classmethod
+    def start(cls, spec: RolloutSpec, options: WorkerOptions, on_failure: OnFailure, on_finished: OnFinished) -> ProcessVectorStepper:
+        """Start the workers and have each begin its group on the working segment."""
+        try:
+            pool = WorkerPool.start(spec, options=options)
+        except ConfigurationError as error:
+            if str(error) == str(unguarded_main_error()):
+                # The pool speaks of collectors; here the user created a ParallelVectorEnv.
+                raise unguarded_main_error("the ParallelVectorEnv") from None
+            raise
+        stepper = cls(pool, on_failure, on_finished)
+        try:
+            stepper._request(protocol.BEGIN)
+        except BaseException:
+            stepper.close()
+            raise
+        return stepper
+
+    def handle(self, request: tuple) -> list:
+        # Envs sent and not yet received: their steps finish first (reported as done), as in this
+        # process, where `send_envs` steps at once; the request then sees the envs as they would.
+        self._ready_first.finish_in_flight()
+        return self._request(protocol.HANDLE, pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def send_envs(self, env_ids: np.ndarray) -> None:
+        self._ready_first.send(env_ids)
+
+    def wait_envs(self) -> None:
+        self._ready_first.take_finished()
+
+    def drain_envs(self) -> None:
+        self._ready_first.drain()
+
+    def close(self) -> None:
+        # This object's views of the shared segment go first, so that closing the pool unmaps
+        # it now rather than when this object is dropped.
+        self.storage = None
+        self.pool.close()
+
+    def _request(self, command: bytes, payload: bytes = b"") -> list:
+        self._send(command, payload)
+        return self._receive()
+
+    def _send(self, command: bytes = protocol.STEP, payload: bytes = b"") -> None:
+        """Send one request to every worker (by default a step); :meth:`_receive` takes the replies."""
+        try:
+            self.pool.send(command, 0, payload=payload)
+        except BaseException as error:
+            self._on_failure(error)
+            raise
+
+    def _receive(self) -> list:
+        """Every worker's reply to the request sent, unpickled, in worker order (``None`` where empty)."""
+        pool = self.pool
+        try:
+            replies = pool.receive()
+            pool.raise_failures(replies)
+        except BaseException as error:
+            self._on_failure(error)
+            raise_again(pool.take_warnings(), quietly=True)
+            raise
+        # The request is complete on every worker: a warning made an error loses only its result.
+        raise_again(pool.take_warnings())
+        replies = [reply[1:] if reply[:1] == protocol.FINISHED else None for reply in replies]
+        return [None if reply is None else pickle.loads(reply) for reply in replies]
+
+    # A step is a request like any other (the pool sends a bare STEP by the doorbell where it has
+    # one); these names save the step path a call each.
+    start_step = _send
+    finish_step = _receive

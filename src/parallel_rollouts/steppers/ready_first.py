@@ -8,18 +8,30 @@ recorded (:attr:`ReadyFirst.served`): passed back as ``serve_order``, ``recv`` r
 exactly those envs in exactly that order, waiting for them, so a run is replayed step for
 step (each env's own trajectory depends only on its seed and its actions; what the
 order changes is which envs a policy sees together).
+
+:class:`ReadyFirst` keeps the books; :class:`WorkerQueues` sends the steps to a worker pool
+and reads the replies (in this process, :class:`~.in_process.InProcessVectorStepper` steps
+the envs sent at once).
 """
 
 from __future__ import annotations
 
+import pickle
 from collections import deque
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import ConfigurationError
+from ..processes import protocol
+from ..processes.forwarded_warnings import raise_again
 
-__all__ = ["ReadyFirst", "check_serve_order"]
+if TYPE_CHECKING:
+    from ..processes.pool import WorkerPool
+    from .base import OnFailure, OnFinished
+
+__all__ = ["ReadyFirst", "WorkerQueues", "check_serve_order"]
 
 
 def check_serve_order(serve_order: Sequence, num_envs: int, batch_size: int) -> list[np.ndarray]:
@@ -42,9 +54,8 @@ def check_serve_order(serve_order: Sequence, num_envs: int, batch_size: int) -> 
 class ReadyFirst:
     """Which envs are stepping, which are ready and unreturned, and the order they were served.
 
-    The bookkeeping only: :class:`~parallel_rollouts.ParallelVectorEnv` steps the envs (its
-    pool's workers, each sent its envs as one request or queued behind its current one; or
-    its in-process group) and tells this object. :meth:`sent` marks envs as stepping,
+    The bookkeeping only: :class:`~parallel_rollouts.ParallelVectorEnv` has its stepper step
+    the envs (:class:`WorkerQueues` on worker processes) and tells this object. :meth:`sent` marks envs as stepping,
     :meth:`finished` books those whose step is done with their info events, :meth:`next_batch`
     says which envs the next ``recv`` returns once they are all ready (the first
     ``batch_size`` to finish, or ``serve_order``'s next batch), and :meth:`take_events`
@@ -130,3 +141,75 @@ class ReadyFirst:
                 f"`recv()` returns {self.batch_size} envs (batch_size) but only {int(self.outstanding.sum())} were sent "
                 "and not yet returned; send actions for more envs first."
             )
+
+
+class WorkerQueues:
+    """Ready-first steps on a worker pool: each worker steps the envs it was sent as one request;
+    envs of a busy worker's slice sent again wait in its queue and go out the moment it replies.
+
+    Each step done is reported to ``on_finished(env_ids, events)``; an error that leaves the
+    workers in an unknown state to ``on_failure(error)`` before it is raised.
+    """
+
+    def __init__(self, pool: WorkerPool, on_finished: OnFinished, on_failure: OnFailure) -> None:
+        self._pool = pool
+        self._on_finished = on_finished
+        self._on_failure = on_failure
+        # A worker's columns never change, replaced or not.
+        self._worker_starts = np.array([worker.start for worker in pool.workers], dtype=np.int64)
+        #: The envs each busy worker is stepping, and those queued behind, by worker index.
+        self._stepping: dict[int, np.ndarray] = {}
+        self._queued: dict[int, list[np.ndarray]] = {}
+
+    def send(self, env_ids: np.ndarray) -> None:
+        """Start a step of ``env_ids`` on their workers, or queue them behind a busy one."""
+        owners = np.searchsorted(self._worker_starts, env_ids, side="right") - 1
+        for position, worker in enumerate(self._pool.workers):
+            mine = env_ids[owners == position]
+            if not mine.size:
+                continue
+            if worker.index in self._stepping:
+                self._queued.setdefault(worker.index, []).append(mine)
+            else:
+                self._post(worker, mine)
+
+    def take_finished(self) -> None:
+        """Wait for at least one busy worker to reply; report its envs and send it what is queued."""
+        pool = self._pool
+        busy = [worker for worker in pool.workers if worker.index in self._stepping]
+        if not busy:
+            raise RuntimeError("ready-first stepping lost track of the envs in flight")
+        try:
+            for worker in pool.wait_any(busy):
+                reply = pool.receive([worker], steps=0)
+                pool.raise_failures(reply)
+                events = pickle.loads(reply[0][1:]) if reply[0][:1] == protocol.FINISHED else None
+                self._on_finished(self._stepping.pop(worker.index), events)
+                queued = self._queued.pop(worker.index, None)
+                if queued:
+                    self._post(worker, np.concatenate(queued))
+        except BaseException as error:
+            self._on_failure(error)
+            raise_again(pool.take_warnings(), quietly=True)
+            raise
+        raise_again(pool.take_warnings())
+
+    def finish_in_flight(self) -> None:
+        """Wait until every env sent (queued ones too) has stepped."""
+        while self._stepping:
+            self.take_finished()
+
+    def drain(self) -> None:
+        """Wait out every step in flight; drop the queued ones unsent."""
+        self._queued.clear()
+        while self._stepping:
+            self.take_finished()
+            self._queued.clear()
+
+    def _post(self, worker, env_ids: np.ndarray) -> None:
+        self._stepping[worker.index] = env_ids
+        try:
+            self._pool.send(protocol.STEP_ENVS, env_ids.size, [worker], env_ids.tobytes())
+        except BaseException as error:
+            self._on_failure(error)
+            raise
