@@ -3,7 +3,7 @@ actions, ``recv`` the first ``batch_size`` envs to finish, so a slow env stalls 
 
 Each worker steps the envs it was sent as one request; while it is busy, envs of its
 slice sent again wait in its queue and go out the moment it replies. ``recv`` returns
-envs in the order their replies were read (by env index within one reply). The order is
+envs in the order their replies were read (within one reply, in the order they were sent). The order is
 recorded (:attr:`ReadyFirst.served`): passed back as ``serve_order``, ``recv`` returns
 exactly those envs in exactly that order, waiting for them, so a run is replayed step for
 step (each env's own trajectory depends only on its seed and its actions; what the
