@@ -17,12 +17,17 @@ from .processes.forwarded_warnings import raise_again
 from .runners.base import RolloutRunner, RunnerState
 from .runners.build import build_runner
 from .runners.options import CollectorOptions
+from .config import backends
 from .config.backends import steps_in_this_process
 from .config.build_progress import BuildProgress, check_memory_before_building
 from .config.memory import warn_if_batch_too_large
 from .groups.vector_source import check_vector_env, is_vector_env
 
-__all__ = ["ParallelRolloutCollector"]
+__all__ = ["BACKENDS", "ParallelRolloutCollector"]
+
+#: The backend names the collector takes, in the order messages list them (the table of what each
+#: one is and takes: :data:`parallel_rollouts.config.backends.BACKENDS`).
+BACKENDS = tuple(backends.BACKENDS)
 
 logger = logging.getLogger("parallel_rollouts")
 
