@@ -96,6 +96,24 @@ cdef class RowStepper:
     cdef bint _write_reset(self, Py_ssize_t row, Py_ssize_t column, object observation) except -1
 
 
+cdef class GymnasiumRowStepper:
+    cdef list envs
+    cdef Py_ssize_t num_envs
+    cdef bint next_step
+    cdef bint same_step
+    cdef bint disabled
+    cdef Py_ssize_t env_offset
+    cdef object on_final
+    cdef public list observations
+    cdef public list rewards
+    cdef public list terminations
+    cdef public list truncations
+    cdef public list failures
+
+    @cython.locals(events=list, observations=list, rewards=list, terminations=list, truncations=list, offset=Py_ssize_t)
+    cdef object _step(self, list actions, list columns, list autoreset)
+
+
 cdef class VectorRowRecorder:
     cdef StepRecorder recorder
     cdef list writers

@@ -25,6 +25,12 @@ The per-step work of a group of envs:
   episode seeds, and checks the new rows against the space's bounds. What only
   Python can do (building an error, warning about a value) it hands to the
   ``hooks`` object it was built with.
+* :class:`GymnasiumRowStepper` is a vector step of single envs the way
+  Gymnasium's ``SyncVectorEnv`` takes it, for ``ParallelVectorEnv``: each env
+  is stepped, or reset (``NEXT_STEP``) or refused (``DISABLED``) after an
+  episode's end, or stepped and reset in the same step (``SAME_STEP``); it
+  collects what the envs returned, their info events and their failures, and
+  leaves storing them to its caller.
 * :class:`VectorRowRecorder` is the same for a vector env's row, whose
   autoreset the vector env does: it stores the rows one ``step`` of the vector
   env returned, checks them, and keeps the books, in one call, or declines when
@@ -46,6 +52,7 @@ else:
 
 __all__ = [
     "EnvStepper",
+    "GymnasiumRowStepper",
     "ObservationWriter",
     "RowStepper",
     "StepRecorder",
@@ -599,6 +606,99 @@ class RowStepper:
             if not writer._copy_into(row, column, values[leaf_index]):
                 return False
         return True
+
+
+class GymnasiumRowStepper:
+    """One vector step of a group of single envs, as ``gymnasium.vector.SyncVectorEnv`` takes it.
+
+    Parameters
+    ----------
+    envs:
+        The group's envs, one per column.
+    autoreset_mode:
+        The vector env's mode, as the value of Gymnasium's ``AutoresetMode``:
+        ``"NextStep"``, ``"SameStep"`` or ``"Disabled"``.
+    env_offset:
+        Global index of the group's first env (for the events and the messages).
+    on_final:
+        ``SAME_STEP`` only: called ``on_final(column, observation, info, events)``
+        with what an env whose episode ended returned, before it is reset; it
+        stores or sends the terminal observation (appending its event to ``events``).
+
+    :meth:`step` takes one action per env and the columns to step (increasing),
+    and ``autoreset``, one flag per env: its episode ended at its previous step.
+    In column order it steps each env, except that after an episode's end a
+    ``"NextStep"`` env is reset instead (reward 0, no end) and a ``"Disabled"`` one
+    fails; a ``"SameStep"`` env whose episode ends is reset within the step. Every
+    reset is ``env.reset()`` without a seed, as Gymnasium's autoreset does. It
+    returns the ``(env_index, info)`` events of the non-empty infos in env order
+    (``None`` if there are none) and sets ``observations``, ``rewards``,
+    ``terminations`` and ``truncations`` to one entry per stepped env that did not
+    fail, as the envs returned them; ``failures`` lists ``(column, exception)``
+    for each env that failed (every env is stepped even after one fails).
+    """
+
+    def __init__(self, envs, autoreset_mode, env_offset, on_final):
+        arguments.require_list(envs, "envs")
+        if autoreset_mode not in ("NextStep", "SameStep", "Disabled"):
+            raise ValueError(f"`autoreset_mode` must be 'NextStep', 'SameStep' or 'Disabled'; got {autoreset_mode!r}.")
+        self.envs = envs
+        self.num_envs = len(envs)
+        self.next_step = autoreset_mode == "NextStep"
+        self.same_step = autoreset_mode == "SameStep"
+        self.disabled = autoreset_mode == "Disabled"
+        self.env_offset = env_offset
+        self.on_final = on_final
+        self.observations = []
+        self.rewards = []
+        self.terminations = []
+        self.truncations = []
+        self.failures = []
+
+    def step(self, actions, columns, autoreset):
+        """Step the envs of ``columns`` (see the class docstring); return the info events or ``None``."""
+        if type(actions) is not list or len(actions) != self.num_envs:
+            arguments.check_step_lists(self.num_envs, actions=actions)
+        if type(autoreset) is not list or len(autoreset) != self.num_envs:
+            arguments.check_step_lists(self.num_envs, autoreset=autoreset)
+        # A column out of range raises IndexError on the envs' list: columns stay Python ints here.
+        return self._step(actions, arguments.require_list(columns, "columns"), autoreset)
+
+    def _step(self, actions, columns, autoreset):
+        events = []
+        observations, rewards, terminations, truncations = [], [], [], []
+        self.observations, self.rewards, self.terminations, self.truncations = (
+            observations, rewards, terminations, truncations
+        )
+        if self.failures:
+            self.failures = []
+        offset = self.env_offset
+        for column in columns:
+            env = self.envs[column]
+            try:
+                if autoreset[column] and self.next_step:
+                    observation, info = env.reset()
+                    reward, terminated, truncated = 0.0, False, False
+                else:
+                    if autoreset[column] and self.disabled:
+                        raise RuntimeError(
+                            f"env {offset + column} ended its episode at the previous step and autoreset_mode is "
+                            "DISABLED; call `reset(options={'reset_mask': mask})` for it before `step`."
+                        )
+                    observation, reward, terminated, truncated, info = env.step(actions[column])
+                    if self.same_step and (terminated or truncated):
+                        self.on_final(column, observation, info, events)
+                        observation, info = env.reset()
+            except Exception as error:
+                self.failures.append((column, error))
+                continue
+            observations.append(observation)
+            rewards.append(reward)
+            terminations.append(terminated)
+            truncations.append(truncated)
+            if info:
+                events.append((offset + column, info))
+        return events or None
 
 
 class VectorRowRecorder:
