@@ -30,7 +30,7 @@ The per-step work of a group of envs:
   is stepped, or reset (``NEXT_STEP``) or refused (``DISABLED``) after an
   episode's end, or stepped and reset in the same step (``SAME_STEP``); it
   collects what the envs returned, their info events and their failures, and
-  leaves storing them to its caller.
+  stores rewards and end flags that need no conversion.
 * :class:`VectorRowRecorder` is the same for a vector env's row, whose
   autoreset the vector env does: it stores the rows one ``step`` of the vector
   env returned, checks them, and keeps the books, in one call, or declines when
@@ -624,24 +624,35 @@ class GymnasiumRowStepper:
         ``SAME_STEP`` only: called ``on_final(column, observation, info, events)``
         with what an env whose episode ended returned, before it is reset; it
         stores or sends the terminal observation (appending its event to ``events``).
+    rewards:
+        The float64 ``[num_envs]`` row that receives the rewards.
+    terminations, truncations:
+        The ``[num_envs]`` rows that receive the end flags, as uint8 views of bool storage.
+    autoreset:
+        A uint8 ``[num_envs]`` view of the group's bool state, kept across steps: 1 for an
+        env whose episode ended at its previous step. The caller clears it on a reset.
 
-    :meth:`step` takes one action per env and the columns to step (increasing),
-    and ``autoreset``, one flag per env: its episode ended at its previous step.
+    :meth:`step` takes one action per env and the columns to step (increasing).
     In column order it steps each env, except that after an episode's end a
     ``"NextStep"`` env is reset instead (reward 0, no end) and a ``"Disabled"`` one
     fails; a ``"SameStep"`` env whose episode ends is reset within the step. Every
     reset is ``env.reset()`` without a seed, as Gymnasium's autoreset does. It
     returns the ``(env_index, info)`` events of the non-empty infos in env order
-    (``None`` if there are none) and sets ``observations``, ``rewards``,
-    ``terminations`` and ``truncations`` to one entry per stepped env that did not
-    fail, as the envs returned them; ``failures`` lists ``(column, exception)``
-    for each env that failed (every env is stepped even after one fails).
+    (``None`` if there are none) and sets ``observations``, ``rewards_now``,
+    ``terminations_now`` and ``truncations_now`` to one entry per stepped env that
+    did not fail, as the envs returned them; ``failures`` lists ``(column, exception)``
+    for each env that failed (every env is stepped even after one fails). It
+    stores nothing: the caller stores the observations, then :meth:`store_row`
+    the rest.
     """
 
-    def __init__(self, envs, autoreset_mode, env_offset, on_final):
+    def __init__(self, envs, autoreset_mode, env_offset, on_final, rewards, terminations, truncations, autoreset):
         arguments.require_list(envs, "envs")
         if autoreset_mode not in ("NextStep", "SameStep", "Disabled"):
             raise ValueError(f"`autoreset_mode` must be 'NextStep', 'SameStep' or 'Disabled'; got {autoreset_mode!r}.")
+        for field, row in (("rewards", rewards), ("terminations", terminations), ("truncations", truncations), ("autoreset", autoreset)):
+            if getattr(row, "shape", None) != (len(envs),):
+                raise ValueError(f"`{field}` must have shape ({len(envs)},); got {getattr(row, 'shape', None)!r}.")
         self.envs = envs
         self.num_envs = len(envs)
         self.next_step = autoreset_mode == "NextStep"
@@ -649,38 +660,46 @@ class GymnasiumRowStepper:
         self.disabled = autoreset_mode == "Disabled"
         self.env_offset = env_offset
         self.on_final = on_final
+        self.rewards = rewards
+        self.terminations = terminations
+        self.truncations = truncations
+        self.autoreset = autoreset
+        self.columns = []
         self.observations = []
-        self.rewards = []
-        self.terminations = []
-        self.truncations = []
+        self.rewards_now = []
+        self.terminations_now = []
+        self.truncations_now = []
         self.failures = []
 
-    def step(self, actions, columns, autoreset):
+    def step(self, actions, columns):
         """Step the envs of ``columns`` (see the class docstring); return the info events or ``None``."""
         if type(actions) is not list or len(actions) != self.num_envs:
             arguments.check_step_lists(self.num_envs, actions=actions)
-        if type(autoreset) is not list or len(autoreset) != self.num_envs:
-            arguments.check_step_lists(self.num_envs, autoreset=autoreset)
-        # A column out of range raises IndexError on the envs' list: columns stay Python ints here.
-        return self._step(actions, arguments.require_list(columns, "columns"), autoreset)
+        arguments.require_list(columns, "columns")
+        for column in columns:
+            if type(column) is not int or column < 0 or column >= self.num_envs:
+                arguments.index_argument(column, self.num_envs, "column")
+        return self._step(actions, columns)
 
-    def _step(self, actions, columns, autoreset):
+    def _step(self, actions, columns):
         events = []
         observations, rewards, terminations, truncations = [], [], [], []
-        self.observations, self.rewards, self.terminations, self.truncations = (
-            observations, rewards, terminations, truncations
-        )
+        self.columns = columns
+        self.observations, self.rewards_now = observations, rewards
+        self.terminations_now, self.truncations_now = terminations, truncations
         if self.failures:
             self.failures = []
         offset = self.env_offset
-        for column in columns:
+        for k in range(len(columns)):
+            column = columns[k]
             env = self.envs[column]
+            ended_before = self.autoreset[column] != 0
             try:
-                if autoreset[column] and self.next_step:
+                if ended_before and self.next_step:
                     observation, info = env.reset()
                     reward, terminated, truncated = 0.0, False, False
                 else:
-                    if autoreset[column] and self.disabled:
+                    if ended_before and self.disabled:
                         raise RuntimeError(
                             f"env {offset + column} ended its episode at the previous step and autoreset_mode is "
                             "DISABLED; call `reset(options={'reset_mask': mask})` for it before `step`."
@@ -699,6 +718,37 @@ class GymnasiumRowStepper:
             if info:
                 events.append((offset + column, info))
         return events or None
+
+    def store_row(self):
+        """Store the last step's rewards and end flags (a step without failures) into their rows and
+        set ``autoreset`` for its columns. Returns ``False``, storing nothing, unless every reward
+        is a ``float`` and every flag a ``bool``: the caller then stores them by NumPy's rules."""
+        columns = self.columns
+        rewards, terminations, truncations = self.rewards_now, self.terminations_now, self.truncations_now
+        count = len(columns)
+        if len(rewards) != count:
+            return False
+        for k in range(count):
+            if not isinstance(rewards[k], float):
+                return False
+            if terminations[k] is not True and terminations[k] is not False:
+                return False
+            if truncations[k] is not True and truncations[k] is not False:
+                return False
+        for k in range(count):
+            column = columns[k]
+            ended = 0
+            self.rewards[column] = rewards[k]
+            if terminations[k] is True:
+                ended = 1
+            self.terminations[column] = ended
+            if truncations[k] is True:
+                self.truncations[column] = 1
+                ended = 1
+            else:
+                self.truncations[column] = 0
+            self.autoreset[column] = ended
+        return True
 
 
 class VectorRowRecorder:

@@ -150,36 +150,27 @@ class GymnasiumGroup:
             for leaf_index, (observations, final) in enumerate(zip(storage.observations, storage.final_observations))
         ]
         self._actions = TypedActionReader(self._action_layout, [leaf[0] for leaf in storage.actions])
+        # The flags are bool storage; the core writes them as bytes through uint8 views.
         self._row_stepper = self._core.GymnasiumRowStepper(
-            self.envs, self.autoreset_mode.value, self.env_offset, self._store_final
+            self.envs, self.autoreset_mode.value, self.env_offset, self._store_final, storage.rewards[0],
+            storage.terminations[0].view(np.uint8), storage.truncations[0].view(np.uint8),
+            self._autoreset.view(np.uint8),
         )
 
     def step(self, t: int, columns: Sequence[int] | None = None) -> InfoEvents | None:
         """Step every env (or those of ``columns``, this group's own column numbers) with ``storage.actions[0]``; write their columns of row 0; return the info events."""
-        storage = self._storage
         row_stepper = self._row_stepper
         # In column order: a row written whole takes its columns in order.
         stepped = self._all_columns if columns is None else sorted(columns)
-        events = row_stepper.step(self._split_actions(self._actions.read()), stepped, self._autoreset.tolist())
+        events = row_stepper.step(self._split_actions(self._actions.read()), stepped)
         failures = row_stepper.failures
         if failures:
             raise WorkerError.from_failures(
                 [describe_failure(self.env_offset + column, "step", error) for column, error in failures]
             ) from failures[0][1]
-        observations, rewards = row_stepper.observations, row_stepper.rewards
-        terminations, truncations = row_stepper.terminations, row_stepper.truncations
-        if columns is None:
-            self._write_observations(stepped, observations)
-            storage.rewards[0] = rewards
-            storage.terminations[0] = terminations
-            storage.truncations[0] = truncations
-            np.logical_or(storage.terminations[0], storage.truncations[0], out=self._autoreset)
-        else:
-            self._write_observations(stepped, observations)
-            storage.rewards[0][stepped] = rewards
-            storage.terminations[0][stepped] = terminations
-            storage.truncations[0][stepped] = truncations
-            self._autoreset[stepped] = np.logical_or(terminations, truncations)
+        self._write_observations(stepped, row_stepper.observations)
+        if not row_stepper.store_row():
+            self._store_converted(stepped, columns is None)
         if self._rounding.pending:  # the step is complete: a warning made an error interrupts nothing
             self._rounding.say()
         return events
@@ -255,6 +246,24 @@ class GymnasiumGroup:
         return range(self.env_offset, self.env_offset + self.num_envs)
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _store_converted(self, stepped: list[int], whole_row: bool) -> None:
+        """Store the last step's rewards and end flags by NumPy's conversion rules (some reward is not
+        a ``float`` or some flag not a ``bool``), and set the autoreset state of their envs."""
+        row_stepper, storage = self._row_stepper, self._storage
+        rewards, terminations, truncations = (
+            row_stepper.rewards_now, row_stepper.terminations_now, row_stepper.truncations_now
+        )
+        if whole_row:
+            storage.rewards[0] = rewards
+            storage.terminations[0] = terminations
+            storage.truncations[0] = truncations
+            np.logical_or(storage.terminations[0], storage.truncations[0], out=self._autoreset)
+        else:
+            storage.rewards[0][stepped] = rewards
+            storage.terminations[0][stepped] = terminations
+            storage.truncations[0][stepped] = truncations
+            self._autoreset[stepped] = np.logical_or(terminations, truncations)
 
     def _store_final(self, column: int, observation: Any, info: dict, events: InfoEvents) -> None:
         """``SAME_STEP``: keep the terminal observation of env ``column`` (stored in row 0 of
