@@ -10,6 +10,12 @@ order, so that the main process merges them with ``VectorEnv._add_info`` in
 the same order ``SyncVectorEnv`` does. A step whose envs all returned empty
 infos reports ``None``: nothing is pickled on the fast path.
 
+The per-env loop of a step (the autoreset modes included) and the storing of
+rewards and end flags are the core's :class:`GymnasiumRowStepper`
+(``core/rows.py``, compiled with the rest of the row code); the group builds
+the failure report, stores the observations, and chooses, for ``SAME_STEP``,
+where each terminal observation goes.
+
 In ``SAME_STEP`` mode the terminal observation of an env whose episode ended
 travels like the observations, through row 0 of the storage's
 ``final_observations``, whenever it is an array of the space's own dtype and
