@@ -96,6 +96,38 @@ cdef class RowStepper:
     cdef bint _write_reset(self, Py_ssize_t row, Py_ssize_t column, object observation) except -1
 
 
+cdef class GymnasiumRowStepper:
+    cdef list envs
+    cdef Py_ssize_t num_envs
+    cdef bint next_step
+    cdef bint same_step
+    cdef bint disabled
+    cdef Py_ssize_t env_offset
+    cdef object on_final
+    cdef double[:] rewards
+    cdef unsigned char[:] terminations
+    cdef unsigned char[:] truncations
+    cdef unsigned char[:] autoreset
+    cdef list columns
+    cdef public list observations
+    cdef public list rewards_now
+    cdef public list terminations_now
+    cdef public list truncations_now
+    cdef public list failures
+
+    @cython.locals(
+        events=list, observations=list, rewards=list, terminations=list, truncations=list,
+        offset=Py_ssize_t, k=Py_ssize_t, column=Py_ssize_t, ended_before=bint,
+    )
+    cdef object _step(self, list actions, list columns)
+
+    @cython.locals(
+        columns=list, rewards=list, terminations=list, truncations=list, count=Py_ssize_t, k=Py_ssize_t,
+        column=Py_ssize_t, ended=cython.uchar,
+    )
+    cpdef bint store_row(self) except -1
+
+
 cdef class VectorRowRecorder:
     cdef StepRecorder recorder
     cdef list writers

@@ -25,6 +25,12 @@ The per-step work of a group of envs:
   episode seeds, and checks the new rows against the space's bounds. What only
   Python can do (building an error, warning about a value) it hands to the
   ``hooks`` object it was built with.
+* :class:`GymnasiumRowStepper` is a vector step of single envs the way
+  Gymnasium's ``SyncVectorEnv`` takes it, for ``ParallelVectorEnv``: each env
+  is stepped, or reset (``NEXT_STEP``) or refused (``DISABLED``) after an
+  episode's end, or stepped and reset in the same step (``SAME_STEP``); it
+  collects what the envs returned, their info events and their failures, and
+  stores rewards and end flags that need no conversion.
 * :class:`VectorRowRecorder` is the same for a vector env's row, whose
   autoreset the vector env does: it stores the rows one ``step`` of the vector
   env returned, checks them, and keeps the books, in one call, or declines when
@@ -46,6 +52,7 @@ else:
 
 __all__ = [
     "EnvStepper",
+    "GymnasiumRowStepper",
     "ObservationWriter",
     "RowStepper",
     "StepRecorder",
@@ -598,6 +605,149 @@ class RowStepper:
             writer = writers[leaf_index]
             if not writer._copy_into(row, column, values[leaf_index]):
                 return False
+        return True
+
+
+class GymnasiumRowStepper:
+    """One vector step of a group of single envs, as ``gymnasium.vector.SyncVectorEnv`` takes it.
+
+    Parameters
+    ----------
+    envs:
+        The group's envs, one per column.
+    autoreset_mode:
+        The vector env's mode, as the value of Gymnasium's ``AutoresetMode``:
+        ``"NextStep"``, ``"SameStep"`` or ``"Disabled"``.
+    env_offset:
+        Global index of the group's first env (for the events and the messages).
+    on_final:
+        ``SAME_STEP`` only: called ``on_final(column, observation, info, events)``
+        with what an env whose episode ended returned, before it is reset; it
+        stores or sends the terminal observation (appending its event to ``events``).
+    rewards:
+        The float64 ``[num_envs]`` row that receives the rewards.
+    terminations, truncations:
+        The ``[num_envs]`` rows that receive the end flags, as uint8 views of bool storage.
+    autoreset:
+        A uint8 ``[num_envs]`` view of the group's bool state, kept across steps: 1 for an
+        env whose episode ended at its previous step. The caller clears it on a reset.
+
+    :meth:`step` takes one action per env and the columns to step (increasing).
+    In column order it steps each env, except that after an episode's end a
+    ``"NextStep"`` env is reset instead (reward 0, no end) and a ``"Disabled"`` one
+    fails; a ``"SameStep"`` env whose episode ends is reset within the step. Every
+    reset is ``env.reset()`` without a seed, as Gymnasium's autoreset does. It
+    returns the ``(env_index, info)`` events of the non-empty infos in env order
+    (``None`` if there are none) and sets ``observations``, ``rewards_now``,
+    ``terminations_now`` and ``truncations_now`` to one entry per stepped env that
+    did not fail, as the envs returned them; ``failures`` lists ``(column, exception)``
+    for each env that failed (every env is stepped even after one fails). It
+    stores nothing: the caller stores the observations, then :meth:`store_row`
+    the rest.
+    """
+
+    def __init__(self, envs, autoreset_mode, env_offset, on_final, rewards, terminations, truncations, autoreset):
+        arguments.require_list(envs, "envs")
+        if autoreset_mode not in ("NextStep", "SameStep", "Disabled"):
+            raise ValueError(f"`autoreset_mode` must be 'NextStep', 'SameStep' or 'Disabled'; got {autoreset_mode!r}.")
+        for field, row in (("rewards", rewards), ("terminations", terminations), ("truncations", truncations), ("autoreset", autoreset)):
+            if getattr(row, "shape", None) != (len(envs),):
+                raise ValueError(f"`{field}` must have shape ({len(envs)},); got {getattr(row, 'shape', None)!r}.")
+        self.envs = envs
+        self.num_envs = len(envs)
+        self.next_step = autoreset_mode == "NextStep"
+        self.same_step = autoreset_mode == "SameStep"
+        self.disabled = autoreset_mode == "Disabled"
+        self.env_offset = env_offset
+        self.on_final = on_final
+        self.rewards = rewards
+        self.terminations = terminations
+        self.truncations = truncations
+        self.autoreset = autoreset
+        self.columns = []
+        self.observations = []
+        self.rewards_now = []
+        self.terminations_now = []
+        self.truncations_now = []
+        self.failures = []
+
+    def step(self, actions, columns):
+        """Step the envs of ``columns`` (see the class docstring); return the info events or ``None``."""
+        if type(actions) is not list or len(actions) != self.num_envs:
+            arguments.check_step_lists(self.num_envs, actions=actions)
+        arguments.require_list(columns, "columns")
+        for column in columns:
+            if type(column) is not int or column < 0 or column >= self.num_envs:
+                arguments.index_argument(column, self.num_envs, "column")
+        return self._step(actions, columns)
+
+    def _step(self, actions, columns):
+        events = []
+        observations, rewards, terminations, truncations = [], [], [], []
+        self.columns = columns
+        self.observations, self.rewards_now = observations, rewards
+        self.terminations_now, self.truncations_now = terminations, truncations
+        if self.failures:
+            self.failures = []
+        offset = self.env_offset
+        for k in range(len(columns)):
+            column = columns[k]
+            env = self.envs[column]
+            ended_before = self.autoreset[column] != 0
+            try:
+                if ended_before and self.next_step:
+                    observation, info = env.reset()
+                    reward, terminated, truncated = 0.0, False, False
+                else:
+                    if ended_before and self.disabled:
+                        raise RuntimeError(
+                            f"env {offset + column} ended its episode at the previous step and autoreset_mode is "
+                            "DISABLED; call `reset(options={'reset_mask': mask})` for it before `step`."
+                        )
+                    observation, reward, terminated, truncated, info = env.step(actions[column])
+                    if self.same_step and (terminated or truncated):
+                        self.on_final(column, observation, info, events)
+                        observation, info = env.reset()
+            except Exception as error:
+                self.failures.append((column, error))
+                continue
+            observations.append(observation)
+            rewards.append(reward)
+            terminations.append(terminated)
+            truncations.append(truncated)
+            if info:
+                events.append((offset + column, info))
+        return events or None
+
+    def store_row(self):
+        """Store the last step's rewards and end flags (a step without failures) into their rows and
+        set ``autoreset`` for its columns. Returns ``False``, storing nothing, unless every reward
+        is a ``float`` and every flag a ``bool``: the caller then stores them by NumPy's rules."""
+        columns = self.columns
+        rewards, terminations, truncations = self.rewards_now, self.terminations_now, self.truncations_now
+        count = len(columns)
+        if len(rewards) != count:
+            return False
+        for k in range(count):
+            if not isinstance(rewards[k], float):
+                return False
+            if terminations[k] is not True and terminations[k] is not False:
+                return False
+            if truncations[k] is not True and truncations[k] is not False:
+                return False
+        for k in range(count):
+            column = columns[k]
+            ended = 0
+            self.rewards[column] = rewards[k]
+            if terminations[k] is True:
+                ended = 1
+            self.terminations[column] = ended
+            if truncations[k] is True:
+                self.truncations[column] = 1
+                ended = 1
+            else:
+                self.truncations[column] = 0
+            self.autoreset[column] = ended
         return True
 
 

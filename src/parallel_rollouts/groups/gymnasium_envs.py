@@ -10,6 +10,12 @@ order, so that the main process merges them with ``VectorEnv._add_info`` in
 the same order ``SyncVectorEnv`` does. A step whose envs all returned empty
 infos reports ``None``: nothing is pickled on the fast path.
 
+The per-env loop of a step (the autoreset modes included) and the storing of
+rewards and end flags are the core's :class:`GymnasiumRowStepper`
+(``core/rows.py``, compiled with the rest of the row code); the group builds
+the failure report, stores the observations, and chooses, for ``SAME_STEP``,
+where each terminal observation goes.
+
 In ``SAME_STEP`` mode the terminal observation of an env whose episode ended
 travels like the observations, through row 0 of the storage's
 ``final_observations``, whenever it is an array of the space's own dtype and
@@ -136,6 +142,7 @@ class GymnasiumGroup:
         self._writers: list = []
         self._rounding = RoundingNotices(layout.observation_layout, env_offset)
         self._actions: TypedActionReader | None = None
+        self._row_stepper = None  # the core's GymnasiumRowStepper, once begin() has the storage
 
     # -- the group interface an async worker serves ------------------------------------------
 
@@ -149,67 +156,30 @@ class GymnasiumGroup:
             for leaf_index, (observations, final) in enumerate(zip(storage.observations, storage.final_observations))
         ]
         self._actions = TypedActionReader(self._action_layout, [leaf[0] for leaf in storage.actions])
+        # The flags are bool storage; the core writes them as bytes through uint8 views.
+        self._row_stepper = self._core.GymnasiumRowStepper(
+            self.envs, self.autoreset_mode.value, self.env_offset, self._store_final, storage.rewards[0],
+            storage.terminations[0].view(np.uint8), storage.truncations[0].view(np.uint8),
+            self._autoreset.view(np.uint8),
+        )
 
     def step(self, t: int, columns: Sequence[int] | None = None) -> InfoEvents | None:
         """Step every env (or those of ``columns``, this group's own column numbers) with ``storage.actions[0]``; write their columns of row 0; return the info events."""
-        storage = self._storage
-        actions = self._split_actions(self._actions.read())
-        mode = self.autoreset_mode
-        events: InfoEvents = []
-        observations, rewards, terminations, truncations = [], [], [], []
-        failures = []
-        # The loop runs once per env per step: what it reads is looked up once, as plain Python values.
-        envs, offset, autoreset = self.envs, self.env_offset, self._autoreset.tolist()
-        next_step, same_step = mode is AutoresetMode.NEXT_STEP, mode is AutoresetMode.SAME_STEP
+        row_stepper = self._row_stepper
         # In column order: a row written whole takes its columns in order.
         stepped = self._all_columns if columns is None else sorted(columns)
-        for column in stepped:
-            env = envs[column]
-            try:
-                if autoreset[column] and next_step:
-                    observation, info = env.reset()
-                    reward, terminated, truncated = 0.0, False, False
-                else:
-                    if autoreset[column] and mode is AutoresetMode.DISABLED:
-                        raise RuntimeError(
-                            f"env {offset + column} ended its episode at the previous step and autoreset_mode is "
-                            "DISABLED; call `reset(options={'reset_mask': mask})` for it before `step`."
-                        )
-                    observation, reward, terminated, truncated, info = env.step(actions[column])
-                    if same_step and (terminated or truncated):
-                        if self._stores_final(observation):
-                            storage.final_observations[0][0, column] = observation
-                            if info:
-                                events.append((offset + column, FinalEvent(info, stored=True)))
-                        else:
-                            events.append((offset + column, FinalEvent(info, observation)))
-                        observation, info = env.reset()
-            except Exception as error:
-                failures.append((describe_failure(offset + column, "step", error), error))
-                continue
-            observations.append(observation)
-            rewards.append(reward)
-            terminations.append(terminated)
-            truncations.append(truncated)
-            if info:
-                events.append((offset + column, info))
+        events = row_stepper.step(self._split_actions(self._actions.read()), stepped)
+        failures = row_stepper.failures
         if failures:
-            raise WorkerError.from_failures([failure for failure, _ in failures]) from failures[0][1]
-        if columns is None:
-            self._write_observations(stepped, observations)
-            storage.rewards[0] = rewards
-            storage.terminations[0] = terminations
-            storage.truncations[0] = truncations
-            np.logical_or(storage.terminations[0], storage.truncations[0], out=self._autoreset)
-        else:
-            self._write_observations(stepped, observations)
-            storage.rewards[0][stepped] = rewards
-            storage.terminations[0][stepped] = terminations
-            storage.truncations[0][stepped] = truncations
-            self._autoreset[stepped] = np.logical_or(terminations, truncations)
+            raise WorkerError.from_failures(
+                [describe_failure(self.env_offset + column, "step", error) for column, error in failures]
+            ) from failures[0][1]
+        self._write_observations(stepped, row_stepper.observations)
+        if not row_stepper.store_row():
+            self._store_converted(stepped, columns is None)
         if self._rounding.pending:  # the step is complete: a warning made an error interrupts nothing
             self._rounding.say()
-        return events or None
+        return events
 
     def finish(self):
         raise RuntimeError("a Gymnasium vector step has no rollout to finish.")
@@ -282,6 +252,35 @@ class GymnasiumGroup:
         return range(self.env_offset, self.env_offset + self.num_envs)
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _store_converted(self, stepped: list[int], whole_row: bool) -> None:
+        """Store the last step's rewards and end flags by NumPy's conversion rules (some reward is not
+        a ``float`` or some flag not a ``bool``), and set the autoreset state of their envs."""
+        row_stepper, storage = self._row_stepper, self._storage
+        rewards, terminations, truncations = (
+            row_stepper.rewards_now, row_stepper.terminations_now, row_stepper.truncations_now
+        )
+        if whole_row:
+            storage.rewards[0] = rewards
+            storage.terminations[0] = terminations
+            storage.truncations[0] = truncations
+            np.logical_or(storage.terminations[0], storage.truncations[0], out=self._autoreset)
+        else:
+            storage.rewards[0][stepped] = rewards
+            storage.terminations[0][stepped] = terminations
+            storage.truncations[0][stepped] = truncations
+            self._autoreset[stepped] = np.logical_or(terminations, truncations)
+
+    def _store_final(self, column: int, observation: Any, info: dict, events: InfoEvents) -> None:
+        """``SAME_STEP``: keep the terminal observation of env ``column`` (stored in row 0 of
+        ``final_observations`` when it fits exactly, else sent) and its final info, as a
+        :class:`FinalEvent` in ``events`` (none when stored with an empty info)."""
+        if self._stores_final(observation):
+            self._storage.final_observations[0][0, column] = observation
+            if info:
+                events.append((self.env_offset + column, FinalEvent(info, stored=True)))
+        else:
+            events.append((self.env_offset + column, FinalEvent(info, observation)))
 
     def _stores_final(self, observation: Any) -> bool:
         """Whether a terminal observation goes through ``final_observations`` (exactly storable)."""
