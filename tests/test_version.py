@@ -156,4 +156,8 @@ def test_the_build_writes_its_record_where_the_version_reads_it():
     assert f"src/parallel_rollouts/core/{RECORD_NAME}" in (REPO_ROOT / "MANIFEST.in").read_text(encoding="utf-8")
     # The install under test: its compiled core comes with the record of how it was made.
     if parallel_rollouts.active_core() == "compiled":
-        assert build_summary().startswith(("compiled core: reused", "compiled core: compiled"))
+        # Compiled whole, reused whole, or (a reinstall after one extension's source changed) part each.
+        summary = build_summary()
+        assert summary.startswith(("compiled core: reused", "compiled core: compiled")) or re.match(
+            r"compiled core: \S.* compiled by its install; \S.* reused from an earlier build", summary
+        ), summary
