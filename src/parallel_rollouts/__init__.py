@@ -12,7 +12,7 @@ from .core.selector import CoreFallbackWarning, active_core
 from . import errors
 from .data.batch import RolloutBatch
 # The exception tree: every name in errors.__all__ is public here too.
-from .errors import *  # noqa: F403
+from .errors import *
 from .groups.agent_padding import PadAgentSpaces
 from .make import make_collector
 from .policy.output import PolicyOutput

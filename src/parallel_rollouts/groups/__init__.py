@@ -1,9 +1,9 @@
 """Groups of envs and the one interface every backend drives them through (:mod:`.base`)."""
 
+from . import building
 from .agents import AgentEnvGroup
 from .base import RolloutGroup
-from . import building
-from .building import *  # noqa: F403  (every name in building.__all__)
+from .building import *  # every name in building.__all__
 from .chain import GroupChain
 from .single_envs import EnvGroup
 from .vector_source import VectorEnvGroup
