@@ -9,29 +9,10 @@ own, and ``docs/architecture.md`` draws how they stack.
 from .collector import ParallelRolloutCollector
 from .conformance import Advice, CheckResult, CheckStatus, ConformanceReport, advise, check_env
 from .core.selector import CoreFallbackWarning, active_core
+from . import errors
 from .data.batch import RolloutBatch
-from .errors import (
-    ActionError,
-    BatchMemoryWarning,
-    CollectorClosedError,
-    ConfigurationError,
-    CoreUnavailableError,
-    EnvFailure,
-    GlobalGeneratorWarning,
-    ObservationError,
-    ObservationRoundingWarning,
-    ObservationWarning,
-    OversubscriptionWarning,
-    ParallelRolloutsError,
-    PolicyTransferError,
-    ResetNeededError,
-    SpaceError,
-    StalePolicyWarning,
-    StepTimeoutError,
-    VectorEnvClosedError,
-    WorkerDiedError,
-    WorkerError,
-)
+# The exception tree: every name in errors.__all__ is public here too.
+from .errors import *
 from .groups.agent_padding import PadAgentSpaces
 from .make import make_collector
 from .policy.output import PolicyOutput
@@ -44,42 +25,25 @@ from .vector_env import ParallelVectorEnv
 # 0.2.0.dev0+g1a2b3c4, so that a bug report names the build.
 __version__ = "0.2.0.dev0"
 
+# The front doors and their companions; then the exceptions of errors.py, all in one sorted list.
 __all__ = [
-    "ActionError",
     "Advice",
-    "BatchMemoryWarning",
     "CheckResult",
     "CheckStatus",
-    "CollectorClosedError",
-    "ConfigurationError",
     "ConformanceReport",
     "CoreFallbackWarning",
-    "CoreUnavailableError",
-    "EnvFailure",
-    "GlobalGeneratorWarning",
-    "ObservationError",
-    "ObservationRoundingWarning",
-    "ObservationWarning",
-    "OversubscriptionWarning",
     "PadAgentSpaces",
     "ParallelRolloutCollector",
-    "ParallelRolloutsError",
     "ParallelVectorEnv",
     "PolicyOutput",
-    "PolicyTransferError",
     "RecurrentPolicy",
-    "ResetNeededError",
     "RolloutBatch",
     "RunnerState",
-    "SpaceError",
-    "StalePolicyWarning",
-    "StepTimeoutError",
-    "VectorEnvClosedError",
-    "WorkerDiedError",
-    "WorkerError",
     "__version__",
     "active_core",
     "advise",
     "check_env",
     "make_collector",
 ]
+__all__ += errors.__all__
+__all__.sort()

@@ -49,24 +49,19 @@ def check_in_process(
     finally:
         second_env.close()
     runs = [reference, again, fresh]
-    difference = first_difference(reference, fresh)
-    if difference is not None:
-        return CheckResult(
-            SAME_SEED,
-            CheckStatus.FAIL,
-            f"two envs from the factory, reset with seed={seed} and given the same actions, differ "
-            f"{_where(difference)}",
-            _SEED_FIX,
-        ), runs
-    difference = first_difference(reference, again)
-    if difference is not None:
-        return CheckResult(
-            SAME_SEED,
-            CheckStatus.FAIL,
-            f"reset(seed={seed}) on an env that has already run does not restart its trajectory: it differs "
-            f"{_where(difference)}",
+    # The seed must give the reference trajectory to a fresh env, then to the env that already ran.
+    comparisons = (
+        (fresh, f"two envs from the factory, reset with seed={seed} and given the same actions, differ", _SEED_FIX),
+        (
+            again,
+            f"reset(seed={seed}) on an env that has already run does not restart its trajectory: it differs",
             "reseed every random source on each reset(seed=...) that passes a seed, not only on the first",
-        ), runs
+        ),
+    )
+    for run, failure, fix in comparisons:
+        difference = first_difference(reference, run)
+        if difference is not None:
+            return CheckResult(SAME_SEED, CheckStatus.FAIL, f"{failure} {_where(difference)}", fix), runs
     if reference.episodes_ended == 0:
         return CheckResult(
             SAME_SEED,

@@ -39,6 +39,7 @@ from ..checks.observations import ObservationChecker
 from ..checks.rounding import RoundingNotices
 from ..config.layout import RolloutLayout
 from ..config.seeding import EpisodeSeeds
+from ..data.alike import group_alike
 from ..data.spaces import check_env_spaces
 from ..errors import ObservationError, SpaceError, WorkerError
 from .single_envs import describe_failure
@@ -112,14 +113,7 @@ def agent_spaces(env: Any, where: str) -> tuple[tuple[Any, ...], Space, Space]:
                     f"{role}_space({agent!r}): {error}"
                 ) from error
     for role, declared in spaces.items():
-        kinds: list[tuple[Space, list]] = []
-        for agent, space in zip(agents, declared):
-            for reference, names in kinds:
-                if _same(reference, space):
-                    names.append(agent)
-                    break
-            else:
-                kinds.append((space, [agent]))
+        kinds = group_alike(zip(agents, declared), _same)
         if len(kinds) > 1:
             listed = "; ".join(f"{names!r} declare {space!r}" for space, names in kinds)
             raise SpaceError(

@@ -37,13 +37,14 @@ from ..data.storage import RolloutStorage
 from ..data.typed_actions import TypedActionReader
 from ..errors import ObservationError, SpaceError, WorkerError
 from .agents import agent_env_attribute, agent_spaces, check_parallel_env
+from .gymnasium_base import GymnasiumGroupBase
 from .requests import RaisedByEnv, answer_each
-from .single_envs import close_each, describe_failure
+from .single_envs import describe_failure
 
 __all__ = ["AgentGymnasiumGroup"]
 
 
-class AgentGymnasiumGroup:
+class AgentGymnasiumGroup(GymnasiumGroupBase):
     """PettingZoo parallel envs behind the Gymnasium vector-env group's interface, one column per agent."""
 
     def __init__(self, envs: Sequence[Any], env_offset: int, layout: RolloutLayout, autoreset_mode: AutoresetMode) -> None:
@@ -232,29 +233,7 @@ class AgentGymnasiumGroup:
                     )
                 target[start + k] = array
 
-    def finish(self):
-        raise RuntimeError("a Gymnasium vector step has no rollout to finish.")
-
-    def abandon(self, t: int) -> None:
-        """Nothing to drop: every step is complete when it returns."""
-
-    def close(self) -> list[tuple[int, BaseException]]:
-        return close_each(self.envs, self.env_offset)
-
-    # -- requests other than a step ----------------------------------------------------------
-
-    def handle(self, request: tuple) -> Any:
-        kind, *arguments = request
-        if kind == "reset":
-            return self.reset(*arguments)
-        if kind == "call":
-            return self.call(*arguments)
-        if kind == "set_attr":
-            return self.set_attr(*arguments)
-        raise ValueError(f"unknown request {kind!r}")
-
-    def _mine(self, values: Sequence) -> Sequence:
-        return values[self.env_offset : self.env_offset + self.num_envs]
+    # -- requests other than a step (:meth:`GymnasiumGroupBase.handle` dispatches them) --------
 
     def reset(self, seeds: Sequence, options: dict | None, reset_mask: np.ndarray | None) -> list:
         """Reset every env (or those whose columns ``reset_mask`` selects), each with its first column's seed."""
@@ -317,10 +296,3 @@ class AgentGymnasiumGroup:
     def _first_columns(self) -> list[int]:
         """Each env's first column, as a global index."""
         return [self.env_offset + start for start in self._starts]
-
-    def _split_actions(self, leaf_rows: list[np.ndarray]) -> list:
-        per_leaf = [list(row) for row in leaf_rows]
-        if not self._action_layout.is_nested:
-            return per_leaf[0]
-        unflatten = self._action_layout.unflatten
-        return [unflatten([values[column] for values in per_leaf]) for column in range(self.num_envs)]

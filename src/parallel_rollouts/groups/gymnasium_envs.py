@@ -52,8 +52,9 @@ from ..data.spaces import SpaceLayout
 from ..data.storage import RolloutStorage
 from ..data.typed_actions import TypedActionReader
 from .agents import is_parallel_env
+from .gymnasium_base import GymnasiumGroupBase
 from .requests import RaisedByEnv, answer_each
-from .single_envs import close_each, describe_failure
+from .single_envs import describe_failure
 
 __all__ = ["FinalEvent", "GymnasiumGroup", "build_gymnasium_group", "with_final_observations"]
 
@@ -118,7 +119,7 @@ def build_gymnasium_group(
     return GymnasiumGroup(envs, env_offset, layout, autoreset_mode)
 
 
-class GymnasiumGroup:
+class GymnasiumGroup(GymnasiumGroupBase):
     def __init__(
         self, envs: Sequence[Env], env_offset: int, layout: RolloutLayout, autoreset_mode: AutoresetMode
     ) -> None:
@@ -181,29 +182,7 @@ class GymnasiumGroup:
             self._rounding.say()
         return events
 
-    def finish(self):
-        raise RuntimeError("a Gymnasium vector step has no rollout to finish.")
-
-    def abandon(self, t: int) -> None:
-        """Nothing to drop: every step is complete when it returns."""
-
-    def close(self) -> list[tuple[int, BaseException]]:
-        return close_each(self.envs, self.env_offset)
-
-    # -- requests other than a step ----------------------------------------------------------
-
-    def handle(self, request: tuple) -> Any:
-        kind, *arguments = request
-        if kind == "reset":
-            return self.reset(*arguments)
-        if kind == "call":
-            return self.call(*arguments)
-        if kind == "set_attr":
-            return self.set_attr(*arguments)
-        raise ValueError(f"unknown request {kind!r}")
-
-    def _mine(self, values: Sequence) -> Sequence:
-        return values[self.env_offset : self.env_offset + self.num_envs]
+    # -- requests other than a step (:meth:`GymnasiumGroupBase.handle` dispatches them) --------
 
     def reset(self, seeds: Sequence, options: dict | None, reset_mask: np.ndarray | None) -> InfoEvents | None:
         """Reset every env (or those in the whole-vector ``reset_mask``) with the whole-vector ``seeds``."""
@@ -289,14 +268,6 @@ class GymnasiumGroup:
             final is not None and type(observation) is np.ndarray and observation.dtype == final[0]
             and observation.dtype.isnative and observation.shape == final[1]
         )
-
-    def _split_actions(self, leaf_rows: list[np.ndarray]) -> list:
-        """One action per env, as ``gymnasium.vector.utils.iterate`` hands them out."""
-        per_leaf = [list(row) for row in leaf_rows]
-        if not self._action_layout.is_nested:
-            return per_leaf[0]
-        unflatten = self._action_layout.unflatten
-        return [unflatten([values[column] for values in per_leaf]) for column in range(self.num_envs)]
 
     def _write_observations(self, columns: list[int], observations: list) -> None:
         layout = self._observation_layout

@@ -72,16 +72,33 @@ class RolloutLoop:
         """
         if policy_rows is None:
             policy_rows = self.rows_of(storage)
-        if is_recurrent(self.policy):
-            self._run_recurrent(storage, step, policy_rows, on_step_error)
-            return
-        # The body of act(), inlined: one Python frame less on every row.
-        write, policy, nested, unflatten = self.output_writer.write, self.policy, self._nested, self._observation_layout.unflatten
         self.output_writer.reset_rollout()
         self.steps_done = 0
+        if not is_recurrent(self.policy):
+            self._run_rows(storage, step, policy_rows, on_step_error, None)
+            return
+        self.recurrent_record = None
+        carrier = self.carrier(storage.rewards.shape[1])
+        carrier.begin(self.policy, storage)
+        try:
+            self._run_rows(storage, step, policy_rows, on_step_error, carrier)
+        except BaseException:
+            # Dropped (the policy raised, or an interrupt landed between rows): the state follows
+            # the envs to the row they stand at, where the next rollout starts.
+            carrier.abandon(self.steps_done)
+            raise
+        self.recurrent_record = carrier.finish()
+
+    def _run_rows(self, storage, step, policy_rows, on_step_error, carrier: StateCarrier | None) -> None:
+        """The rows of :meth:`run`: the policy (through ``carrier``, which keeps a recurrent
+        policy's state, where there is one), then ``step(t)``, for every row."""
+        # The body of act(), inlined: one Python frame less on every row.
+        write, policy, nested, unflatten = self.output_writer.write, self.policy, self._nested, self._observation_layout.unflatten
+        call_with_state = None if carrier is None else carrier.call
         for t in range(storage.horizon):
             rows = policy_rows(t)
-            write(t, policy(unflatten(rows) if nested else rows[0]), storage)
+            observations = unflatten(rows) if nested else rows[0]
+            write(t, policy(observations) if call_with_state is None else call_with_state(policy, t, observations), storage)
             try:
                 step(t)
             except BaseException as error:
@@ -89,32 +106,6 @@ class RolloutLoop:
                     on_step_error(error)
                 raise
             self.steps_done = t + 1
-
-    def _run_recurrent(self, storage, step, policy_rows, on_step_error) -> None:
-        """:meth:`run` for a recurrent policy: the carrier resets and carries the state."""
-        write, policy, nested, unflatten = self.output_writer.write, self.policy, self._nested, self._observation_layout.unflatten
-        self.output_writer.reset_rollout()
-        self.steps_done = 0
-        self.recurrent_record = None
-        carrier = self.carrier(storage.rewards.shape[1])
-        carrier.begin(policy, storage)
-        try:
-            for t in range(storage.horizon):
-                rows = policy_rows(t)
-                write(t, carrier.call(policy, t, unflatten(rows) if nested else rows[0]), storage)
-                try:
-                    step(t)
-                except BaseException as error:
-                    if on_step_error is not None:
-                        on_step_error(error)
-                    raise
-                self.steps_done = t + 1
-        except BaseException:
-            # Dropped (the policy raised, or an interrupt landed between rows): the state follows
-            # the envs to the row they stand at, where the next rollout starts.
-            carrier.abandon(self.steps_done)
-            raise
-        self.recurrent_record = carrier.finish()
 
     def carrier(self, num_envs: int) -> StateCarrier:
         """The state carrier of this loop's envs (made at the first recurrent rollout)."""

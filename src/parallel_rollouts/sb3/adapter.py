@@ -47,6 +47,7 @@ from .actions import batch_per_env_actions, whole_float_actions
 from .env_side import NOT_ASKED, RAISED, RESTART_STREAM, make_seeded_episode_env
 from ..config.backends import backends_taking
 from ..config.seeding import EpisodeSeeds, check_episode_seeds, draw_root_seed, episode_seed, validate_seed
+from ..data.alike import group_alike
 from ..data.spaces import SpaceLayout
 from ..vector_env import ParallelVectorEnv, check_env_factories, default_backend
 
@@ -271,14 +272,7 @@ class ParallelVecEnv(VecEnv):
 
     def _options_groups(self) -> list[tuple[dict, np.ndarray | None]]:
         """The envs grouped by equal reset options: one reset per group (a mask unless it is every env)."""
-        groups: list[tuple[dict, list[int]]] = []
-        for index, options in enumerate(self._options):
-            for group_options, members in groups:
-                if _same_options(group_options, options):
-                    members.append(index)
-                    break
-            else:
-                groups.append((options, [index]))
+        groups = group_alike(enumerate(self._options), _same_options)
         if len(groups) == 1:
             return [(groups[0][0], None)]
         masks = []
