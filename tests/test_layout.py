@@ -1,6 +1,7 @@
 """The one rollout layout: resolved once, immutable, handed whole to every group."""
 
 import dataclasses
+import copy as copy_module
 import pickle
 from functools import partial
 
@@ -88,3 +89,11 @@ def test_the_layout_is_compared_by_value_and_says_it_cannot_be_hashed():
     assert layout == _spec().resolve(gym.spaces.Dict({"a": gym.spaces.Discrete(2)}), gym.spaces.Discrete(2), num_envs=1)
     with pytest.raises(TypeError, match="RolloutLayout"):
         hash(layout)
+
+
+def test_a_copy_in_this_process_keeps_the_env_factories_and_a_pickle_leaves_them_behind():
+    layout = _spec().resolve(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(4), num_envs=1)
+    kept = copy_module.copy(layout)
+    assert kept == layout and kept.spec.env_fns == layout.spec.env_fns and len(kept.env_fns) == 1
+    sent = pickle.loads(pickle.dumps(layout))
+    assert sent.spec.env_fns == () and sent.horizon == layout.horizon

@@ -77,3 +77,28 @@ def test_an_end_reported_in_a_row_the_mask_does_not_count_is_declined(core, mode
     ended = np.array([False, True, False])
     assert rows.record(0, np.zeros(3), ended, np.zeros(3, bool), [np.ones((3, 2), np.float32)], 0.0) == -1
     assert not reset_steps.any() and not state["running_lengths"].any()
+
+
+
+def _books(core, num_envs=3, horizon=3):
+    """The episode books a StepRecorder keeps (the kernels' EpisodeBooks of that core)."""
+    arrays = [
+        np.zeros((horizon, num_envs)), np.zeros((horizon, num_envs), bool), np.zeros((horizon, num_envs), bool),
+        np.zeros((horizon, num_envs), np.int64), np.zeros(num_envs), np.zeros(num_envs, np.int64),
+        np.zeros(num_envs, np.int64), np.zeros(horizon * num_envs), *(np.zeros(horizon * num_envs, np.int64) for _ in range(4)),
+        np.zeros(num_envs, np.int64),
+    ]
+    return core.StepRecorder(*arrays, 0).books
+
+
+@pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
+@pytest.mark.parametrize(
+    "mask", [[True, False, True], np.ones(3, np.uint8), np.ones(2, bool), np.ones((3, 1), bool)],
+    ids=["list", "uint8", "short", "2-d"],
+)
+def test_the_books_refuse_a_mask_that_is_not_a_bool_row_of_every_env(core, mask):
+    """The compiled books read the mask's bytes without bounds: a wrong one is an error, not a crash."""
+    books = _books(core)
+    with pytest.raises(TypeError, match=r"`counted` must be None or a bool array of shape \(3,\)"):
+        books.record_rows(0, mask)
+    assert books.record_rows(0, np.array([True, False, True])) == 0  # a right one is taken

@@ -61,3 +61,23 @@ def test_a_vector_env_dropped_unclosed_is_closed_at_once_not_at_a_garbage_collec
     finally:
         if was_enabled:
             gc.enable()
+
+
+@pytest.mark.parametrize("autoreset_mode", ["NextStep", "SameStep"])
+def test_the_envs_group_is_freed_with_its_vector_env_not_at_a_garbage_collection(autoreset_mode, no_leaks):
+    """The core's row stepper calls back into its group (SAME_STEP's final observations) without
+    holding it, so the group, its envs and its storage go when the vector env does."""
+    env = ParallelVectorEnv([cartpole] * 2, backend="sync", autoreset_mode=autoreset_mode)
+    env.reset(seed=0)
+    for _ in range(40):  # episodes end and are reset on the way
+        env.step(np.zeros(2, dtype=np.int64))
+    group = weakref.ref(env._backend._group)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        env.close()
+        del env
+        assert group() is None, "the group outlived its closed vector env: a cycle holds it"
+    finally:
+        if was_enabled:
+            gc.enable()

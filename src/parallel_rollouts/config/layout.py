@@ -76,6 +76,11 @@ class RolloutLayout:
         state["spec"] = replace(self.spec, env_fns=(), group_builder=None)
         return state
 
+    def __copy__(self) -> RolloutLayout:
+        # A copy in this process keeps the factories; pickling (and so ``copy.deepcopy``, which
+        # goes through ``__getstate__``) leaves them behind, as another process must not get them.
+        return replace(self)
+
     def __setstate__(self, state: dict) -> None:
         for name, value in state.items():
             object.__setattr__(self, name, value)

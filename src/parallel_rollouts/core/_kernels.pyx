@@ -562,6 +562,14 @@ cdef bint _tiled_outside(const float_value* values, Py_ssize_t total, Py_ssize_t
     return outside != 0
 
 
+def _bad_mask(counted, Py_ssize_t num_envs):
+    """The message for a row mask that is not a bool ``[num_envs]`` array."""
+    return (
+        f"`counted` must be None or a bool array of shape ({num_envs},); got "
+        f"{type(counted).__name__} {getattr(counted, 'dtype', '')} {getattr(counted, 'shape', '')}".rstrip() + "."
+    )
+
+
 cdef inline bint _is_vector(object values, Py_ssize_t length, int type_number):
     """A C-contiguous native 1-D array of ``length`` entries of dtype ``type_number``."""
     return (
@@ -671,6 +679,14 @@ cdef class EpisodeBooks:
         cdef Py_ssize_t counted_stride = 0
         cdef bint all_counted = counted is None
         if not all_counted:
+            # Checked here too: the bytes below are read without bounds, so a wrong mask must
+            # stop with an error, not read past its end.
+            if not (
+                type(counted) is np.ndarray and cnp.PyArray_NDIM(<cnp.ndarray>counted) == 1
+                and cnp.PyArray_DIM(<cnp.ndarray>counted, 0) == self.num_envs
+                and cnp.PyArray_TYPE(<cnp.ndarray>counted) == cnp.NPY_BOOL
+            ):
+                raise TypeError(_bad_mask(counted, self.num_envs))
             counted_data = <const unsigned char*>cnp.PyArray_DATA(<cnp.ndarray>counted)
             counted_stride = cnp.PyArray_STRIDES(<cnp.ndarray>counted)[0]
         if self.completed_count + self.num_envs > self.capacity:

@@ -161,6 +161,10 @@ class EpisodeBooks:
     def record_rows(self, t: int, counted) -> int:
         """Record step ``t`` from the rewards and flags already in row ``t``; a column where
         ``counted`` (``None``: all, or bool ``[num_envs]``) is False adds neither reward nor length."""
+        if counted is not None and not (
+            type(counted) is np.ndarray and counted.shape == (self.num_envs,) and counted.dtype == np.bool_
+        ):
+            raise TypeError(_bad_mask(counted, self.num_envs))
         ended = (self._terminations[t].view(np.uint8) != 0) | (self._truncations[t].view(np.uint8) != 0)
         if not self._room_for(ended):
             return -1
@@ -178,6 +182,14 @@ class EpisodeBooks:
         """The seeds of the next episodes of ``done_columns[:count]`` are unknown (-1)."""
         self._running_seeds[self._done_columns[:count]] = -1
         return 0
+
+
+def _bad_mask(counted, num_envs: int) -> str:
+    """The message for a row mask that is not a bool ``[num_envs]`` array."""
+    return (
+        f"`counted` must be None or a bool array of shape ({num_envs},); got "
+        f"{type(counted).__name__} {getattr(counted, 'dtype', '')} {getattr(counted, 'shape', '')}".rstrip() + "."
+    )
 
 
 def _is_vector(values, length: int, dtype) -> bool:

@@ -36,6 +36,7 @@ slices to its own envs.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -159,7 +160,7 @@ class GymnasiumGroup(GymnasiumGroupBase):
         self._actions = TypedActionReader(self._action_layout, [leaf[0] for leaf in storage.actions])
         # The flags are bool storage; the core writes them as bytes through uint8 views.
         self._row_stepper = self._core.GymnasiumRowStepper(
-            self.envs, self.autoreset_mode.value, self.env_offset, self._store_final, storage.rewards[0],
+            self.envs, self.autoreset_mode.value, self.env_offset, _weak_store_final(self), storage.rewards[0],
             storage.terminations[0].view(np.uint8), storage.truncations[0].view(np.uint8),
             self._autoreset.view(np.uint8),
         )
@@ -292,3 +293,17 @@ class GymnasiumGroup(GymnasiumGroupBase):
                         f"env {self.env_offset + column} returned an observation of shape {got.shape!r}; "
                         f"its observation space {leaf.space!r} expects shape {leaf.shape!r}."
                     )
+
+
+def _weak_store_final(group: GymnasiumGroup):
+    """``group._store_final`` without a reference to ``group``: the group holds its row stepper,
+    so a bound method there would make a cycle, and a vector env dropped without ``close()``
+    would keep its envs and storage (a mapped shared segment, for the main process's share of
+    an ``async`` one) until the next garbage collection. Called only when an episode ends in
+    ``SAME_STEP`` mode."""
+    group_ref = weakref.ref(group)
+
+    def store_final(column, observation, info, events):
+        return group_ref()._store_final(column, observation, info, events)
+
+    return store_final

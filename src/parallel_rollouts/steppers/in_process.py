@@ -100,11 +100,11 @@ class InProcessVectorStepper(VectorStepper):
                     raise not_an_env(f"env_fns[{index}]", env, vector_envs=False)
             self.layout = resolve_layout(spec, spaces_per_env(envs))
             self._group = spec.group_builder(envs, 0, self.layout)
+            self.storage = self.layout.allocate_storage()
+            self._group.begin(self.storage)
         except BaseException:
             close_each(envs)
             raise
-        self.storage = self.layout.allocate_storage()
-        self._group.begin(self.storage)
         self._on_failure = on_failure
         self._on_finished = on_finished
         #: The parts of the step :meth:`start_step` took, until :meth:`finish_step` hands them over.

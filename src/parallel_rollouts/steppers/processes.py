@@ -197,7 +197,11 @@ class ProcessVectorStepper(VectorStepper):
                 # The pool speaks of collectors; here the user created a ParallelVectorEnv.
                 raise unguarded_main_error("the ParallelVectorEnv") from None
             raise
-        stepper = cls(pool, on_failure, on_finished)
+        try:
+            stepper = cls(pool, on_failure, on_finished)
+        except BaseException:
+            pool.close()
+            raise
         try:
             stepper._request(protocol.BEGIN)
         except BaseException:
