@@ -9,28 +9,14 @@ import pytest
 
 from parallel_rollouts.core import _core as compiled
 from parallel_rollouts.core import rows as python_core
+from tests.test_core_equivalence import _recorder_state
 
 CORES = [compiled, python_core]
 
 
 def _vector_row(core, mode, counted, horizon=3):
     num_envs = counted.size
-    state = {
-        "rewards": np.zeros((horizon, num_envs)),
-        "terminations": np.zeros((horizon, num_envs), bool),
-        "truncations": np.zeros((horizon, num_envs), bool),
-        "step_episode_seeds": np.zeros((horizon, num_envs), np.int64),
-        "running_returns": np.zeros(num_envs),
-        "running_lengths": np.zeros(num_envs, np.int64),
-        "running_seeds": np.zeros(num_envs, np.int64),
-        "completed_returns": np.zeros(horizon * num_envs),
-        "completed_lengths": np.zeros(horizon * num_envs, np.int64),
-        "completed_env_indices": np.zeros(horizon * num_envs, np.int64),
-        "completed_end_steps": np.zeros(horizon * num_envs, np.int64),
-        "completed_seeds": np.zeros(horizon * num_envs, np.int64),
-        "done_columns": np.zeros(num_envs, np.int64),
-    }
-    recorder = core.StepRecorder(*state.values(), 0)
+    recorder, state = _recorder_state(core, horizon, num_envs, 0)
     writer = core.ObservationWriter(np.zeros((horizon + 1, num_envs, 2), np.float32), np.zeros((horizon, num_envs, 2), np.float32))
     reset_steps = np.zeros((horizon, num_envs), bool)
     rows = core.VectorRowRecorder(recorder, [writer], [], reset_steps, counted, None, mode)
@@ -82,13 +68,8 @@ def test_an_end_reported_in_a_row_the_mask_does_not_count_is_declined(core, mode
 
 def _books(core, num_envs=3, horizon=3):
     """The episode books a StepRecorder keeps (the kernels' EpisodeBooks of that core)."""
-    arrays = [
-        np.zeros((horizon, num_envs)), np.zeros((horizon, num_envs), bool), np.zeros((horizon, num_envs), bool),
-        np.zeros((horizon, num_envs), np.int64), np.zeros(num_envs), np.zeros(num_envs, np.int64),
-        np.zeros(num_envs, np.int64), np.zeros(horizon * num_envs), *(np.zeros(horizon * num_envs, np.int64) for _ in range(4)),
-        np.zeros(num_envs, np.int64),
-    ]
-    return core.StepRecorder(*arrays, 0).books
+    recorder, _ = _recorder_state(core, horizon, num_envs, 0)
+    return recorder.books
 
 
 @pytest.mark.parametrize("core", CORES, ids=["compiled", "python"])
